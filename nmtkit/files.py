@@ -1,0 +1,220 @@
+"""Reading corpus files and writing outputs safely.
+
+Reading: plain UTF-8 text, gzip (detected by its magic bytes, whatever the name) and WMT SGML (``<seg id=…>``
+inside ``<doc>``; detected by the ``.sgm``/``.sgml`` extension or by its ``<srcset``/``<refset``/``<tstset``
+header). Lines are split on ``\\n`` only: ``\\r``, U+2028, U+0085, form feed and the other characters that
+``str.splitlines()`` treats as line breaks stay inside their line, so line *i* of a source file always meets line
+*i* of its translation. Every line is decoded strictly; invalid UTF-8 is an :class:`~nmtkit.errors.InputError`
+naming the file and line.
+
+Writing: :func:`atomic_file` and :func:`atomic_dir` build an output under a temporary sibling name and rename it
+into place only when it is complete, so a crash, Ctrl-C or bad input never leaves a half-written output behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from nmtkit.errors import InputError
+
+SGML_HEADERS = (b"<srcset", b"<refset", b"<tstset", b"<mteval")
+_SEG = re.compile(rb'^\s*<seg\b[^>]*?\bid\s*=\s*"?([^"\s>]+)"?[^>]*>(.*)</seg>\s*$', re.IGNORECASE | re.DOTALL)
+_DOC = re.compile(rb'<doc\b[^>]*?\bdocid\s*=\s*"?([^"\s>]+)"?', re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One segment of a corpus file: its text (without the line end), where it is, and for SGML its ids."""
+
+    text: str
+    line: int  # 1-based physical line in the file
+    key: tuple[str, str] | None = None  # (docid, seg id) for SGML, None for plain text
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def open_binary(path: str | os.PathLike):
+    """Open ``path`` for reading bytes, transparently decompressing gzip; a missing file is an InputError."""
+    path = os.fspath(path)
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise InputError("no such file", path) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, not a file", path) from None
+    except PermissionError:
+        raise InputError("permission denied", path) from None
+    if f.peek(2)[:2] == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=f, mode="rb")
+    return f
+
+
+def is_sgml(path: str | os.PathLike) -> bool:
+    """True when ``path`` is WMT SGML: by extension (``.sgm``, ``.sgml``, optionally ``.gz``) or by its header."""
+    name = os.fspath(path).lower().removesuffix(".gz")
+    if name.endswith((".sgm", ".sgml")):
+        return True
+    with open_binary(path) as f:
+        try:
+            head = f.read(4096).lstrip()
+        except (OSError, EOFError) as e:
+            raise InputError(f"cannot read: {e}", path) from None
+    return head[:7].lower() in SGML_HEADERS
+
+
+def decode_line(raw: bytes, path: str, line: int) -> str:
+    """Decode one line strictly as UTF-8, naming file, line and column of the first bad byte."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"invalid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})", path, line) from None
+
+
+def read_segments(path: str | os.PathLike) -> Iterator[Segment]:
+    """Yield the segments of a plain, gzip or SGML corpus file, in file order."""
+    path = os.fspath(path)
+    sgml = is_sgml(path)
+    with open_binary(path) as f:
+        lineno = 0
+        doc = ""
+        try:
+            for raw in f:  # a binary file iterates on b"\n" only
+                lineno += 1
+                raw = raw[:-1] if raw.endswith(b"\n") else raw
+                if not sgml:
+                    yield Segment(decode_line(raw, path, lineno), lineno)
+                    continue
+                m = _DOC.search(raw)
+                if m:
+                    doc = decode_line(m.group(1), path, lineno)
+                if b"<seg" not in raw.lower():
+                    continue
+                m = _SEG.match(raw)
+                if m is None:
+                    raise InputError("malformed <seg> element (expected <seg id=N>text</seg> on one line)", path, lineno)
+                segid = decode_line(m.group(1), path, lineno)
+                yield Segment(decode_line(m.group(2), path, lineno).strip(), lineno, (doc, segid))
+        except (OSError, EOFError) as e:  # e.g. a truncated or corrupt gzip stream
+            raise InputError(f"cannot read past line {lineno}: {e}", path, lineno + 1) from None
+
+
+def read_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> Iterator[tuple[Segment, Segment]]:
+    """Yield aligned (source, target) segments; unequal counts or mismatched SGML ids are InputErrors."""
+    src_path, tgt_path = os.fspath(src_path), os.fspath(tgt_path)
+    src_it, tgt_it = read_segments(src_path), read_segments(tgt_path)
+    n = 0
+    while True:
+        s = next(src_it, None)
+        t = next(tgt_it, None)
+        if s is None or t is None:
+            if s is None and t is None:
+                return
+            longer_path, longer_it = (src_path, src_it) if t is None else (tgt_path, tgt_it)
+            shorter_path = tgt_path if t is None else src_path
+            total = n + 1 + sum(1 for _ in longer_it)
+            raise InputError(
+                f"has {n} segments but its partner {longer_path} has {total}: the line counts must be equal",
+                shorter_path,
+            )
+        n += 1
+        if s.key != t.key:
+            raise InputError(
+                f"segment {n} is {_describe(t.key)} but segment {n} of {src_path} is {_describe(s.key)}",
+                tgt_path,
+                t.line,
+            )
+        yield s, t
+
+
+def _describe(key: tuple[str, str] | None) -> str:
+    return "a plain-text line" if key is None else f'<seg id="{key[1]}"> of doc "{key[0]}"'
+
+
+def resolve_prefix(prefix: str, src_lang: str, tgt_lang: str) -> tuple[str, str]:
+    """Find the file pair for a corpus prefix.
+
+    ``PREFIX`` names ``PREFIX.<lang>``, ``PREFIX.<lang>.gz``, ``PREFIX.<lang>.sgm`` or ``PREFIX.<lang>.sgm.gz``;
+    two explicit paths separated by a comma (``SRC_FILE,TGT_FILE``) name the files directly, for corpora such as
+    WMT's ``newstest2014-fren-src.en.sgm`` / ``newstest2014-fren-ref.fr.sgm`` whose names differ by more than
+    the language.
+    """
+    if "," in prefix:
+        parts = prefix.split(",")
+        if len(parts) != 2 or not all(parts):
+            raise InputError(f"'{prefix}': expected PREFIX or SRC_FILE,TGT_FILE")
+        for p in parts:
+            if not os.path.isfile(p):
+                raise InputError("no such file", p)
+        return parts[0], parts[1]
+    pair = []
+    for lang in (src_lang, tgt_lang):
+        tried = [f"{prefix}.{lang}{ext}" for ext in ("", ".gz", ".sgm", ".sgm.gz")]
+        found = next((p for p in tried if os.path.isfile(p)), None)
+        if found is None:
+            raise InputError(f"no {lang} file for corpus prefix (tried {', '.join(tried)})", prefix)
+        pair.append(found)
+    return pair[0], pair[1]
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8"):
+    """Write ``path`` through a temporary sibling that is fsynced and renamed into place on success only."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding, newline=None if "b" in mode else "\n") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_dir(dest: str | os.PathLike, force: bool = False, marker: str | None = None):
+    """Build a directory under a temporary sibling name and rename it to ``dest`` when the block succeeds.
+
+    An existing non-empty ``dest`` is refused unless ``force`` (``marker``, when given, is a file whose presence
+    names what ``dest`` holds in the message). On any exception, Ctrl-C included, the temporary directory is
+    removed and ``dest`` is left exactly as it was.
+    """
+    dest = os.path.abspath(os.fspath(dest))
+    if os.path.exists(dest):
+        if not os.path.isdir(dest):
+            raise InputError("exists and is not a directory", dest)
+        if os.listdir(dest) and not force:
+            what = "a prepared corpus" if marker and os.path.exists(os.path.join(dest, marker)) else "files"
+            raise InputError(f"already holds {what}; use --force to replace it", dest)
+    parent = os.path.dirname(dest)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(dest)}.", suffix=".tmp")
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
+        old = None
+        if os.path.exists(dest):
+            old = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(dest)}.", suffix=".old")
+            os.rmdir(old)
+            os.replace(dest, old)
+        os.replace(tmp, dest)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,320 @@
+"""Raw parallel text → a prepared directory that training reads (the library behind ``nmt-prepare``).
+
+The pipeline, streaming so that memory is bounded by the vocabulary counts, not by the corpus:
+
+1. **Tokenise** every split (``--workers`` processes, results kept in input order): Moses punctuation
+   normalisation and tokenisation, optional lowercasing → ``<split>.tok.<lang>``, one line per input line.
+2. **BPE** (optional): learn joint codes on the training words (subword-nmt), or take the given codes.
+3. **Filter and count**: training pairs with an empty side or a side longer than ``max_len`` model tokens are
+   removed (counted per reason); valid and test sets are never filtered. Token counts of the kept training pairs
+   give the shortlists (:meth:`nmtkit.vocab.Vocabulary.build`).
+4. **Binarize** each split and language (:mod:`nmtkit.corpus`), record coverage, and write ``manifest.json``.
+
+Everything is built in a temporary sibling of the destination and renamed into place at the end; the same inputs
+and settings give byte-identical outputs, whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+
+from nmtkit import __version__
+from nmtkit import manifest as manifest_format
+from nmtkit.corpus import CorpusWriter, dtype_for_vocab
+from nmtkit.errors import InputError
+from nmtkit.files import atomic_dir, read_parallel, resolve_prefix
+from nmtkit.text import Preprocessor, TextConfig, learn_bpe_codes
+from nmtkit.vocab import Vocabulary
+
+log = logging.getLogger("nmtkit.prepare")
+CHUNK = 1000  # pairs per unit of parallel work
+
+
+@dataclass
+class PrepareConfig:
+    """Every setting of a preparation run (the click command fills this from its options)."""
+
+    source_lang: str
+    target_lang: str
+    train: list[str]
+    dest: str
+    valid: str | None = None
+    test: list[str] = field(default_factory=list)
+    src_vocab_size: int = 30000
+    tgt_vocab_size: int = 30000
+    max_len: int = 50
+    lowercase: bool = False
+    normalize_punctuation: bool = True
+    aggressive_dash_splits: bool = False
+    bpe_merges: int | None = None
+    bpe_codes: str | None = None  # path of an existing codes file
+    workers: int = 1
+    force: bool = False
+
+    def check(self) -> None:
+        if not self.source_lang or not self.target_lang or self.source_lang == self.target_lang:
+            raise InputError(f"source and target languages must be two different codes "
+                             f"(got '{self.source_lang}' and '{self.target_lang}')")
+        if not self.train:
+            raise InputError("at least one --train corpus is needed (the vocabularies come from it)")
+        for name, value in (("--src-vocab-size", self.src_vocab_size), ("--tgt-vocab-size", self.tgt_vocab_size),
+                            ("--max-len", self.max_len), ("--workers", self.workers)):
+            if value < 1:
+                raise InputError(f"{name} must be at least 1 (got {value})")
+        if self.bpe_merges is not None and self.bpe_codes is not None:
+            raise InputError("--bpe-merges and --bpe-codes exclude each other")
+        if self.bpe_merges is not None and self.bpe_merges < 1:
+            raise InputError(f"--bpe-merges must be at least 1 (got {self.bpe_merges})")
+
+
+# -- parallel tokenisation ---------------------------------------------------------------------------------------
+
+_worker_state: dict = {}
+
+
+def _init_worker(src_cfg: dict, tgt_cfg: dict, child: bool = True) -> None:
+    if child:  # the parent handles Ctrl-C and SIGTERM and tears the pool down
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _worker_state["pre"] = (Preprocessor(TextConfig.from_dict(src_cfg)), Preprocessor(TextConfig.from_dict(tgt_cfg)))
+
+
+def _tokenize_chunk(pairs: list[tuple[str, str]]) -> list[tuple[list[str], list[str]]]:
+    src, tgt = _worker_state["pre"]
+    return [(src.words(s), tgt.words(t)) for s, t in pairs]
+
+
+def _subword_chunk(pairs: list[tuple[list[str], list[str]]]) -> list[tuple[list[str], list[str]]]:
+    src, tgt = _worker_state["pre"]
+    return [(src.subwords(s), tgt.subwords(t)) for s, t in pairs]
+
+
+def _chunks(items: Iterable, size: int = CHUNK) -> Iterator[list]:
+    it = iter(items)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+class _Mapper:
+    """Applies a chunk function in-process (1 worker) or in an ordered process pool; same results either way."""
+
+    def __init__(self, workers: int, src_cfg: TextConfig, tgt_cfg: TextConfig):
+        self.args = (src_cfg.to_dict(), tgt_cfg.to_dict())
+        self.workers = workers
+        self.pool = None
+
+    def __enter__(self) -> _Mapper:
+        if self.workers > 1:
+            methods = multiprocessing.get_all_start_methods()
+            ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+            self.pool = ctx.Pool(self.workers, initializer=_init_worker, initargs=self.args)
+        else:
+            _init_worker(*self.args, child=False)
+        return self
+
+    def map(self, func: Callable, items: Iterable) -> Iterator:
+        """``func`` over chunks of ``items``, results in input order; at most 2 chunks per worker in flight, so
+        memory stays bounded however large the input (unlike ``Pool.imap``, whose feeder reads ahead freely)."""
+        if self.pool is None:
+            for chunk in _chunks(items):
+                yield from func(chunk)
+            return
+        pending: deque = deque()
+        for chunk in _chunks(items):
+            pending.append(self.pool.apply_async(func, (chunk,)))
+            if len(pending) >= 2 * self.workers:
+                yield from pending.popleft().get()
+        while pending:
+            yield from pending.popleft().get()
+
+    def __exit__(self, exc_type, *exc) -> None:
+        if self.pool is not None:
+            if exc_type is None:
+                self.pool.close()
+            else:
+                self.pool.terminate()
+            self.pool.join()
+        _worker_state.clear()
+
+
+# -- the pipeline --------------------------------------------------------------------------------------------------
+
+
+def _read_split(files: list[tuple[str, str]]) -> Iterator[tuple[str, str]]:
+    for src_path, tgt_path in files:
+        for s, t in read_parallel(src_path, tgt_path):
+            yield s.text, t.text
+
+
+def _read_tok(path: str) -> Iterator[list[str]]:
+    with open(path, encoding="utf-8", newline="\n") as f:
+        for line in f:
+            line = line[:-1] if line.endswith("\n") else line
+            yield line.split(" ") if line else []
+
+
+def prepare(cfg: PrepareConfig) -> dict:
+    """Run the whole preparation; returns the manifest written to ``cfg.dest/manifest.json``."""
+    cfg.check()
+    src, tgt = cfg.source_lang, cfg.target_lang
+    splits: dict[str, list[tuple[str, str]]] = {"train": [resolve_prefix(p, src, tgt) for p in cfg.train]}
+    if cfg.valid is not None:
+        splits["valid"] = [resolve_prefix(cfg.valid, src, tgt)]
+    for i, prefix in enumerate(cfg.test):
+        splits["test" if i == 0 else f"test{i}"] = [resolve_prefix(prefix, src, tgt)]
+    codes = None
+    if cfg.bpe_codes is not None:
+        try:
+            with open(cfg.bpe_codes, encoding="utf-8", newline="") as f:
+                codes = f.read()
+        except (FileNotFoundError, IsADirectoryError):
+            raise InputError("no such file (BPE codes)", cfg.bpe_codes) from None
+        except UnicodeDecodeError as e:
+            raise InputError(f"invalid UTF-8 at byte {e.start} (BPE codes)", cfg.bpe_codes) from None
+    text_cfg = {lang: TextConfig(lang, cfg.normalize_punctuation, cfg.aggressive_dash_splits, cfg.lowercase)
+                for lang in (src, tgt)}
+
+    with atomic_dir(cfg.dest, force=cfg.force, marker=manifest_format.MANIFEST) as out:
+        stats: dict[str, dict] = {}
+        # 1. tokenise every split into words
+        with _Mapper(cfg.workers, text_cfg[src], text_cfg[tgt]) as mapper:
+            for split, files in splits.items():
+                stats[split] = _tokenize_split(mapper, files, out, split, src, tgt)
+                log.info("%s: %d pairs read and tokenised", split, stats[split]["lines_in"])
+
+        # 2. BPE codes: learned jointly on the training words, or given
+        bpe_info = None
+        if cfg.bpe_merges is not None:
+            word_counts: Counter = Counter()
+            for lang in (src, tgt):
+                for words in _read_tok(os.path.join(out, f"train.tok.{lang}")):
+                    word_counts.update(words)
+            codes = learn_bpe_codes(word_counts, cfg.bpe_merges)
+            log.info("learned %d BPE merges on %d training word types", cfg.bpe_merges, len(word_counts))
+        if codes is not None:
+            with open(os.path.join(out, "bpe.codes"), "w", encoding="utf-8", newline="\n") as f:
+                f.write(codes)
+            bpe_info = {"codes_file": "bpe.codes", "learned_merges": cfg.bpe_merges,
+                        "given_codes": cfg.bpe_codes, "separator": text_cfg[src].bpe_separator, "joint": True}
+        model_cfg = {lang: TextConfig(**{**c.to_dict(), "bpe_codes": codes}) for lang, c in text_cfg.items()}
+
+        # 3. model tokens, filtering (train only) and counts; 4. vocabularies and binarized corpora
+        with _Mapper(cfg.workers if codes is not None else 1, model_cfg[src], model_cfg[tgt]) as mapper:
+            counts = {}
+            for split in splits:
+                counts[split] = _filter_and_count(mapper, out, split, src, tgt, stats[split],
+                                                  cfg.max_len if split == "train" else None)
+        vocabs = {src: Vocabulary.build(counts["train"][0], cfg.src_vocab_size),
+                  tgt: Vocabulary.build(counts["train"][1], cfg.tgt_vocab_size)}
+        for lang, vocab in vocabs.items():
+            vocab.save(os.path.join(out, f"vocab.{lang}"))
+        for split in splits:
+            for k, lang in enumerate((src, tgt)):
+                _binarize(os.path.join(out, f".{split}.model.{lang}"), os.path.join(out, f"{split}.{lang}"),
+                          vocabs[lang])
+                stats[split]["coverage"][lang] = round(vocabs[lang].coverage(counts[split][k]), 6)
+        manifest = _manifest(cfg, splits, stats, vocabs, counts["train"], model_cfg, bpe_info)
+        with open(os.path.join(out, manifest_format.MANIFEST), "w", encoding="utf-8", newline="\n") as f:
+            f.write(manifest_format.dumps(manifest))
+        _report(manifest)
+    return manifest
+
+
+def _tokenize_split(mapper: _Mapper, files, out: str, split: str, src: str, tgt: str) -> dict:
+    n = 0
+    with open(os.path.join(out, f"{split}.tok.{src}"), "w", encoding="utf-8", newline="\n") as fs, \
+         open(os.path.join(out, f"{split}.tok.{tgt}"), "w", encoding="utf-8", newline="\n") as ft:
+        for s_words, t_words in mapper.map(_tokenize_chunk, _read_split(files)):
+            fs.write(" ".join(s_words) + "\n")
+            ft.write(" ".join(t_words) + "\n")
+            n += 1
+    return {"inputs": [list(f) for f in files], "lines_in": n, "coverage": {}}
+
+
+def _filter_and_count(mapper: _Mapper, out: str, split: str, src: str, tgt: str, stats: dict,
+                      max_len: int | None) -> tuple[Counter, Counter]:
+    """Write the model tokens of the kept lines to hidden files; return the token counts per language."""
+    src_counts, tgt_counts = Counter(), Counter()
+    empty = too_long = kept = 0
+    pairs = zip(_read_tok(os.path.join(out, f"{split}.tok.{src}")), _read_tok(os.path.join(out, f"{split}.tok.{tgt}")))
+    kept_file = open(os.path.join(out, "train.kept"), "w", encoding="utf-8", newline="\n") if max_len else None
+    with open(os.path.join(out, f".{split}.model.{src}"), "w", encoding="utf-8", newline="\n") as fs, \
+         open(os.path.join(out, f".{split}.model.{tgt}"), "w", encoding="utf-8", newline="\n") as ft:
+        for line, (s, t) in enumerate(mapper.map(_subword_chunk, pairs), start=1):
+            if max_len is not None:
+                if not s or not t:
+                    empty += 1
+                    continue
+                if len(s) > max_len or len(t) > max_len:
+                    too_long += 1
+                    continue
+                kept_file.write(f"{line}\n")
+            kept += 1
+            src_counts.update(s)
+            tgt_counts.update(t)
+            fs.write(" ".join(s) + "\n")
+            ft.write(" ".join(t) + "\n")
+    if kept_file is not None:
+        kept_file.close()
+    stats.update(lines_out=kept, tokens={src: sum(src_counts.values()), tgt: sum(tgt_counts.values())})
+    if max_len is not None:
+        stats.update(removed={"empty": empty, "too_long": too_long}, kept_lines_file="train.kept")
+        if kept == 0:
+            raise InputError(f"no training pair is left after filtering ({empty} had an empty side, {too_long} "
+                             f"were longer than {max_len} tokens)", stats["inputs"][0][0])
+    return src_counts, tgt_counts
+
+
+def _binarize(model_path: str, prefix: str, vocab: Vocabulary) -> None:
+    with CorpusWriter(prefix, dtype_for_vocab(len(vocab))) as writer:
+        for tokens in _read_tok(model_path):
+            writer.add(vocab.encode(tokens))
+    os.unlink(model_path)
+
+
+def _manifest(cfg: PrepareConfig, splits, stats, vocabs, train_counts, model_cfg, bpe_info) -> dict:
+    src, tgt = cfg.source_lang, cfg.target_lang
+    preprocessing = {lang: {**c.to_dict(), "bpe_codes": None} for lang, c in model_cfg.items()}
+    import sacremoses
+    import subword_nmt
+
+    return {
+        "format": manifest_format.FORMAT_NAME,
+        "format_version": manifest_format.FORMAT_VERSION,
+        "nmtkit_version": __version__,
+        "source_lang": src,
+        "target_lang": tgt,
+        "preprocessing": preprocessing,
+        "tools": {"sacremoses": getattr(sacremoses, "__version__", "unknown"),
+                  "subword_nmt": getattr(subword_nmt, "__version__", "unknown") if bpe_info else None},
+        "bpe": bpe_info,
+        "filters": {"max_len": cfg.max_len, "unit": "model tokens (subwords with BPE)", "splits": ["train"],
+                    "remove_empty": True},
+        "vocab": {
+            lang: {"file": f"vocab.{lang}", "shortlist": size, "size": len(vocabs[lang]),
+                   "specials": ["<pad>", "<unk>", "<s>", "</s>"], "types_in_training": len(train_counts[k]),
+                   "dtype": str(dtype_for_vocab(len(vocabs[lang])))}
+            for k, (lang, size) in enumerate(((src, cfg.src_vocab_size), (tgt, cfg.tgt_vocab_size)))
+        },
+        "splits": stats,
+    }
+
+
+def _report(manifest: dict) -> None:
+    src, tgt = manifest["source_lang"], manifest["target_lang"]
+    for split, s in manifest["splits"].items():
+        removed = s.get("removed")
+        extra = (f", removed {removed['empty']} with an empty side and {removed['too_long']} longer than "
+                 f"{manifest['filters']['max_len']} tokens") if removed else ""
+        log.info("%s: %d pairs in, %d out%s; coverage %s %.2f%%, %s %.2f%%", split, s["lines_in"], s["lines_out"],
+                 extra, src, 100 * s["coverage"][src], tgt, 100 * s["coverage"][tgt])
+    for lang, v in manifest["vocab"].items():
+        log.info("vocab.%s: %d entries (%d shortlist + 4 specials) of %d training types", lang, v["size"],
+                 v["size"] - 4, v["types_in_training"])

@@ -1,0 +1,127 @@
+"""Text preprocessing, as Moses users know it: punctuation normalisation, tokenisation, lowercasing, BPE.
+
+The paper tokenised with the Moses scripts and trained on words (a 30,000-word shortlist per language, no
+subwords); that is the default path here. Byte-pair encoding (Sennrich et al., subword-nmt) is optional, with one
+set of codes learned jointly on both languages.
+
+Everything a later tool needs to preprocess new input the same way, and to undo it on output, is recorded by
+:meth:`Preprocessor.to_dict` (it goes into the prepared corpus's manifest and from there into checkpoints).
+Moses escaping of ``& < > ' " [ ] |`` is never applied, so tokens are the characters of the text and
+detokenisation needs no unescaping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+BPE_SEPARATOR = "@@"
+
+
+@dataclass(frozen=True)
+class TextConfig:
+    """How one language's text is turned into tokens (all plain types: it is stored in manifests and checkpoints)."""
+
+    lang: str
+    normalize_punctuation: bool = True  # sacremoses' port of normalize-punctuation.perl
+    aggressive_dash_splits: bool = False  # tokenizer.perl -a (splits "e-mail" into "e @-@ mail")
+    lowercase: bool = False
+    bpe_codes: str | None = None  # the text of a subword-nmt codes file, shared by both languages; None = words
+    bpe_separator: str = BPE_SEPARATOR
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TextConfig:
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown text preprocessing setting(s): {', '.join(sorted(unknown))}")
+        return cls(**d)
+
+
+class Preprocessor:
+    """Turns raw lines of one language into tokens and tokens back into text.
+
+    >>> p = Preprocessor(TextConfig("en"))
+    >>> p.words("Hello, world!")
+    ['Hello', ',', 'world', '!']
+    >>> p.detokenize(['Hello', ',', 'world', '!'])
+    'Hello, world!'
+    """
+
+    def __init__(self, config: TextConfig):
+        from sacremoses import MosesDetokenizer, MosesPunctNormalizer, MosesTokenizer
+
+        self.config = config
+        self._normalizer = MosesPunctNormalizer(lang=config.lang) if config.normalize_punctuation else None
+        self._tokenizer = MosesTokenizer(lang=config.lang)
+        self._detokenizer = MosesDetokenizer(lang=config.lang)
+        self._bpe = None
+        if config.bpe_codes is not None:
+            from subword_nmt.apply_bpe import BPE
+
+            self._bpe = BPE(io.StringIO(config.bpe_codes), separator=config.bpe_separator)
+
+    def words(self, line: str) -> list[str]:
+        """Normalise, Moses-tokenise and (optionally) lowercase one line; never contains whitespace or line breaks."""
+        if self._normalizer is not None:
+            line = self._normalizer.normalize(line)
+        tokens = self._tokenizer.tokenize(
+            line, aggressive_dash_splits=self.config.aggressive_dash_splits, escape=False
+        )
+        # str.split() inside the tokenizer already split on every whitespace character (\r, U+2028, U+0085, ...).
+        if self.config.lowercase:
+            tokens = [t.lower() for t in tokens]
+        return tokens
+
+    def subwords(self, words: list[str]) -> list[str]:
+        """Segment words into BPE units (``"un@@ believ@@ able"``); the identity on the word-level path."""
+        if self._bpe is None:
+            return words
+        return self._bpe.segment_tokens(words)
+
+    def tokenize(self, line: str) -> list[str]:
+        """What the model sees for one raw line: :meth:`words` then :meth:`subwords`."""
+        return self.subwords(self.words(line))
+
+    def merge_subwords(self, tokens: list[str]) -> list[str]:
+        """Undo BPE: join units that end in the separator with the unit after them."""
+        if self._bpe is None:
+            return tokens
+        sep = self.config.bpe_separator
+        words, pending = [], ""
+        for tok in tokens:
+            if tok.endswith(sep):
+                pending += tok[: -len(sep)]
+            else:
+                words.append(pending + tok)
+                pending = ""
+        if pending:
+            words.append(pending)
+        return words
+
+    def detokenize(self, tokens: list[str]) -> str:
+        """Model tokens back to running text: merge subwords, then Moses detokenisation."""
+        return self._detokenizer.detokenize(self.merge_subwords(tokens), return_str=True, unescape=False)
+
+
+def learn_bpe_codes(word_counts: Mapping[str, int], merges: int, min_frequency: int = 2) -> str:
+    """Learn ``merges`` BPE merge operations (subword-nmt) from word counts; returns the codes file text.
+
+    The words are sorted (count descending, then word) before learning, so the codes do not depend on the
+    order in which they were met.
+    """
+    from subword_nmt.learn_bpe import learn_bpe
+
+    ordered = sorted(word_counts.items(), key=lambda wc: (-wc[1], wc[0]))
+    infile = io.StringIO("".join(f"{w} {c}\n" for w, c in ordered))
+    outfile = io.StringIO()
+    # subword-nmt draws a progress bar on stderr: useful on a terminal, noise in logs.
+    quiet = contextlib.nullcontext() if sys.stderr.isatty() else contextlib.redirect_stderr(io.StringIO())
+    with quiet:
+        learn_bpe(infile, outfile, merges, min_frequency=min_frequency, is_dict=True)
+    return outfile.getvalue()

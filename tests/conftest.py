@@ -1,0 +1,40 @@
+"""Shared fixtures: where the real data lives, and tiny corpora written by the tests themselves.
+
+Real data is found through ``$NMTKIT_DATA`` or ``../shared/data`` next to the checkout. When it is absent the
+tests that need it are skipped with the reason, except under CI (``CI=true``), where absent data is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _data_root() -> Path | None:
+    candidates = [os.environ.get("NMTKIT_DATA"), REPO.parent / "shared" / "data"]
+    for c in candidates:
+        if c and Path(c, "wmt14", "newstest2014.en").is_file():
+            return Path(c)
+    return None
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The shared real data (WMT news-test, Hansards, Tatoeba, ...)."""
+    root = _data_root()
+    if root is None:
+        msg = ("real data not found: set $NMTKIT_DATA or place the shared data at ../shared/data "
+               "(see the README's 'Data' section)")
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(msg + " -- under CI absent data is a failure")
+        pytest.skip(msg)
+    return root
+
+
+@pytest.fixture
+def bin_dir() -> Path:
+    return REPO / "bin"
