@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import tempfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -56,7 +57,9 @@ def open_binary(path: str | os.PathLike):
     except PermissionError:
         raise InputError("permission denied", path) from None
     if f.peek(2)[:2] == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=f, mode="rb")
+        gz = gzip.GzipFile(fileobj=f, mode="rb")
+        gz.myfileobj = f  # so that closing the gzip stream closes the file too (as gzip.open does)
+        return gz
     return f
 
 
@@ -68,7 +71,7 @@ def is_sgml(path: str | os.PathLike) -> bool:
     with open_binary(path) as f:
         try:
             head = f.read(4096).lstrip()
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:
             raise InputError(f"cannot read: {e}", path) from None
     return head[:7].lower() in SGML_HEADERS
 
@@ -105,7 +108,7 @@ def read_segments(path: str | os.PathLike) -> Iterator[Segment]:
                     raise InputError("malformed <seg> element (expected <seg id=N>text</seg> on one line)", path, lineno)
                 segid = decode_line(m.group(1), path, lineno)
                 yield Segment(decode_line(m.group(2), path, lineno).strip(), lineno, (doc, segid))
-        except (OSError, EOFError) as e:  # e.g. a truncated or corrupt gzip stream
+        except (OSError, EOFError, zlib.error) as e:  # a truncated (EOFError) or corrupt (zlib.error) gzip stream
             raise InputError(f"cannot read past line {lineno}: {e}", path, lineno + 1) from None
 
 
@@ -190,24 +193,35 @@ def atomic_file(path: str | os.PathLike, mode: str = "w", encoding: str | None =
 def atomic_dir(dest: str | os.PathLike, force: bool = False, marker: str | None = None):
     """Build a directory under a temporary sibling name and rename it to ``dest`` when the block succeeds.
 
-    An existing non-empty ``dest`` is refused unless ``force`` (``marker``, when given, is a file whose presence
-    names what ``dest`` holds in the message). On any exception, Ctrl-C included, the temporary directory is
-    removed and ``dest`` is left exactly as it was.
+    An existing non-empty ``dest`` is refused unless ``force``. ``marker``, when given, is the file that marks an
+    earlier output of the same kind: ``force`` then replaces only a ``dest`` that holds it, never a directory of
+    other files (a mistyped ``--dest ~ --force`` must not delete a home directory). On any exception, Ctrl-C
+    included, the temporary directory is removed and ``dest`` is left exactly as it was.
     """
     dest = os.path.abspath(os.fspath(dest))
     if os.path.exists(dest):
         if not os.path.isdir(dest):
             raise InputError("exists and is not a directory", dest)
-        if os.listdir(dest) and not force:
-            what = "a prepared corpus" if marker and os.path.exists(os.path.join(dest, marker)) else "files"
-            raise InputError(f"already holds {what}; use --force to replace it", dest)
+        if os.listdir(dest):
+            ours = marker is None or os.path.exists(os.path.join(dest, marker))
+            if not ours:
+                raise InputError(f"already holds files and no {marker}, so it is not an earlier output; "
+                                 "refusing to replace it (choose another destination)", dest)
+            if not force:
+                what = "files" if marker is None else "a prepared corpus"
+                raise InputError(f"already holds {what}; use --force to replace it", dest)
     parent = os.path.dirname(dest)
+    made = []  # missing parents created here, deepest first: removed again (if still empty) when the block fails
+    p = parent
+    while not os.path.exists(p):
+        made.append(p)
+        p = os.path.dirname(p)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(dest)}.", suffix=".tmp")
+    old = None
     try:
         yield tmp
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
-        old = None
         if os.path.exists(dest):
             old = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(dest)}.", suffix=".old")
             os.rmdir(old)
@@ -216,5 +230,10 @@ def atomic_dir(dest: str | os.PathLike, force: bool = False, marker: str | None 
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:
+        if old is not None and os.path.exists(old) and not os.path.exists(dest):  # interrupted between renames
+            os.replace(old, dest)
         shutil.rmtree(tmp, ignore_errors=True)
+        for d in made:
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
         raise

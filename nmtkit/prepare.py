@@ -111,12 +111,13 @@ class _Mapper:
         self.pool = None
 
     def __enter__(self) -> _Mapper:
+        # Build the preprocessors here first, even for a pool: a setting that cannot be loaded then fails once, in
+        # this process, instead of killing pool workers that multiprocessing would respawn forever (a hang).
+        _init_worker(*self.args, child=False)
         if self.workers > 1:
             methods = multiprocessing.get_all_start_methods()
             ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
             self.pool = ctx.Pool(self.workers, initializer=_init_worker, initargs=self.args)
-        else:
-            _init_worker(*self.args, child=False)
         return self
 
     def map(self, func: Callable, items: Iterable) -> Iterator:
@@ -178,6 +179,7 @@ def prepare(cfg: PrepareConfig) -> dict:
             raise InputError("no such file (BPE codes)", cfg.bpe_codes) from None
         except UnicodeDecodeError as e:
             raise InputError(f"invalid UTF-8 at byte {e.start} (BPE codes)", cfg.bpe_codes) from None
+        _check_bpe_codes(codes, cfg.bpe_codes)
     text_cfg = {lang: TextConfig(lang, cfg.normalize_punctuation, cfg.aggressive_dash_splits, cfg.lowercase)
                 for lang in (src, tgt)}
 
@@ -197,6 +199,9 @@ def prepare(cfg: PrepareConfig) -> dict:
                 for words in _read_tok(os.path.join(out, f"train.tok.{lang}")):
                     word_counts.update(words)
             codes = learn_bpe_codes(word_counts, cfg.bpe_merges)
+            if not codes.partition("\n")[2].strip():
+                raise InputError(f"no BPE merge could be learned (no pair of symbols occurs twice in the "
+                                 f"{len(word_counts)} training word types); drop --bpe-merges", splits["train"][0][0])
             log.info("learned %d BPE merges on %d training word types", cfg.bpe_merges, len(word_counts))
         if codes is not None:
             with open(os.path.join(out, "bpe.codes"), "w", encoding="utf-8", newline="\n") as f:
@@ -225,6 +230,22 @@ def prepare(cfg: PrepareConfig) -> dict:
             f.write(manifest_format.dumps(manifest))
         _report(manifest)
     return manifest
+
+
+def _check_bpe_codes(codes: str, path: str) -> None:
+    """Check a subword-nmt codes file as subword-nmt reads it: it reports problems with ``sys.exit()`` and a
+    two-line message of its own, so check first and report them as an InputError naming the line."""
+    first, _, rest = codes.partition("\n")
+    body, offset = codes, 1
+    if first.startswith("#version:"):
+        version = first.split()[-1]
+        if not all(part.isascii() and part.isdigit() for part in version.split(".")):
+            raise InputError(f"bad version line {first!r} (a subword-nmt codes file)", path, 1)
+        body, offset = rest, 2
+    for n, item in enumerate(body.rstrip("\n").split("\n")):
+        if len(item.strip("\r\n ").split(" ")) != 2:
+            raise InputError("expected a merge: two symbols separated by one space (a subword-nmt codes file)",
+                             path, n + offset)
 
 
 def _tokenize_split(mapper: _Mapper, files, out: str, split: str, src: str, tgt: str) -> dict:
