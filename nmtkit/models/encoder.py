@@ -1,0 +1,99 @@
+"""The source encoder: forward (and, for RNNsearch, backward) gated recurrent layers over padded batches.
+
+Batches are right-padded.  The forward direction simply runs on over the padding (its states there are never used:
+annotations at padding are zeroed and →h_{T_x} is taken at each sentence's own last token).  The backward direction
+must start at each sentence's own last token, so its input is reversed *within each sentence's length* before the
+recurrence and its states are put back in source order afterwards; ←h_1 is then the state at position 0.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from nmtkit.models.gru import PaperGRU
+from nmtkit.models.init import normal_, orthogonal_blocks_, zeros_
+
+GRU_UNITS = ("paper", "torch")
+
+
+class EncoderStates(NamedTuple):
+    annotations: Tensor  # (B, Tx, D·n): [→h_j; ←h_j] (D = 2) or →h_j (D = 1), zero at padding
+    last_forward: Tensor  # (B, n): →h_{T_x}, the forward state at each sentence's own last token
+    first_backward: Tensor | None  # (B, n): ←h_1, or None without a backward direction
+
+
+def reversal_index(src_lens: Tensor, max_len: int) -> Tensor:
+    """(B, Tx) index that reverses each row within its length and leaves the padding in place (an involution)."""
+    t = torch.arange(max_len, device=src_lens.device).unsqueeze(0)  # (1, Tx)
+    lens = src_lens.unsqueeze(1)  # (B, 1)
+    return torch.where(t < lens, lens - 1 - t, t)  # (B, Tx)
+
+
+class SourceEncoder(nn.Module):
+    """Bidirectional (RNNsearch) or forward-only (RNNencdec) encoder over embedded source words.
+
+    unit="paper" (default): the paper's GRU (reset gate before U), ``PaperGRU`` per direction, named ``fwd``/``bwd``.
+    unit="torch": ``torch.nn.GRU`` over packed sequences, named ``rnn`` -- a different unit (see ``gru.py``).
+    """
+
+    def __init__(self, emb_dim: int, hidden_dim: int, bidirectional: bool, unit: str = "paper"):
+        super().__init__()
+        if unit not in GRU_UNITS:
+            raise ValueError(f"unknown encoder_gru {unit!r}; valid: {', '.join(GRU_UNITS)}")
+        self.emb_dim, self.hidden_dim, self.bidirectional, self.unit = emb_dim, hidden_dim, bidirectional, unit
+        if unit == "paper":
+            self.fwd = PaperGRU(emb_dim, hidden_dim)
+            self.bwd = PaperGRU(emb_dim, hidden_dim) if bidirectional else None
+        else:
+            self.rnn = nn.GRU(emb_dim, hidden_dim, bidirectional=bidirectional)
+        self.reset_parameters()
+
+    @property
+    def output_dim(self) -> int:
+        return self.hidden_dim * (2 if self.bidirectional else 1)
+
+    def reset_parameters(self) -> None:
+        if self.unit == "paper":
+            self.fwd.reset_parameters()
+            if self.bwd is not None:
+                self.bwd.reset_parameters()
+            return
+        for name, p in self.rnn.named_parameters():  # same scheme for torch's unit: W ~ N(0, 0.01²), U orthogonal
+            if name.startswith("weight_ih"):
+                normal_(p, 0.01)
+            elif name.startswith("weight_hh"):
+                orthogonal_blocks_(p, self.hidden_dim)
+            else:
+                zeros_(p)
+
+    def forward(self, x: Tensor, src_lens: Tensor, src_mask: Tensor, fused: bool = True) -> EncoderStates:
+        """x: embedded source, time-major (Tx, B, m); src_lens (B,) on x's device; src_mask (B, Tx) bool.
+
+        fused selects the paper unit's implementation (see ``PaperGRU.forward``); the values are the same.
+        """
+        if self.unit == "torch":
+            return self._forward_torch(x, src_lens, src_mask)
+        Tx, B, _ = x.shape
+        mask = src_mask.t().unsqueeze(-1).to(x.dtype)  # (Tx, B, 1)
+        h_fwd = self.fwd(self.fwd.input_projections(x), fused=fused)  # (Tx, B, n)   →h_j
+        last_forward = h_fwd[src_lens - 1, torch.arange(B, device=x.device)]  # (B, n)   →h_{T_x}
+        if self.bwd is None:
+            return EncoderStates((h_fwd * mask).transpose(0, 1).contiguous(), last_forward, None)
+        rev = reversal_index(src_lens, Tx).t().unsqueeze(-1)  # (Tx, B, 1)
+        x_rev = x.gather(0, rev.expand_as(x))  # (Tx, B, m)   each sentence read backwards
+        h_rev = self.bwd(self.bwd.input_projections(x_rev), fused=fused)  # (Tx, B, n)   in reading order
+        h_bwd = h_rev.gather(0, rev.expand_as(h_rev))  # (Tx, B, n)   ←h_j, back in source order
+        annotations = (torch.cat([h_fwd, h_bwd], dim=-1) * mask).transpose(0, 1).contiguous()  # (B, Tx, 2n)
+        return EncoderStates(annotations, last_forward, h_bwd[0])
+
+    def _forward_torch(self, x: Tensor, src_lens: Tensor, src_mask: Tensor) -> EncoderStates:
+        Tx = x.shape[0]
+        packed = pack_padded_sequence(x, src_lens.cpu(), enforce_sorted=False)
+        out, h_n = self.rnn(packed)  # h_n (D, B, n)
+        out, _ = pad_packed_sequence(out, total_length=Tx)  # (Tx, B, D·n), zero at padding
+        annotations = out.transpose(0, 1).contiguous()  # (B, Tx, D·n)
+        return EncoderStates(annotations, h_n[0], h_n[1] if self.bidirectional else None)

@@ -1,0 +1,148 @@
+"""The gated hidden unit of Cho et al. (2014) as Bahdanau et al. (2015) use it (Appendix A.1.1, arXiv v7).
+
+For an input x and the previous state s (biases written out; the paper omits them):
+
+    z  = σ(W_z x + U_z s + b_z)                  update gate
+    r  = σ(W_r x + U_r s + b_r)                  reset gate
+    s̃  = tanh(W x + U [r ∘ s] + b)               candidate: the reset gate is applied BEFORE U
+    s' = (1 − z) ∘ s + z ∘ s̃
+
+``torch.nn.GRU`` computes a different unit: its candidate is ``tanh(W_in x + b_in + r ∘ (W_hn s + b_hn))`` (reset
+applied AFTER the recurrent matrix, with an extra bias ``b_hn`` inside), and its update gate is complementary
+(``s' = (1 − z) ∘ s̃ + z ∘ s``).  The encoder uses it only when asked to (``encoder_gru="torch"``): that is a
+different model from the paper's.  The decoder always uses the paper's unit.
+
+Layout.  The three input-side matrices are stored stacked so one matmul projects a whole sequence at once:
+
+    W_stack = [W_z; W_r; W]   (3n, in)        b_stack = [b_z; b_r; b]   (3n,)
+    U_zr    = [U_z; U_r]      (2n, n)         U                         (n, n)
+    C_stack = [C_z; C_r; C]   (3n, ctx)       (decoder only: the context terms of Appendix A.2.2)
+
+``nmtkit.models.params.paper_parameters`` hands out the individual matrices under the paper's names.
+
+Sequences are time-major, ``(T, B, ·)``, so that one time step is a contiguous slice.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmtkit.models.fused import gru_sequence
+from nmtkit.models.init import normal_, orthogonal_blocks_, zeros_
+
+
+def gru_step(gx: Tensor, s: Tensor, U_zr: Tensor, U: Tensor) -> Tensor:
+    """One step of the paper's unit, given the input-side pre-activations ``gx`` = W_stack x + b_stack (+ C_stack c).
+
+    gx: (B, 3n) in the order [z; r; candidate]; s: (B, n) the previous state.  Returns s' (B, n).
+    """
+    n = s.shape[-1]
+    gx_zr, gx_h = gx.split([2 * n, n], dim=1)  # (B, 2n), (B, n)   split, not slicing: its backward is one cat
+    z, r = torch.sigmoid(torch.addmm(gx_zr, s, U_zr.t())).chunk(2, dim=1)  # (B, n) each
+    s_tilde = torch.tanh(torch.addmm(gx_h, r * s, U.t()))  # (B, n)   tanh(W x + U [r ∘ s] + b)
+    return torch.lerp(s, s_tilde, z)  # (B, n)   (1 − z) ∘ s + z ∘ s̃
+
+
+def gru_recurrence(gx: Tensor, U_zr: Tensor, U: Tensor, s0: Tensor | None = None) -> Tensor:
+    """Run the paper's unit over a whole sequence of precomputed input projections.
+
+    gx: (T, B, 3n) = W_stack x_t + b_stack for every t; s0: (B, n) or None for zeros.  Returns all states (T, B, n).
+
+    This is the readable reference; ``fused.gru_sequence`` computes the same with a hand-written backward.
+    """
+    T, B, _ = gx.shape
+    n = U.shape[0]
+    s = gx.new_zeros(B, n) if s0 is None else s0  # (B, n)
+    states = []
+    for gx_t in gx.unbind(0):  # unbind, not gx[t]: indexing's backward would fill a (T, B, 3n) zero tensor per step
+        s = gru_step(gx_t, s, U_zr, U)  # (B, n)
+        states.append(s)
+    return torch.stack(states)  # (T, B, n)
+
+
+class PaperGRU(nn.Module):
+    """One direction of the paper's gated recurrent layer.
+
+    Use ``input_projections(x)`` once for the whole sequence (one big matmul), then ``forward(gx)`` runs the
+    recurrence, whose per-step work is the two recurrent matmuls only.
+    """
+
+    def __init__(self, input_dim: int, hidden_dim: int):
+        super().__init__()
+        n = hidden_dim
+        self.input_dim, self.hidden_dim = input_dim, hidden_dim
+        self.W_stack = nn.Parameter(torch.empty(3 * n, input_dim))  # [W_z; W_r; W]
+        self.b_stack = nn.Parameter(torch.empty(3 * n))  # [b_z; b_r; b]
+        self.U_zr = nn.Parameter(torch.empty(2 * n, n))  # [U_z; U_r]
+        self.U = nn.Parameter(torch.empty(n, n))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Appendix B.1: U, U_z, U_r random orthogonal (each n×n block); W's N(0, 0.01²); biases zero."""
+        normal_(self.W_stack, 0.01)
+        zeros_(self.b_stack)
+        orthogonal_blocks_(self.U_zr, self.hidden_dim)
+        orthogonal_blocks_(self.U, self.hidden_dim)
+
+    def input_projections(self, x: Tensor) -> Tensor:
+        """x (T, B, in) -> (T, B, 3n): W_z x + b_z, W_r x + b_r, W x + b for all steps in one matmul."""
+        return F.linear(x, self.W_stack, self.b_stack)
+
+    def forward(self, gx: Tensor, s0: Tensor | None = None, fused: bool = True) -> Tensor:
+        """gx (T, B, 3n) from ``input_projections`` -> states (T, B, n).
+
+        fused=True uses ``fused.gru_sequence`` (same values, hand-written backward: faster to train);
+        fused=False the op-by-op reference ``gru_recurrence``.
+        """
+        if fused:
+            return gru_sequence(gx, self.U_zr, self.U, s0)
+        return gru_recurrence(gx, self.U_zr, self.U, s0)
+
+
+class ConditionalGRU(nn.Module):
+    """The decoder's gated unit (Appendix A.2.2): the paper's GRU whose gates and candidate also see c_i.
+
+        z_i = σ(W_z E y_{i-1} + U_z s_{i-1} + C_z c_i + b_z)
+        r_i = σ(W_r E y_{i-1} + U_r s_{i-1} + C_r c_i + b_r)
+        s̃_i = tanh(W E y_{i-1} + U [r_i ∘ s_{i-1}] + C c_i + b)
+        s_i = (1 − z_i) ∘ s_{i-1} + z_i ∘ s̃_i
+
+    The C's share the gate biases (one bias per gate, as in the encoder).
+    """
+
+    def __init__(self, emb_dim: int, hidden_dim: int, ctx_dim: int):
+        super().__init__()
+        n = hidden_dim
+        self.emb_dim, self.hidden_dim, self.ctx_dim = emb_dim, hidden_dim, ctx_dim
+        self.W_stack = nn.Parameter(torch.empty(3 * n, emb_dim))  # [W_z; W_r; W]
+        self.b_stack = nn.Parameter(torch.empty(3 * n))  # [b_z; b_r; b]
+        self.U_zr = nn.Parameter(torch.empty(2 * n, n))  # [U_z; U_r]
+        self.U = nn.Parameter(torch.empty(n, n))
+        self.C_stack = nn.Parameter(torch.empty(3 * n, ctx_dim))  # [C_z; C_r; C]
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        normal_(self.W_stack, 0.01)
+        zeros_(self.b_stack)
+        orthogonal_blocks_(self.U_zr, self.hidden_dim)
+        orthogonal_blocks_(self.U, self.hidden_dim)
+        normal_(self.C_stack, 0.01)
+
+    def input_projections(self, Ey: Tensor) -> Tensor:
+        """E y_{i-1} (..., m) -> W_stack E y_{i-1} + b_stack (..., 3n), for all steps at once."""
+        return F.linear(Ey, self.W_stack, self.b_stack)
+
+    def context_projections(self, c: Tensor) -> Tensor:
+        """c (..., ctx) -> C_stack c (..., 3n)."""
+        return F.linear(c, self.C_stack)
+
+    def forward(self, gx: Tensor, s_prev: Tensor, c: Tensor | None = None) -> Tensor:
+        """One step: gx (B, 3n) from ``input_projections``, s_{i-1} (B, n), c_i (B, ctx) -> s_i (B, n).
+
+        Pass ``c=None`` when C_stack c_i is already included in gx (the RNNencdec, whose c is fixed).
+        """
+        if c is not None:
+            gx = torch.addmm(gx, c, self.C_stack.t())  # (B, 3n)  + [C_z; C_r; C] c_i
+        return gru_step(gx, s_prev, self.U_zr, self.U)

@@ -1,0 +1,301 @@
+"""RNNsearch and RNNencdec (Bahdanau, Cho & Bengio, ICLR 2015; the equations of arXiv v7, Appendix A).
+
+Token conventions (fixed by the data format): ``PAD, UNK, BOS, EOS = 0, 1, 2, 3``.
+- Source: the encoder reads the source ids FOLLOWED BY ``</s>`` (as Cho et al.'s encoder reads the end-of-sentence
+  symbol); the caller (batching) appends it and ``src_lens`` counts it.  The model itself adds nothing.
+- Target: the decoder input is ``<s> y_1 … y_T`` and the output to predict ``y_1 … y_T </s>``.
+- Batches are right-padded with PAD and come with lengths; padding never influences real positions.
+- First-word input: E y_0 is the zero vector (GroundHog's convention).  Implemented by masking: wherever the input id
+  is ``<s>`` its embedding is replaced by zeros, so the ``<s>`` row of E_tgt is never used (and gets no gradient).
+
+RNNsearch (A.2): bidirectional encoder, annotations h_j = [→h_j; ←h_j] (2n); s_0 = tanh(W_s ←h_1 + b_s); at step i
+the alignment model reads s_{i-1} and gives α_i and c_i (attention.py); s_i by the conditional GRU (gru.py); the
+deep output reads s_{i-1} (v7), E y_{i-1} and c_i:
+
+    t̃_i = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i + b_o  (2l),   t_{i,j} = max(t̃_{i,2j-1}, t̃_{i,2j})  (l),
+    logits_i = W_o t_i + b_y  (V).
+
+RNNencdec (our choices, following Cho et al. 2014 and the appendix's remark): a FORWARD-ONLY encoder (no backward
+GRU); the summary c = →h_{T_x}, the forward state at the sentence's own last token (its ``</s>``), is used as c_i at
+every step (n dims, so C, C_z, C_r, C_o have n columns); no attention; s_0 = tanh(W_s c + b_s).
+
+Biases (all zero-initialised): encoder b, b_z, b_r per direction; decoder b, b_z, b_r (shared by the W, U and C
+terms of each gate); b_s (initial state); b_o (deep output, shared by U_o, V_o, C_o); b_y (output softmax, with
+W_o).  No bias in the alignment model (W_a, U_a, v_a), as the paper writes it.  Initialisation: see init.py.
+
+Dropout (config ``dropout``, default 0: the paper used none) applies to source and target embeddings and to the
+maxout output t_i.
+
+Speed: everything that does not depend on the recurrence is computed for all steps in one matmul (input projections
+of encoder and decoder, U_a h, and the whole deep output after the loop); the loop does only the recurrent work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nmtkit.models import register_model, register_preset
+from nmtkit.models.attention import AdditiveAttention
+from nmtkit.models.encoder import GRU_UNITS, SourceEncoder
+from nmtkit.models.fused import attentive_decoder, gru_sequence
+from nmtkit.models.gru import ConditionalGRU
+from nmtkit.models.init import PAPER_STD, normal_, zeros_
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+# ---------------------------------------------------------------------------------------------------------- configs
+@dataclass
+class RNNencdecConfig:
+    """Sizes of the RNN Encoder-Decoder.  Defaults are the paper's (m=620, n=1000, l=500, 30k shortlists)."""
+
+    src_vocab_size: int = 30000
+    tgt_vocab_size: int = 30000
+    emb_dim: int = 620  # m
+    hidden_dim: int = 1000  # n
+    maxout_dim: int = 500  # l
+    max_len: int = 50  # training sentence length (informational: 30 or 50 in the paper)
+    dropout: float = 0.0  # the paper used none
+    encoder_gru: str = "paper"  # "paper" (reset before U) or "torch" (torch.nn.GRU: a different unit)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.type in ("int", int) and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+                raise ValueError(f"{f.name} must be a positive integer, got {v!r}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
+        self.dropout = float(self.dropout)
+        if self.encoder_gru not in GRU_UNITS:
+            raise ValueError(f"encoder_gru must be one of {', '.join(GRU_UNITS)}, got {self.encoder_gru!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain ints/floats/strs only (safe for checkpoints loaded with weights_only=True)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]):
+        valid = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(d) - set(valid))
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} option(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
+        return cls(**d)
+
+
+@dataclass
+class RNNsearchConfig(RNNencdecConfig):
+    """Sizes of RNNsearch: the RNNencdec's plus the alignment model's hidden layer n'."""
+
+    attn_dim: int = 1000  # n'
+
+
+PAPER_SIZES = dict(emb_dim=620, hidden_dim=1000, maxout_dim=500)
+SMALL_SIZES = dict(emb_dim=256, hidden_dim=256, maxout_dim=128)  # the peer benchmark's sizes (CPU)
+TINY_SIZES = dict(emb_dim=32, hidden_dim=48, maxout_dim=24)  # tests
+for _len in (30, 50):
+    register_preset(f"rnnsearch-{_len}", "rnnsearch", **PAPER_SIZES, attn_dim=1000, max_len=_len)
+    register_preset(f"rnnencdec-{_len}", "rnnencdec", **PAPER_SIZES, max_len=_len)
+register_preset("rnnsearch-small", "rnnsearch", **SMALL_SIZES, attn_dim=256)
+register_preset("rnnencdec-small", "rnnencdec", **SMALL_SIZES)
+register_preset("rnnsearch-tiny", "rnnsearch", **TINY_SIZES, attn_dim=40)
+register_preset("rnnencdec-tiny", "rnnencdec", **TINY_SIZES)
+
+
+class EncoderOut(NamedTuple):
+    """Everything the decoder needs from the source, batch first (reorder with ``reorder_encoder_out``)."""
+
+    annotations: Tensor  # (B, Tx, ctx): h_j = [→h_j; ←h_j] (RNNsearch, 2n) or →h_j (RNNencdec, n); 0 at padding
+    keys: Tensor | None  # (B, Tx, n'): U_a h_j (RNNsearch), None for RNNencdec
+    src_mask: Tensor  # (B, Tx) bool, True at real tokens
+    init_state: Tensor  # (B, n): s_0
+    context: Tensor | None  # (B, n): the fixed c = →h_{T_x} (RNNencdec), None for RNNsearch
+
+
+# ----------------------------------------------------------------------------------------------------------- models
+class _RNNTranslator(nn.Module):
+    """What both models share: embeddings, encoder, conditional GRU decoder, W_s, deep output."""
+
+    arch: str  # set by register_model
+    config_class: type
+
+    def __init__(self, config: RNNencdecConfig, ctx_dim: int, bidirectional: bool):
+        super().__init__()
+        self.config = config
+        m, n, l, ctx = config.emb_dim, config.hidden_dim, config.maxout_dim, ctx_dim
+        self.ctx_dim = ctx
+        self.E_src = nn.Parameter(torch.empty(config.src_vocab_size, m))
+        self.E_tgt = nn.Parameter(torch.empty(config.tgt_vocab_size, m))
+        self.encoder = SourceEncoder(m, n, bidirectional, config.encoder_gru)
+        self.decoder = ConditionalGRU(m, n, ctx)
+        self.W_s = nn.Parameter(torch.empty(n, n))
+        self.b_s = nn.Parameter(torch.empty(n))
+        self.U_o = nn.Parameter(torch.empty(2 * l, n))
+        self.V_o = nn.Parameter(torch.empty(2 * l, m))
+        self.C_o = nn.Parameter(torch.empty(2 * l, ctx))
+        self.b_o = nn.Parameter(torch.empty(2 * l))
+        self.W_o = nn.Parameter(torch.empty(config.tgt_vocab_size, l))
+        self.b_y = nn.Parameter(torch.empty(config.tgt_vocab_size))
+        self.dropout = nn.Dropout(config.dropout)
+        # Implementation switch, not a hyperparameter (not saved): True runs the teacher-forced recurrences through
+        # fused.py (hand-written backward, faster); False through the op-by-op reference code.  Same values.
+        self.fused = True
+        self._reset_own_parameters()
+
+    def _reset_own_parameters(self) -> None:
+        for p in (self.E_src, self.E_tgt, self.W_s, self.U_o, self.V_o, self.C_o, self.W_o):
+            normal_(p, PAPER_STD)
+        for p in (self.b_s, self.b_o, self.b_y):
+            zeros_(p)
+
+    def reset_parameters(self) -> None:
+        """Re-initialise every parameter as in Appendix B.1 (deterministic under torch.manual_seed)."""
+        self._reset_own_parameters()
+        for module in self.children():
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+
+    # -- pieces
+    def embed_source(self, src: Tensor) -> Tensor:
+        """src (B, Tx) -> E x, time-major (Tx, B, m)."""
+        return self.dropout(F.embedding(src.t(), self.E_src))
+
+    def embed_target(self, y: Tensor) -> Tensor:
+        """E y for any shape of ids; zero where y is ``<s>`` (E y_0 = 0)."""
+        Ey = F.embedding(y, self.E_tgt).masked_fill((y == BOS).unsqueeze(-1), 0.0)  # (..., m)
+        return self.dropout(Ey)
+
+    def deep_output(self, s_prev: Tensor, Ey: Tensor, Cc: Tensor) -> Tensor:
+        """s_{i-1} (..., n), E y_{i-1} (..., m), C_o c_i (..., 2l) -> logits (..., V).  The maxout deep output."""
+        t_tilde = F.linear(s_prev, self.U_o, self.b_o) + F.linear(Ey, self.V_o) + Cc  # (..., 2l)
+        t = self.dropout(t_tilde.unflatten(-1, (-1, 2)).amax(dim=-1))  # (..., l)   max over pairs (2j-1, 2j)
+        flat = t.reshape(-1, t.shape[-1])  # (N, l)
+        return torch.addmm(self.b_y, flat, self.W_o.t()).view(*t.shape[:-1], -1)  # (..., V)   one pass
+
+    def initial_state(self, summary: Tensor) -> Tensor:
+        """s_0 = tanh(W_s summary + b_s): (B, n) -> (B, n)."""
+        return torch.tanh(F.linear(summary, self.W_s, self.b_s))
+
+    # -- the interface used by training, search and alignment
+    def init_decoder(self, enc: EncoderOut) -> Tensor:
+        """s_0 (B, n)."""
+        return enc.init_state
+
+    @staticmethod
+    def reorder_encoder_out(enc: EncoderOut, index: Tensor) -> EncoderOut:
+        """Select (and repeat) batch rows, e.g. for beam search: every tensor ``index_select``-ed along dim 0."""
+        return EncoderOut(*(None if t is None else t.index_select(0, index) for t in enc))
+
+    def _source_mask(self, src: Tensor, src_lens: Tensor) -> Tensor:
+        return torch.arange(src.shape[1], device=src.device).unsqueeze(0) < src_lens.unsqueeze(1)  # (B, Tx)
+
+
+@register_model("rnnsearch")
+class RNNsearch(_RNNTranslator):
+    """The paper's model: bidirectional encoder, additive attention, conditional GRU decoder, maxout deep output."""
+
+    config_class = RNNsearchConfig
+
+    def __init__(self, config: RNNsearchConfig):
+        n = config.hidden_dim
+        super().__init__(config, ctx_dim=2 * n, bidirectional=True)
+        self.attention = AdditiveAttention(n, 2 * n, config.attn_dim)
+
+    def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
+        """src (B, Tx) long, src_lens (B,) long -> EncoderOut with annotations (B, Tx, 2n) and keys (B, Tx, n')."""
+        src_lens = src_lens.to(src.device)
+        src_mask = self._source_mask(src, src_lens)  # (B, Tx)
+        states = self.encoder(self.embed_source(src), src_lens, src_mask, fused=self.fused)
+        keys = self.attention.keys(states.annotations)  # (B, Tx, n')   U_a h_j, once per sentence
+        s0 = self.initial_state(states.first_backward)  # (B, n)   s_0 = tanh(W_s ←h_1)
+        return EncoderOut(states.annotations, keys, src_mask, s0, None)
+
+    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, return_attention: bool = False):
+        """Teacher-forced logits (B, Ty, V) for tgt_in = <s> y_1 … (B, Ty); return_attention adds α (B, Ty, Tx)."""
+        enc = self.encode(src, src_lens)
+        Ey = self.embed_target(tgt_in)  # (B, Ty, m)   E y_{i-1}
+        gx = self.decoder.input_projections(Ey.transpose(0, 1))  # (Ty, B, 3n)   W E y_{i-1} + b for all i
+        if self.fused:
+            dec, att = self.decoder, self.attention
+            s_prev, ctx, alpha = attentive_decoder(
+                gx, enc.init_state, enc.annotations, enc.keys, enc.src_mask, att.W_a, att.v_a, dec.U_zr, dec.U,
+                dec.C_stack,
+            )  # (Ty, B, n), (Ty, B, 2n), (Ty, B, Tx)
+            s_prev, ctx, alpha = s_prev.transpose(0, 1), ctx.transpose(0, 1), alpha.transpose(0, 1)
+        else:
+            s_prev, ctx, alpha = self._decoder_loop(gx, enc)
+        logits = self.deep_output(s_prev, Ey, F.linear(ctx, self.C_o))  # (B, Ty, V)
+        return (logits, alpha) if return_attention else logits
+
+    def _decoder_loop(self, gx: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, Tensor]:
+        """The reference loop, step by step as in the paper: s_{i-1} (B, Ty, n), c_i (B, Ty, 2n), α_i (B, Ty, Tx)."""
+        s = enc.init_state  # (B, n)   s_0
+        states, contexts, alphas = [], [], []
+        Ty = gx.shape[0]
+        for i, gx_i in enumerate(gx.unbind(0)):  # unbind, not gx[i]: indexing's backward fills zeros per step
+            c, alpha = self.attention(s, enc.keys, enc.annotations, enc.src_mask)  # (B, 2n), (B, Tx)
+            states.append(s)
+            contexts.append(c)
+            alphas.append(alpha)
+            if i + 1 < Ty:  # s_Ty is never used by the output
+                s = self.decoder(gx_i, s, c)  # (B, n)   s_i
+        return torch.stack(states, dim=1), torch.stack(contexts, dim=1), torch.stack(alphas, dim=1)
+
+    def decode_step(self, y_prev: Tensor, state: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, Tensor]:
+        """y_{i-1} (B,) long, s_{i-1} (B, n) -> logits for y_i (B, V), s_i (B, n), α_i (B, Tx)."""
+        Ey = self.embed_target(y_prev)  # (B, m)
+        c, alpha = self.attention(state, enc.keys, enc.annotations, enc.src_mask)  # (B, 2n), (B, Tx)
+        new_state = self.decoder(self.decoder.input_projections(Ey), state, c)  # (B, n)
+        logits = self.deep_output(state, Ey, F.linear(c, self.C_o))  # (B, V)
+        return logits, new_state, alpha
+
+
+@register_model("rnnencdec")
+class RNNencdec(_RNNTranslator):
+    """The RNN Encoder-Decoder baseline: the same decoder with c_i fixed to c = →h_{T_x}, no attention."""
+
+    config_class = RNNencdecConfig
+
+    def __init__(self, config: RNNencdecConfig):
+        super().__init__(config, ctx_dim=config.hidden_dim, bidirectional=False)
+
+    def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
+        """src (B, Tx), src_lens (B,) -> EncoderOut with annotations →h_j (B, Tx, n) and context c = →h_{T_x}."""
+        src_lens = src_lens.to(src.device)
+        src_mask = self._source_mask(src, src_lens)  # (B, Tx)
+        states = self.encoder(self.embed_source(src), src_lens, src_mask, fused=self.fused)
+        c = states.last_forward  # (B, n)
+        return EncoderOut(states.annotations, None, src_mask, self.initial_state(c), c)
+
+    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, return_attention: bool = False):
+        """Teacher-forced logits (B, Ty, V); with return_attention, (logits, None): there is no attention."""
+        enc = self.encode(src, src_lens)
+        Ey = self.embed_target(tgt_in)  # (B, Ty, m)
+        Cc = self.decoder.context_projections(enc.context)  # (B, 3n)   [C_z; C_r; C] c, the same at every step
+        gx = self.decoder.input_projections(Ey.transpose(0, 1)) + Cc  # (Ty, B, 3n)
+        s0 = enc.init_state  # (B, n)
+        if self.fused:  # s_1 … s_{Ty-1}: the last state is never used by the output
+            s_rest = gru_sequence(gx[:-1], self.decoder.U_zr, self.decoder.U, s0)  # (Ty-1, B, n)
+            s_prev = torch.cat([s0.unsqueeze(0), s_rest]).transpose(0, 1)  # (B, Ty, n)
+        else:
+            states, s = [], s0
+            for i, gx_i in enumerate(gx.unbind(0)):
+                states.append(s)
+                if i + 1 < gx.shape[0]:
+                    s = self.decoder(gx_i, s)  # (B, n)
+            s_prev = torch.stack(states, dim=1)  # (B, Ty, n)
+        logits = self.deep_output(s_prev, Ey, F.linear(enc.context, self.C_o).unsqueeze(1))  # (B, Ty, V)
+        return (logits, None) if return_attention else logits
+
+    def decode_step(self, y_prev: Tensor, state: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, None]:
+        """y_{i-1} (B,), s_{i-1} (B, n) -> logits (B, V), s_i (B, n), None (no attention)."""
+        Ey = self.embed_target(y_prev)  # (B, m)
+        gx = self.decoder.input_projections(Ey)  # (B, 3n)
+        new_state = self.decoder(gx, state, enc.context)  # (B, n)
+        logits = self.deep_output(state, Ey, F.linear(enc.context, self.C_o))  # (B, V)
+        return logits, new_state, None

@@ -1,0 +1,433 @@
+"""Unit tests for nmtkit.models at tiny sizes (torch, numpy and pytest only)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from nmtkit.models import (
+    BOS,
+    EOS,
+    PAD,
+    build_model,
+    count_weights,
+    get_config,
+    list_models,
+    list_presets,
+    load_paper_parameters,
+    paper_parameters,
+    register_model,
+    register_preset,
+)
+from nmtkit.models.gru import PaperGRU, gru_recurrence
+from nmtkit.models.fused import gru_sequence
+from nmtkit.models.rnnsearch import RNNsearchConfig
+
+ARCHS = ["rnnsearch", "rnnencdec"]
+V_SRC, V_TGT = 23, 29
+
+
+def tiny(arch: str, **overrides) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model(f"{arch}-tiny", V_SRC, V_TGT, **overrides)
+
+
+def randomize_(model: torch.nn.Module, std: float = 0.3, seed: int = 1) -> torch.nn.Module:
+    """The paper's init makes attention uniform (v_a = 0) and outputs tiny; tests need every path to matter."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * std)
+    return model
+
+
+def make_batch(src_lens, tgt_lens, seed=2):
+    """Right-padded source (ending in </s>) and target in/out, as the data pipeline gives them."""
+    g = torch.Generator().manual_seed(seed)
+    B, Tx, Ty = len(src_lens), max(src_lens), max(tgt_lens) + 1
+    src = torch.full((B, Tx), PAD, dtype=torch.long)
+    tgt = torch.full((B, Ty + 1), PAD, dtype=torch.long)
+    for b, (ls, lt) in enumerate(zip(src_lens, tgt_lens)):
+        src[b, : ls - 1] = torch.randint(4, V_SRC, (ls - 1,), generator=g)
+        src[b, ls - 1] = EOS
+        tgt[b, 0] = BOS
+        tgt[b, 1 : lt + 1] = torch.randint(4, V_TGT, (lt,), generator=g)
+        tgt[b, lt + 1] = EOS
+    return src, torch.tensor(src_lens), tgt[:, :-1], tgt[:, 1:]
+
+
+# ------------------------------------------------------------------------------------------------------ shapes / API
+@pytest.mark.parametrize("arch", ARCHS)
+def test_shapes(arch):
+    model = tiny(arch)
+    cfg = model.config
+    src, src_lens, tgt_in, _ = make_batch([5, 3, 1], [4, 6, 2])
+    B, Tx, Ty = src.shape[0], src.shape[1], tgt_in.shape[1]
+    logits = model(src, src_lens, tgt_in)
+    assert logits.shape == (B, Ty, V_TGT) and logits.dtype == torch.float32
+    logits2, alpha = model(src, src_lens, tgt_in, return_attention=True)
+    assert torch.equal(logits, logits2)
+    enc = model.encode(src, src_lens)
+    ctx = 2 * cfg.hidden_dim if arch == "rnnsearch" else cfg.hidden_dim
+    assert enc.annotations.shape == (B, Tx, ctx)
+    assert enc.src_mask.shape == (B, Tx) and enc.src_mask.dtype == torch.bool
+    assert enc.init_state.shape == (B, cfg.hidden_dim)
+    state = model.init_decoder(enc)
+    step_logits, new_state, step_alpha = model.decode_step(tgt_in[:, 0], state, enc)
+    assert step_logits.shape == (B, V_TGT) and new_state.shape == (B, cfg.hidden_dim)
+    if arch == "rnnsearch":
+        assert enc.keys.shape == (B, Tx, cfg.attn_dim) and enc.context is None
+        assert alpha.shape == (B, Ty, Tx) and step_alpha.shape == (B, Tx)
+    else:
+        assert enc.keys is None and enc.context.shape == (B, cfg.hidden_dim)
+        assert alpha is None and step_alpha is None
+    index = torch.tensor([2, 0, 0, 1])
+    reordered = model.reorder_encoder_out(enc, index)
+    assert reordered.annotations.shape[0] == 4
+    assert torch.equal(reordered.annotations[1], enc.annotations[0])
+    assert torch.equal(reordered.src_mask[0], enc.src_mask[2])
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("fused", [True, False])
+def test_single_target_step_and_backward(arch, fused):
+    """Ty = 1 (only <s> in, only </s> out) and one-token sources: the edge cases of the loops."""
+    model = tiny(arch)
+    model.fused = fused
+    src, lens, tgt_in, _ = make_batch([1, 3], [0, 0])
+    logits = model(src, lens, tgt_in)
+    assert logits.shape == (2, 1, V_TGT)
+    logits.sum().backward()
+    assert model.E_src.grad.abs().sum() > 0 and model.W_o.grad.abs().sum() > 0
+    assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+# ----------------------------------------------------------------------------------------------------------- masking
+@pytest.mark.parametrize("fused", [True, False])
+def test_attention_gives_padding_exactly_zero(fused):
+    model = randomize_(tiny("rnnsearch"))
+    model.fused = fused
+    src, src_lens, tgt_in, _ = make_batch([6, 2, 4], [3, 5, 1])
+    _, alpha = model(src, src_lens, tgt_in, return_attention=True)
+    pad = ~model.encode(src, src_lens).src_mask  # (B, Tx)
+    assert torch.all(alpha.masked_select(pad.unsqueeze(1).expand_as(alpha)) == 0)
+    torch.testing.assert_close(alpha.sum(-1), torch.ones(alpha.shape[:2]))
+    enc = model.encode(src, src_lens)
+    _, _, step_alpha = model.decode_step(tgt_in[:, 0], enc.init_state, enc)
+    assert torch.all(step_alpha[pad] == 0)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("unit", ["paper", "torch"])
+def test_padded_batch_equals_sentences_alone(arch, fused, unit):
+    model = randomize_(tiny(arch, encoder_gru=unit))
+    model.fused = fused
+    src_lens, tgt_lens = [4, 7, 1, 5], [6, 2, 3, 1]
+    src, lens, tgt_in, _ = make_batch(src_lens, tgt_lens)
+    logp = F.log_softmax(model(src, lens, tgt_in), dim=-1)
+    for b, (ls, lt) in enumerate(zip(src_lens, tgt_lens)):
+        alone = F.log_softmax(model(src[b : b + 1, :ls], lens[b : b + 1], tgt_in[b : b + 1, : lt + 1]), dim=-1)
+        torch.testing.assert_close(logp[b, : lt + 1], alone[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_first_input_is_zero_vector(arch):
+    """E y_0 = 0: the <s> row of E_tgt is never used."""
+    model = randomize_(tiny(arch))
+    src, lens, tgt_in, _ = make_batch([3, 4], [2, 3])
+    before = model(src, lens, tgt_in)
+    with torch.no_grad():
+        model.E_tgt[BOS].add_(5.0)
+    torch.testing.assert_close(model(src, lens, tgt_in), before, atol=0, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------------------- the GRU
+def _paper_gru_by_hand(P, prefix, xs, s):
+    """The paper's unit, written from the equations with paper_parameters: reset gate BEFORE U."""
+    out = []
+    for x in xs:
+        z = torch.sigmoid(P[prefix + "W_z"] @ x + P[prefix + "U_z"] @ s + P[prefix + "b_z"])
+        r = torch.sigmoid(P[prefix + "W_r"] @ x + P[prefix + "U_r"] @ s + P[prefix + "b_r"])
+        s_tilde = torch.tanh(P[prefix + "W"] @ x + P[prefix + "U"] @ (r * s) + P[prefix + "b"])
+        s = (1 - z) * s + z * s_tilde
+        out.append(s)
+    return torch.stack(out)
+
+
+def _encoder_by_hand(P, src_ids, bidirectional):
+    x = P["E_src"][src_ids]  # (T, m)
+    n = P["enc.fwd.U"].shape[0]
+    fwd = _paper_gru_by_hand(P, "enc.fwd.", x, torch.zeros(n))
+    if not bidirectional:
+        return fwd, fwd[-1], None
+    bwd = _paper_gru_by_hand(P, "enc.bwd.", x.flip(0), torch.zeros(n)).flip(0)
+    return torch.cat([fwd, bwd], dim=-1), fwd[-1], bwd[0]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("fused", [True, False])
+def test_encoder_matches_paper_equations(arch, fused):
+    model = randomize_(tiny(arch))
+    model.fused = fused
+    P = paper_parameters(model)
+    src, lens, _, _ = make_batch([5, 2, 4], [1, 1, 1])
+    enc = model.encode(src, lens)
+    for b, ls in enumerate(lens.tolist()):
+        H, last_fwd, first_bwd = _encoder_by_hand(P, src[b, :ls], arch == "rnnsearch")
+        torch.testing.assert_close(enc.annotations[b, :ls], H, atol=1e-5, rtol=1e-5)
+        assert torch.all(enc.annotations[b, ls:] == 0)
+        summary = first_bwd if arch == "rnnsearch" else last_fwd
+        torch.testing.assert_close(enc.init_state[b], torch.tanh(P["W_s"] @ summary + P["b_s"]), atol=1e-5, rtol=1e-5)
+        if arch == "rnnencdec":
+            torch.testing.assert_close(enc.context[b], last_fwd, atol=1e-5, rtol=1e-5)
+
+
+def test_paper_gru_differs_from_torch_gru():
+    """Same weights, mapped onto torch.nn.GRU (r, z, n rows; torch's z is the paper's 1 − z): only the reset
+    placement differs, and the outputs do."""
+    torch.manual_seed(3)
+    m, n, T = 4, 5, 4
+    layer = randomize_(PaperGRU(m, n), std=0.5)
+    Wz, Wr, W = layer.W_stack.detach().split(n)
+    bz, br, b = layer.b_stack.detach().split(n)
+    Uz, Ur = layer.U_zr.detach().split(n)
+    U = layer.U.detach()
+    x = torch.randn(T, 1, m)
+    ours = layer(layer.input_projections(x))[:, 0]  # (T, n)
+    P = {"W_z": Wz, "W_r": Wr, "W": W, "U_z": Uz, "U_r": Ur, "U": U, "b_z": bz, "b_r": br, "b": b}
+    torch.testing.assert_close(ours, _paper_gru_by_hand(P, "", x[:, 0], torch.zeros(n)), atol=1e-6, rtol=1e-5)
+    ref = torch.nn.GRU(m, n)
+    with torch.no_grad():
+        ref.weight_ih_l0.copy_(torch.cat([Wr, -Wz, W]))
+        ref.weight_hh_l0.copy_(torch.cat([Ur, -Uz, U]))
+        ref.bias_ih_l0.copy_(torch.cat([br, -bz, b]))
+        ref.bias_hh_l0.zero_()
+    theirs = ref(x)[0][:, 0].detach()
+    # torch's form by hand: the reset gate multiplies U s, after the matrix
+    s, by_hand = torch.zeros(n), []
+    for xt in x[:, 0]:
+        z = torch.sigmoid(Wz @ xt + Uz @ s + bz)
+        r = torch.sigmoid(Wr @ xt + Ur @ s + br)
+        s = (1 - z) * s + z * torch.tanh(W @ xt + r * (U @ s) + b)
+        by_hand.append(s)
+    torch.testing.assert_close(theirs, torch.stack(by_hand), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(ours[0], theirs[0], atol=1e-6, rtol=1e-5)  # from s_0 = 0 both agree on step 1
+    assert (ours[1:] - theirs[1:]).abs().max() > 1e-3
+
+
+def test_fused_gru_equals_reference():
+    torch.manual_seed(4)
+    gx, s0 = torch.randn(6, 3, 15, dtype=torch.float64), torch.randn(3, 5, dtype=torch.float64)
+    U_zr, U = torch.randn(10, 5, dtype=torch.float64), torch.randn(5, 5, dtype=torch.float64)
+    torch.testing.assert_close(gru_sequence(gx, U_zr, U, s0), gru_recurrence(gx, U_zr, U, s0))
+
+
+# ------------------------------------------------------------------------------------------------------- decoder
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("fused", [True, False])
+def test_decode_step_equals_forward(arch, fused):
+    model = randomize_(tiny(arch))
+    model.fused = fused
+    src, lens, tgt_in, _ = make_batch([4, 6, 2], [5, 3, 4])
+    logits, alpha = model(src, lens, tgt_in, return_attention=True)
+    with torch.no_grad():  # the fused path keeps no per-step state then: same values
+        no_grad_logits, no_grad_alpha = model(src, lens, tgt_in, return_attention=True)
+    torch.testing.assert_close(no_grad_logits, logits, atol=0, rtol=0)
+    if alpha is not None:
+        torch.testing.assert_close(no_grad_alpha, alpha, atol=0, rtol=0)
+    enc = model.encode(src, lens)
+    state = model.init_decoder(enc)
+    for i in range(tgt_in.shape[1]):
+        step_logits, state, step_alpha = model.decode_step(tgt_in[:, i], state, enc)
+        torch.testing.assert_close(step_logits, logits[:, i], atol=1e-5, rtol=1e-5)
+        if alpha is not None:
+            torch.testing.assert_close(step_alpha, alpha[:, i], atol=1e-6, rtol=1e-5)
+
+
+def _rnnsearch_step_by_hand(P, y_prev, s, H, mask):
+    """One decoder step of Appendix A.2.2 with the deep output, from paper_parameters, with plain torch ops."""
+    Ey = P["E_tgt"][y_prev] * (y_prev != BOS).unsqueeze(-1)  # E y_0 = 0
+    e = torch.tanh((s @ P["W_a"].T).unsqueeze(1) + H @ P["U_a"].T) @ P["v_a"]  # (B, Tx)
+    alpha = torch.softmax(e.masked_fill(~mask, float("-inf")), dim=-1)
+    c = (alpha.unsqueeze(-1) * H).sum(1)
+    z = torch.sigmoid(Ey @ P["dec.W_z"].T + s @ P["dec.U_z"].T + c @ P["dec.C_z"].T + P["dec.b_z"])
+    r = torch.sigmoid(Ey @ P["dec.W_r"].T + s @ P["dec.U_r"].T + c @ P["dec.C_r"].T + P["dec.b_r"])
+    s_tilde = torch.tanh(Ey @ P["dec.W"].T + (r * s) @ P["dec.U"].T + c @ P["dec.C"].T + P["dec.b"])
+    s_new = (1 - z) * s + z * s_tilde
+    t_tilde = s @ P["U_o"].T + Ey @ P["V_o"].T + c @ P["C_o"].T + P["b_o"]  # from s_{i-1} (v7)
+    t = torch.maximum(t_tilde[:, 0::2], t_tilde[:, 1::2])
+    return t @ P["W_o"].T + P["b_y"], s_new, alpha
+
+
+def test_rnnsearch_decode_step_matches_hand_written_equations():
+    model = randomize_(tiny("rnnsearch"))
+    P = paper_parameters(model)
+    src, lens, tgt_in, _ = make_batch([4, 6, 2], [3, 3, 3])
+    enc = model.encode(src, lens)
+    state = model.init_decoder(enc)
+    for i in range(2):  # the first step (y_0 = <s>) and a real word
+        y = tgt_in[:, i]
+        ref_logits, ref_state, ref_alpha = _rnnsearch_step_by_hand(P, y, state, enc.annotations, enc.src_mask)
+        logits, new_state, alpha = model.decode_step(y, state, enc)
+        torch.testing.assert_close(logits, ref_logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(new_state, ref_state, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(alpha, ref_alpha, atol=1e-6, rtol=1e-5)
+        state = new_state
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fused_and_reference_agree_with_gradients(arch):
+    model = randomize_(tiny(arch)).double()
+    src, lens, tgt_in, tgt_out = make_batch([4, 6, 2], [5, 3, 4])
+    grads, outs = [], []
+    for fused in (True, False):
+        model.fused = fused
+        model.zero_grad()
+        logits, alpha = model(src, lens, tgt_in, return_attention=True)
+        loss = F.cross_entropy(logits.reshape(-1, V_TGT), tgt_out.reshape(-1), ignore_index=PAD)
+        if alpha is not None:  # a loss on the attention too (e.g. guided alignment): its gradient path is checked
+            loss = loss + (alpha * torch.linspace(-1, 1, alpha.numel(), dtype=alpha.dtype).view_as(alpha)).sum()
+        loss.backward()
+        outs.append(logits.detach())
+        grads.append({k: p.grad.clone() for k, p in model.named_parameters()})
+    torch.testing.assert_close(outs[0], outs[1])
+    for k in grads[0]:
+        torch.testing.assert_close(grads[0][k], grads[1][k], msg=k)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_gradcheck(arch):
+    """float64 gradcheck of the whole model (the fused path, with its hand-written backward) w.r.t. every parameter."""
+    torch.manual_seed(5)
+    extra = {"attn_dim": 2} if arch == "rnnsearch" else {}
+    model = build_model(arch, 6, 5, emb_dim=2, hidden_dim=3, maxout_dim=2, **extra)
+    model = randomize_(model, std=0.5).double()
+    src = torch.tensor([[5, 4, EOS], [4, EOS, PAD]])
+    lens = torch.tensor([3, 2])
+    tgt_in = torch.tensor([[BOS, 4, 4], [BOS, 4, PAD]])
+    names = [k for k, _ in model.named_parameters()]
+    params = tuple(p.detach().clone().requires_grad_() for p in model.parameters())
+    weights = torch.randn(2, 3, 5, dtype=torch.float64)
+
+    def f(*ps):
+        return (functional_call(model, dict(zip(names, ps)), (src, lens, tgt_in)) * weights).sum()
+
+    assert torch.autograd.gradcheck(f, params, eps=1e-6, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------ paper parameters
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("unit", ["paper", "torch"])
+def test_paper_parameters_round_trip(arch, unit):
+    source = randomize_(tiny(arch, encoder_gru=unit))
+    P = {k: v.clone() for k, v in paper_parameters(source).items()}
+    n, m, l = 48, 32, 24
+    ctx = 2 * n if arch == "rnnsearch" else n
+    assert P["enc.fwd.W_z"].shape == (n, m) and P["enc.fwd.U"].shape == (n, n) and P["dec.C_r"].shape == (n, ctx)
+    assert P["E_src"].shape == (V_SRC, m) and P["W_o"].shape == (V_TGT, l) and P["C_o"].shape == (2 * l, ctx)
+    assert ("W_a" in P) == ("enc.bwd.U" in P) == (arch == "rnnsearch")
+    torch.manual_seed(9)
+    target = build_model(f"{arch}-tiny", V_SRC, V_TGT, encoder_gru=unit)
+    load_paper_parameters(target, P)
+    src, lens, tgt_in, _ = make_batch([4, 6, 2], [5, 3, 4])
+    torch.testing.assert_close(target(src, lens, tgt_in), source(src, lens, tgt_in), atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="missing"):
+        load_paper_parameters(target, {k: v for k, v in P.items() if k != "W_s"})
+
+
+# ---------------------------------------------------------------------------------------------------- initialisation
+def test_initialisation_statistics():
+    torch.manual_seed(0)
+    model = build_model("rnnsearch", 400, 400, emb_dim=64, hidden_dim=96, attn_dim=80, maxout_dim=48)
+    P = paper_parameters(model)
+    for key, val in P.items():
+        name = key.rsplit(".", 1)[-1]
+        if name.startswith("b") or name == "v_a":
+            assert torch.all(val == 0), key
+        elif name in ("U", "U_z", "U_r"):
+            torch.testing.assert_close(val.T @ val, torch.eye(val.shape[0]), atol=1e-5, rtol=0, msg=key)
+        elif name in ("W_a", "U_a"):
+            assert abs(val.std().item() - 0.001) < 0.0001 and abs(val.mean().item()) < 0.0001, key
+        else:
+            assert abs(val.std().item() - 0.01) < 0.001 and abs(val.mean().item()) < 0.001, key
+    torch.manual_seed(0)
+    again = build_model("rnnsearch", 400, 400, emb_dim=64, hidden_dim=96, attn_dim=80, maxout_dim=48)
+    for (k, a), b in zip(model.state_dict().items(), again.state_dict().values()):
+        assert torch.equal(a, b), k
+    model.reset_parameters()
+    assert not torch.equal(model.E_src, again.E_src)
+
+
+def test_rnnsearch_50_weight_count():
+    with torch.device("meta"):
+        model = build_model("rnnsearch-50", 30000, 30000)
+    assert count_weights(model) == 80_401_000
+    n_biases = count_weights(model, biases=True) - count_weights(model)
+    assert n_biases == 2 * 3000 + 3000 + 1000 + 1000 + 30000  # enc b*, dec b*, b_s, b_o, b_y
+
+
+# ---------------------------------------------------------------------------------------------------------- registry
+def test_registry_and_configs():
+    assert set(ARCHS) <= set(list_models())
+    for p in ["rnnsearch-30", "rnnsearch-50", "rnnencdec-30", "rnnencdec-50", "rnnsearch-small", "rnnencdec-tiny"]:
+        assert p in list_presets()
+    cfg = get_config("rnnsearch-50")
+    assert (cfg.emb_dim, cfg.hidden_dim, cfg.attn_dim, cfg.maxout_dim, cfg.max_len) == (620, 1000, 1000, 500, 50)
+    assert get_config("rnnencdec-30").max_len == 30 and not hasattr(get_config("rnnencdec-30"), "attn_dim")
+    model = build_model("rnnsearch-tiny", 11, 13, hidden_dim=16, dropout=0.25)
+    assert model.config.hidden_dim == 16 and model.config.dropout == 0.25 and model.W_o.shape == (13, 24)
+    assert model.arch == "rnnsearch"
+    d = model.config.to_dict()
+    assert all(type(v) in (int, float, str) for v in d.values())
+    assert RNNsearchConfig.from_dict(d) == model.config
+    assert dataclasses.asdict(build_model(model.arch, **d).config) == d
+
+
+def test_registry_errors():
+    with pytest.raises(ValueError, match="unknown model or preset 'rnnsaerch'.*rnnsearch-50"):
+        get_config("rnnsaerch")
+    with pytest.raises(ValueError, match="hiden_dim.*valid options:.*hidden_dim"):
+        build_model("rnnsearch-tiny", 10, 10, hiden_dim=3)
+    with pytest.raises(ValueError, match="attn_dim"):
+        get_config("rnnencdec", attn_dim=5)
+    with pytest.raises(ValueError, match="unknown RNNsearchConfig option"):
+        RNNsearchConfig.from_dict({"emb_dim": 3, "colour": "red"})
+    with pytest.raises(ValueError, match="hidden_dim"):
+        get_config("rnnsearch", hidden_dim=0)
+    with pytest.raises(ValueError, match="encoder_gru"):
+        get_config("rnnsearch", encoder_gru="lstm")
+    with pytest.raises(ValueError, match="dropout"):
+        get_config("rnnsearch", dropout=1.5)
+    with pytest.raises(ValueError, match="already registered"):
+        register_model("rnnsearch")(type("Dup", (), {"config_class": RNNsearchConfig}))
+    with pytest.raises(ValueError, match="already registered"):
+        register_preset("rnnsearch-50", "rnnsearch")
+
+
+def test_dropout_only_in_training():
+    model = randomize_(tiny("rnnsearch", dropout=0.5))
+    src, lens, tgt_in, _ = make_batch([4, 3], [3, 2])
+    model.train()
+    assert not torch.equal(model(src, lens, tgt_in), model(src, lens, tgt_in))
+    model.eval()
+    torch.testing.assert_close(model(src, lens, tgt_in), model(src, lens, tgt_in), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("fused", [True, False])
+def test_runs_under_bf16_autocast(arch, fused):
+    """The trainer's --bf16 option: matmuls in bfloat16, the fused loops in float32; close to float32 results."""
+    model = randomize_(tiny(arch), std=0.1)
+    model.fused = fused
+    src, lens, tgt_in, _ = make_batch([4, 6, 2], [5, 3, 4])
+    expected = model(src, lens, tgt_in)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(src, lens, tgt_in)
+    logits.float().sum().backward()
+    assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
+    torch.testing.assert_close(logits.float(), expected, atol=0.05, rtol=0.05)
