@@ -1,0 +1,93 @@
+"""``nmt-train``: a prepared directory → checkpoints of RNNsearch or RNNencdec (the paper's recipe by default)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from nmtkit.cli import run, setup_logging
+
+
+def _model_option(ctx, param, values):
+    out = {}
+    for item in values:
+        key, eq, raw = item.partition("=")
+        if not eq or not key:
+            raise click.BadParameter(f"'{item}' is not KEY=VALUE", ctx=ctx, param=param)
+        for kind in (int, float):
+            try:
+                out[key] = kind(raw)
+                break
+            except ValueError:
+                continue
+        else:
+            out[key] = raw
+    return out
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.argument("data", type=click.Path(file_okay=False))
+@click.option("--arch", "-a", required=True, help="Architecture or preset: rnnsearch-50, rnnencdec-30, "
+              "rnnsearch-small, rnnsearch, ... (see --list-archs).")
+@click.option("--save-dir", required=True, type=click.Path(file_okay=False), help="Where checkpoints go.")
+@click.option("--model-option", "-o", "model_options", multiple=True, callback=_model_option, metavar="KEY=VALUE",
+              help="Override a model setting, e.g. -o hidden_dim=512 -o dropout=0.2. Repeatable.")
+@click.option("--seed", default=1, show_default=True)
+@click.option("--batch-size", default=80, show_default=True, help="Sentence pairs per minibatch.")
+@click.option("--pool-batches", default=20, show_default=True,
+              help="Minibatches per length-sorted pool (the paper: 20 x 80 = 1,600 pairs).")
+@click.option("--max-len", type=int, help="Train on pairs of at most this many tokens a side [the model's: 30/50].")
+@click.option("--optimizer", type=click.Choice(["adadelta", "adam", "sgd"]), default="adadelta", show_default=True)
+@click.option("--lr", default=1.0, show_default=True, help="Learning rate (Adadelta: 1.0).")
+@click.option("--rho", default=0.95, show_default=True, help="Adadelta decay rate.")
+@click.option("--eps", default=1e-6, show_default=True, help="Adadelta epsilon.")
+@click.option("--clip-norm", default=1.0, show_default=True, help="Rescale gradients to this L2 norm; 0 = off.")
+@click.option("--max-updates", default=0, show_default=True, help="Stop after this many updates (0 = no limit).")
+@click.option("--max-epochs", default=0, show_default=True, help="Stop after this many epochs (0 = no limit).")
+@click.option("--max-time", default=0.0, show_default=True, help="Stop after this many seconds of training.")
+@click.option("--valid-every", default=1000, show_default=True, help="Validate and save every N updates.")
+@click.option("--valid-bleu-sentences", default=500, show_default=True,
+              help="Greedy BLEU on the first N validation sentences (0 = none, -1 = all).")
+@click.option("--valid-batch-size", default=80, show_default=True)
+@click.option("--best-metric", type=click.Choice(["bleu", "loss"]), default="bleu", show_default=True)
+@click.option("--patience", default=0, show_default=True,
+              help="Stop after N validations without improvement (0 = never).")
+@click.option("--keep-last", default=3, show_default=True, help="Numbered checkpoints to keep.")
+@click.option("--log-every", default=100, show_default=True, help="Updates per log line / JSON record.")
+@click.option("--log-file", type=click.Path(dir_okay=False), help="JSON-lines log [SAVE_DIR/train.jsonl].")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:1, ...")
+@click.option("--bf16", is_flag=True, help="bfloat16 autocast (mixed precision).")
+@click.option("--threads", default=0, show_default=True, help="Torch threads (0 = torch's default).")
+@click.option("--resume", is_flag=True, help="Continue the run in SAVE_DIR from checkpoint_last.pt.")
+@click.option("--force", is_flag=True, help="Start over in a SAVE_DIR that holds checkpoints (they are deleted).")
+@click.option("--quiet", "-q", is_flag=True)
+def main(data, arch, save_dir, model_options, quiet, **options):
+    """Train a model on the prepared corpus DATA (made by nmt-prepare).
+
+    \b
+    The paper's RNNsearch-50 (Adadelta, batches of 80, clipping at 1, pools of 1,600):
+      nmt-train data-bin/wmt14 --arch rnnsearch-50 --save-dir runs/rnnsearch-50 --device cuda
+    A small model on two CPU cores, for 10 minutes:
+      nmt-train data-bin/small --arch rnnsearch-small --save-dir runs/small --max-time 600 --valid-every 200
+    Data parallel on 2 processes (same result as one with the same total batch):
+      torchrun --nproc_per_node 2 $(which nmt-train) data-bin/small --arch rnnsearch-small --save-dir runs/dp
+    """
+    from nmtkit.train import TrainConfig, train
+
+    setup_logging(quiet)
+    cfg = TrainConfig(data=data, arch=arch, save_dir=save_dir, model_options=model_options, **options)
+    result = {}
+
+    def body():
+        result.update(train(cfg))
+
+    run("nmt-train", body)
+    if result.get("status") == "interrupted":
+        click.echo(f"nmt-train: interrupted at update {result['update']}; checkpoint saved in {save_dir} "
+                   "(continue with --resume)", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""Decoding over the model's step function (``encode`` / ``init_decoder`` / ``decode_step``).
+
+- :func:`beam_search`: batched beam search over many sentences at once (the paper decoded with beam search; beam
+  12 is the default of ``nmt-translate``). Each sentence keeps ``beam`` hypotheses; at every step the best
+  ``2 × beam`` expansions are ranked, ``</s>`` expansions ranked within the first ``beam`` are finished, and the
+  first ``beam`` others continue. A sentence is done when it has ``beam`` finished hypotheses or reaches its length
+  limit (``max_len_a × source words + max_len_b`` tokens, after which ``</s>`` is forced); done sentences leave
+  the batch, so the work shrinks as sentences finish. Finished hypotheses are ranked by
+  ``log p(y, </s> | x) / (|y| + 1) ** lenpen`` (``lenpen = 0``: raw log-probability).
+- :func:`greedy`: the plain batched greedy decoder (validation during training; equal to ``beam = 1``).
+- :func:`beam_search_reference`: one sentence at a time with Python lists — slow, obviously right, and the yardstick
+  the batched search is tested against.
+
+Several models with the same vocabularies decode as an ensemble (:class:`Ensemble`): their log-probabilities are
+averaged at every step. ``<pad>`` and ``<s>`` are never generated; ``no_unk`` also forbids ``<unk>`` (Table 1's
+"no unknown words" setting). Scores are the models' own log-probabilities (never renormalised after masking).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from nmtkit.vocab import BOS, EOS, PAD, UNK
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # ids, without </s>
+    score: float  # log p(tokens, </s> | source): the model's own log-probability
+    norm_score: float  # score / (len(tokens) + 1) ** lenpen, what ranks hypotheses
+    attention: torch.Tensor | None = None  # (len(tokens) + 1, Tx) α for each output token and </s>, or None
+
+
+class Ensemble:
+    """One or more models decoded together: averaged log-probabilities and attention."""
+
+    def __init__(self, models):
+        self.models = list(models) if isinstance(models, (list, tuple)) else [models]
+
+    def encode(self, src, src_lens):
+        return [m.encode(src, src_lens) for m in self.models]
+
+    def init(self, encs):
+        return [m.init_decoder(e) for m, e in zip(self.models, encs)]
+
+    def reorder(self, encs, states, index):
+        encs = [m.reorder_encoder_out(e, index) for m, e in zip(self.models, encs)]
+        return encs, [s.index_select(0, index) for s in states]
+
+    def step(self, y, states, encs):
+        """y (N,) → averaged log-probabilities (N, V) float32, new states, averaged α (N, Tx) or None."""
+        logps, new_states, alphas = [], [], []
+        for m, s, e in zip(self.models, states, encs):
+            logits, s_new, alpha = m.decode_step(y, s, e)
+            logps.append(torch.log_softmax(logits.float(), dim=-1))
+            new_states.append(s_new)
+            if alpha is not None:
+                alphas.append(alpha.float())
+        logp = logps[0] if len(logps) == 1 else torch.stack(logps).mean(0)
+        alpha = None if not alphas else alphas[0] if len(alphas) == 1 else torch.stack(alphas).mean(0)
+        return logp, new_states, alpha
+
+
+def _limits(src_lens: torch.Tensor, max_len_a: float, max_len_b: int) -> torch.Tensor:
+    """Most output tokens (without </s>) per sentence; src_lens count the source's </s>."""
+    return (max_len_a * (src_lens - 1).float() + max_len_b).long().clamp(min=1)
+
+
+def _mask(logp: torch.Tensor, no_unk: bool) -> None:
+    logp[:, PAD] = -math.inf
+    logp[:, BOS] = -math.inf
+    if no_unk:
+        logp[:, UNK] = -math.inf
+
+
+@torch.no_grad()
+def greedy(models, src: torch.Tensor, src_lens: torch.Tensor, max_len_a: float = 2.0, max_len_b: int = 10,
+           no_unk: bool = False) -> list[Hypothesis]:
+    """Batched greedy decoding: src (B, Tx) with ``</s>``, src_lens (B,) → one hypothesis per sentence, in order."""
+    ens = Ensemble(models)
+    encs = ens.encode(src, src_lens)
+    states = ens.init(encs)
+    B = src.shape[0]
+    limits = _limits(src_lens, max_len_a, max_len_b).to(src.device)  # (B,)
+    y = torch.full((B,), BOS, dtype=torch.long, device=src.device)
+    done = torch.zeros(B, dtype=torch.bool, device=src.device)
+    scores = torch.zeros(B, dtype=torch.float64, device=src.device)
+    out = []
+    for t in range(int(limits.max()) + 1):
+        logp, states, _ = ens.step(y, states, encs)  # (B, V)
+        _mask(logp, no_unk)
+        forced = t >= limits  # (B,) at the limit only </s> may follow
+        logp[forced] = torch.where(torch.arange(logp.shape[1], device=logp.device) == EOS, logp[forced], -math.inf)
+        y = logp.argmax(dim=-1)  # (B,)
+        step = logp.gather(1, y[:, None]).squeeze(1).double()
+        scores += torch.where(done, torch.zeros_like(step), step)
+        out.append(torch.where(done, torch.full_like(y, EOS), y))
+        done |= y == EOS
+        if bool(done.all()):
+            break
+    ids = torch.stack(out, dim=1).tolist()  # (B, T)
+    hyps = []
+    for k in range(B):
+        toks = ids[k][: ids[k].index(EOS)] if EOS in ids[k] else ids[k]
+        hyps.append(Hypothesis(toks, float(scores[k]), float(scores[k])))
+    return hyps
+
+
+@torch.no_grad()
+def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 12, nbest: int = 1,
+                max_len_a: float = 2.0, max_len_b: int = 10, lenpen: float = 1.0, no_unk: bool = False,
+                need_attention: bool = False) -> list[list[Hypothesis]]:
+    """Batched beam search: src (B, Tx) with ``</s>``, src_lens (B,) → for each sentence its ``nbest`` best
+    hypotheses, best first (see the module docstring for the exact procedure)."""
+    if beam < 1 or nbest < 1 or nbest > beam:
+        raise ValueError(f"need 1 <= nbest <= beam (got nbest {nbest}, beam {beam})")
+    ens = Ensemble(models)
+    dev = src.device
+    B, K = src.shape[0], beam
+    encs = ens.encode(src, src_lens)
+    encs, states = ens.reorder(encs, ens.init(encs), torch.arange(B, device=dev).repeat_interleave(K))
+    limits = _limits(src_lens, max_len_a, max_len_b).to(dev)  # (B,)
+    alive = torch.arange(B, device=dev)  # original ids of the sentences still decoding
+    scores = torch.full((B, K), -math.inf, device=dev)
+    scores[:, 0] = 0.0  # one live hypothesis to start with, so the first step does not repeat it K times
+    tokens = torch.zeros((B * K, 0), dtype=torch.long, device=dev)  # (A*K, t)
+    attn = torch.zeros((B * K, 0, src.shape[1]), device=dev) if need_attention else None  # (A*K, t, Tx)
+    y = torch.full((B * K,), BOS, dtype=torch.long, device=dev)
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    count = torch.zeros(B, dtype=torch.long, device=dev)
+    for t in range(int(limits.max()) + 1):
+        A = alive.numel()
+        logp, states, alpha = ens.step(y, states, encs)  # (A*K, V), α (A*K, Tx)
+        V = logp.shape[1]
+        _mask(logp, no_unk)
+        forced = (t >= limits[alive]).repeat_interleave(K)  # (A*K,) at the limit only </s> may follow
+        if bool(forced.any()):
+            only_eos = torch.full_like(logp[0], -math.inf)
+            only_eos[EOS] = 0.0
+            logp[forced] = logp[forced] + only_eos
+        cand = (scores.unsqueeze(2) + logp.view(A, K, V)).view(A, K * V)  # (A, K*V)
+        top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=1)  # (A, 2K)
+        src_beam, tok = top_idx // V, top_idx % V  # (A, 2K)
+        is_eos = (tok == EOS) & torch.isfinite(top_scores)
+        if need_attention:
+            attn = torch.cat([attn, alpha.unsqueeze(1)], dim=1)  # (A*K, t+1, Tx)
+        # finish the </s> expansions ranked among the first K
+        for a, j in is_eos[:, :K].nonzero().tolist():
+            sent = int(alive[a])
+            if count[sent] >= K:
+                continue
+            row = a * K + int(src_beam[a, j])
+            toks = tokens[row].tolist()
+            score = float(top_scores[a, j])
+            att = attn[row, :, : int(src_lens[sent])].clone() if need_attention else None
+            finished[sent].append(Hypothesis(toks, score, score / (len(toks) + 1) ** lenpen, att))
+            count[sent] += 1
+        # the first K expansions that are not </s> continue
+        positions = torch.arange(top_idx.shape[1], device=dev)
+        key = (~(tok == EOS)).float() * (2 * K + 1) - positions  # (A, 2K): non-</s> first, in rank order
+        sel = key.topk(K, dim=1).indices.sort(dim=1).values  # (A, K)
+        scores = top_scores.gather(1, sel)  # (A, K)
+        rows = (torch.arange(A, device=dev).unsqueeze(1) * K + src_beam.gather(1, sel)).view(-1)  # (A*K,)
+        y = tok.gather(1, sel).view(-1)  # (A*K,)
+        tokens = torch.cat([tokens.index_select(0, rows), y.unsqueeze(1)], dim=1)
+        if need_attention:
+            attn = attn.index_select(0, rows)
+        states = [s.index_select(0, rows) for s in states]
+        done = (count[alive] >= K) | (t >= limits[alive])  # (A,)
+        if bool(done.all()):
+            break
+        if bool(done.any()):  # drop finished sentences from the batch
+            keep = (~done).nonzero().squeeze(1)  # (A',)
+            keep_rows = (keep.unsqueeze(1) * K + torch.arange(K, device=dev)).view(-1)
+            alive, scores, y, tokens = alive[keep], scores[keep], y[keep_rows], tokens[keep_rows]
+            if need_attention:
+                attn = attn[keep_rows]
+            states = [s.index_select(0, keep_rows) for s in states]
+            encs = [m.reorder_encoder_out(e, keep_rows) for m, e in zip(ens.models, encs)]
+        # (the K rows of a sentence share its encoder output, so reordering beams leaves ``encs`` as it is)
+    results = []
+    for hyps in finished:
+        hyps.sort(key=lambda h: -h.norm_score)  # stable: equal scores keep the order they finished in
+        results.append(hyps[:nbest])
+    return results
+
+
+@torch.no_grad()
+def beam_search_reference(models, src_ids: list[int], beam: int = 12, nbest: int = 1, max_len_a: float = 2.0,
+                          max_len_b: int = 10, lenpen: float = 1.0, no_unk: bool = False) -> list[Hypothesis]:
+    """The same search for one sentence (ids without ``</s>``), hypothesis by hypothesis with Python lists."""
+    ens = Ensemble(models)
+    src = torch.tensor([list(src_ids) + [EOS]])
+    src_lens = torch.tensor([len(src_ids) + 1])
+    encs = ens.encode(src, src_lens)
+    limit = int(_limits(src_lens, max_len_a, max_len_b)[0])
+    live = [([], 0.0, ens.init(encs))]  # (tokens, score, states)
+    finished: list[Hypothesis] = []
+    for t in range(limit + 1):
+        expansions = []  # (score, order, tokens, token, states)
+        for h, (toks, score, states) in enumerate(live):
+            y = torch.tensor([toks[-1] if toks else BOS])
+            logp, new_states, _ = ens.step(y, states, encs)
+            _mask(logp, no_unk)
+            for v in range(logp.shape[1]):
+                lp = float(logp[0, v])
+                if t >= limit and v != EOS:
+                    lp = -math.inf
+                # ties ranked as torch.topk on the flattened (beam, vocab) array ranks them: lower index first
+                expansions.append((score + lp, h * logp.shape[1] + v, toks, v, new_states))
+        expansions.sort(key=lambda e: (-e[0], e[1]))
+        expansions = expansions[: 2 * beam]
+        next_live = []
+        for rank, (score, _, toks, v, states) in enumerate(expansions):
+            if v == EOS:
+                if rank < beam and math.isfinite(score) and len(finished) < beam:
+                    finished.append(Hypothesis(toks, score, score / (len(toks) + 1) ** lenpen))
+            elif len(next_live) < beam:
+                next_live.append((toks + [v], score, states))
+        live = next_live
+        if len(finished) >= beam:
+            break
+    finished.sort(key=lambda h: -h.norm_score)
+    return finished[:nbest]

@@ -1,0 +1,499 @@
+"""Training (the library behind ``nmt-train``): the paper's recipe by default, resumable to the same weights.
+
+Defaults follow Section 4.2 and Appendix B.2: Adadelta (ε = 10⁻⁶, ρ = 0.95), minibatches of 80 sentence pairs,
+the gradient rescaled to L2 norm 1 whenever it is larger, and every 20 updates a pool of 1,600 pairs sorted by
+length and split into 20 minibatches (:mod:`nmtkit.batching`). The cost of a minibatch is the negative
+log-likelihood of its target sentences (summed over tokens) averaged over sentences, as GroundHog computes it.
+
+Every ``valid_every`` updates: validation cross-entropy and perplexity, and BLEU of greedy decoding on a subset of
+the validation set (tokenised BLEU on Moses tokens, labelled so); a checkpoint is saved, the best one (by the
+chosen metric) is kept as ``checkpoint_best.pt``, the last ``keep_last`` numbered ones are kept, and
+``checkpoint_last.pt`` always names the newest. Early stopping after ``patience`` validations without improvement.
+
+Resuming restores weights, optimizer state, RNG states, data position, update count, elapsed time and the metrics
+history, so a resumed run reaches the same weights as an uninterrupted one (bit for bit on CPU). Ctrl-C and
+SIGTERM finish the current update, save a checkpoint and stop.
+
+Data parallelism: under ``torchrun`` (``WORLD_SIZE`` > 1) every process takes an interleaved share of each
+minibatch, gradients are summed across processes before clipping, so N processes compute the update one process
+computes for the same total batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import logging
+import math
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from nmtkit import checkpoint
+from nmtkit.batching import collate, epoch_schedule, eval_batches
+from nmtkit.errors import InputError
+from nmtkit.manifest import PreparedData
+from nmtkit.vocab import PAD
+
+log = logging.getLogger("nmtkit.train")
+
+OPTIMIZERS = ("adadelta", "adam", "sgd")
+METRICS = ("bleu", "loss")
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of a training run; the defaults are the paper's recipe."""
+
+    data: str
+    arch: str
+    save_dir: str
+    model_options: dict = field(default_factory=dict)  # overrides of the model config (emb_dim=…, dropout=…)
+    seed: int = 1
+    batch_size: int = 80
+    pool_batches: int = 20  # minibatches per length-sorted pool (the paper: 20, i.e. 1,600 pairs)
+    max_len: int | None = None  # train on pairs of at most this many tokens per side (default: the model's)
+    optimizer: str = "adadelta"
+    lr: float = 1.0
+    rho: float = 0.95  # Adadelta's decay
+    eps: float = 1e-6  # Adadelta's ε
+    clip_norm: float = 1.0  # rescale the gradient to this L2 norm when larger; 0 = never
+    max_updates: int = 0  # 0 = no limit
+    max_epochs: int = 0
+    max_time: float = 0.0  # seconds of training, 0 = no limit
+    valid_every: int = 1000
+    valid_bleu_sentences: int = 500  # BLEU on the first N validation sentences; 0 = no BLEU, -1 = all
+    valid_batch_size: int = 80
+    best_metric: str = "bleu"
+    patience: int = 0  # stop after this many validations without improvement; 0 = never
+    keep_last: int = 3
+    log_every: int = 100
+    log_file: str | None = None  # JSON lines; default SAVE_DIR/train.jsonl
+    device: str = "cpu"
+    bf16: bool = False
+    threads: int = 0  # torch intra-op threads, 0 = torch's default
+    resume: bool = False
+    force: bool = False
+
+    def check(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise InputError(f"unknown optimizer '{self.optimizer}' (choose from {', '.join(OPTIMIZERS)})")
+        if self.best_metric not in METRICS:
+            raise InputError(f"unknown metric '{self.best_metric}' (choose from {', '.join(METRICS)})")
+        for name in ("batch_size", "pool_batches", "valid_every", "valid_batch_size", "keep_last", "log_every"):
+            if getattr(self, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
+        if self.resume and self.force:
+            raise InputError("--resume and --force exclude each other")
+
+
+@dataclass
+class TrainState:
+    """Where a run is; saved in every checkpoint for resuming."""
+
+    update: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # minibatches of the current epoch already trained on
+    elapsed: float = 0.0  # seconds of training so far (across resumptions)
+    best: float | None = None
+    best_update: int = 0
+    bad_validations: int = 0
+    history: list = field(default_factory=list)  # one dict per validation
+
+
+class Trainer:
+    """Owns the model, optimizer, data and state of one training run. ``Trainer(cfg).train()``."""
+
+    def __init__(self, cfg: TrainConfig):
+        cfg.check()
+        self.cfg = cfg
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        if self.world > 1:
+            import torch.distributed as dist
+
+            if not dist.is_initialized():
+                dist.init_process_group("nccl" if cfg.device.startswith("cuda") else "gloo")
+        self.device = torch.device(cfg.device)
+        if self.device.type == "cuda" and self.world > 1:
+            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(self.device)  # NCCL's object collectives (broadcast_object_list) use this device
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.data = PreparedData.open(cfg.data)
+        src, tgt = self.data.source_lang, self.data.target_lang
+        self.src_vocab, self.tgt_vocab = self.data.vocab(src), self.data.vocab(tgt)
+        self.train_src, self.train_tgt = self.data.corpus("train", src), self.data.corpus("train", tgt)
+        if len(self.train_src) != len(self.train_tgt):
+            raise InputError("train source and target corpora differ in length", cfg.data)
+        self.valid = None
+        if "valid" in self.data.splits:
+            self.valid = (self.data.corpus("valid", src), self.data.corpus("valid", tgt))
+        self.state = TrainState()
+        self.stop_signal: int | None = None
+        self._build(self._resume_payload())
+
+    # -- set-up ------------------------------------------------------------------------------------------------
+
+    def _resume_payload(self) -> dict | None:
+        cfg = self.cfg
+        last = os.path.join(cfg.save_dir, "checkpoint_last.pt")
+        existing = glob.glob(os.path.join(cfg.save_dir, "checkpoint*.pt"))
+        if not cfg.resume:
+            if existing and not cfg.force:
+                raise InputError("already holds checkpoints; use --resume to continue that run or --force to "
+                                 "start over", cfg.save_dir)
+            return None
+        if not os.path.isfile(last):
+            raise InputError("nothing to resume: no checkpoint_last.pt", cfg.save_dir)
+        payload = checkpoint.load(last)
+        if "train" not in payload:
+            raise InputError("checkpoint has no training state to resume from", last)
+        for side, vocab in (("src", self.src_vocab), ("tgt", self.tgt_vocab)):
+            if payload["vocab"][side] != vocab.tokens:
+                raise InputError(f"the {side} vocabulary of the checkpoint ({len(payload['vocab'][side])} entries) "
+                                 f"differs from the data's ({len(vocab)} entries)", last)
+        return payload
+
+    def _build(self, payload: dict | None) -> None:
+        from nmtkit.models import build_model
+
+        cfg = self.cfg
+        torch.manual_seed(cfg.seed)
+        try:
+            if payload is None:
+                self.model = build_model(cfg.arch, len(self.src_vocab), len(self.tgt_vocab), **cfg.model_options)
+            else:
+                from nmtkit.models import resolve
+
+                if resolve(cfg.arch)[0] != payload["arch"]:
+                    raise InputError(f"--arch {cfg.arch} does not match the checkpoint's architecture "
+                                     f"'{payload['arch']}'", os.path.join(cfg.save_dir, "checkpoint_last.pt"))
+                self.model = checkpoint.build_model(payload)
+        except ValueError as e:
+            raise InputError(str(e)) from None
+        self.model.to(self.device)
+        params = list(self.model.parameters())
+        if cfg.optimizer == "adadelta":
+            self.optimizer = torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps)
+        elif cfg.optimizer == "adam":
+            self.optimizer = torch.optim.Adam(params, lr=cfg.lr)
+        else:
+            self.optimizer = torch.optim.SGD(params, lr=cfg.lr)
+        max_len = cfg.max_len or getattr(self.model.config, "max_len", None) or 10**9
+        sizes_ok = (np.asarray(self.train_src.sizes) <= max_len) & (np.asarray(self.train_tgt.sizes) <= max_len)
+        self.eligible = np.flatnonzero(sizes_ok)
+        if len(self.eligible) == 0:
+            raise InputError(f"no training pair has at most {max_len} tokens per side", cfg.data)
+        self.max_len = max_len
+        if payload is not None:
+            train = payload["train"]
+            self.optimizer.load_state_dict(train["optimizer"])
+            self.state = TrainState(**train["state"])
+            torch.set_rng_state(train["rng"]["torch"])
+            if self.device.type == "cuda" and "cuda" in train["rng"]:
+                torch.cuda.set_rng_state(train["rng"]["cuda"], self.device)
+            log.info("resumed from update %d (epoch %d, batch %d)", self.state.update, self.state.epoch + 1,
+                     self.state.batch_in_epoch)
+
+    # -- checkpoints -------------------------------------------------------------------------------------------
+
+    def payload(self) -> dict:
+        src, tgt = self.data.source_lang, self.data.target_lang
+        rng = {"torch": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        return {
+            "arch": self.model.arch,
+            "config": self.model.config.to_dict(),
+            "source_lang": src,
+            "target_lang": tgt,
+            "vocab": {"src": list(self.src_vocab.tokens), "tgt": list(self.tgt_vocab.tokens)},
+            "preprocessing": {"src": self.data.text_config(src).to_dict(), "tgt": self.data.text_config(tgt).to_dict()},
+            "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+            "train": {
+                "optimizer": self.optimizer.state_dict(),
+                "state": dataclasses.asdict(self.state),
+                "rng": rng,
+                "config": dataclasses.asdict(self.cfg),
+            },
+        }
+
+    def save(self, is_best: bool) -> str:
+        d = self.cfg.save_dir
+        path = os.path.join(d, f"checkpoint{self.state.update}.pt")
+        checkpoint.save(self.payload(), path)
+        checkpoint.link(path, os.path.join(d, "checkpoint_last.pt"))
+        if is_best:
+            checkpoint.link(path, os.path.join(d, "checkpoint_best.pt"))
+        numbered = sorted((int(m.group(1)), p) for p in glob.glob(os.path.join(d, "checkpoint*.pt"))
+                          if (m := re.fullmatch(r"checkpoint(\d+)\.pt", os.path.basename(p))))
+        for _, old in numbered[: -self.cfg.keep_last]:
+            os.unlink(old)
+        return path
+
+    # -- one update --------------------------------------------------------------------------------------------
+
+    def _step(self, ids: np.ndarray) -> tuple[float, int, float]:
+        """Forward, backward, clip and update on one minibatch; returns (summed NLL, target tokens, grad norm)."""
+        self.model.train()
+        mine = ids[self.rank:: self.world]  # this process's share (all of it in one process)
+        self.optimizer.zero_grad(set_to_none=True)
+        nll_sum = torch.zeros((), dtype=torch.float64)
+        ntok = 0
+        if len(mine):
+            batch = collate(self.train_src, self.train_tgt, mine).to(self.device)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
+                logits = self.model(batch.src, batch.src_lens, batch.tgt_in)  # (B, Ty, V)
+            nll = F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD,
+                                  reduction="sum")
+            (nll / len(ids)).backward()  # mean over the whole minibatch's sentences, across processes
+            nll_sum, ntok = nll.detach().double().cpu(), batch.num_tokens
+        if self.world > 1:
+            nll_sum, ntok = self._all_reduce_grads(nll_sum, ntok)
+        # returns the norm before rescaling; with clipping off (0) an infinite threshold leaves the gradient as is
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm or math.inf)
+        self.optimizer.step()
+        return float(nll_sum), ntok, float(norm)
+
+    def _all_reduce_grads(self, nll_sum, ntok):
+        """Sum gradients, NLL and token counts over processes in one collective call."""
+        import torch.distributed as dist
+
+        for p in self.model.parameters():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        grads = [p.grad for p in self.model.parameters()]
+        flat = torch.cat([g.reshape(-1) for g in grads] + [torch.tensor([float(nll_sum), float(ntok)],
+                                                                          device=grads[0].device)])
+        dist.all_reduce(flat)
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset: offset + g.numel()].view_as(g))
+            offset += g.numel()
+        return flat[-2].item(), int(flat[-1].item())
+
+    # -- validation --------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def validate(self) -> dict:
+        """Validation NLL per token and perplexity; greedy BLEU on the first ``valid_bleu_sentences`` sentences."""
+        self.model.eval()
+        vsrc, vtgt = self.valid
+        nll, ntok = 0.0, 0
+        for ids in eval_batches(np.asarray(vsrc.sizes), np.asarray(vtgt.sizes), self.cfg.valid_batch_size):
+            batch = collate(vsrc, vtgt, ids).to(self.device)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
+                logits = self.model(batch.src, batch.src_lens, batch.tgt_in)
+            nll += float(F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD,
+                                         reduction="sum"))
+            ntok += batch.num_tokens
+        result = {"update": self.state.update, "valid_loss": nll / max(ntok, 1),
+                  "valid_ppl": math.exp(min(nll / max(ntok, 1), 100))}
+        n = len(vsrc) if self.cfg.valid_bleu_sentences < 0 else min(self.cfg.valid_bleu_sentences, len(vsrc))
+        if n > 0:
+            result.update(self._greedy_bleu(n))
+        return result
+
+    def _greedy_bleu(self, n: int) -> dict:
+        import sacrebleu
+
+        from nmtkit.batching import collate_source
+        from nmtkit.search import greedy
+        from nmtkit.text import Preprocessor
+
+        vsrc, _ = self.valid
+        post = Preprocessor(self.data.text_config(self.data.target_lang))
+        hyps: list[str] = [""] * n
+        for ids in eval_batches(np.asarray(vsrc.sizes[:n]), None, self.cfg.valid_batch_size):
+            src, lens = collate_source([vsrc[i] for i in ids])
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
+                out = greedy(self.model, src.to(self.device), lens.to(self.device))
+            for i, h in zip(ids, out):
+                hyps[i] = " ".join(post.merge_subwords(self.tgt_vocab.decode(h.tokens)))
+        with open(self.data.path(f"valid.tok.{self.data.target_lang}"), encoding="utf-8", newline="\n") as f:
+            refs = [line.rstrip("\n") for _, line in zip(range(n), f)]
+        bleu = sacrebleu.metrics.BLEU(tokenize="none", force=True)
+        score = bleu.corpus_score(hyps, [refs])
+        return {"valid_bleu": score.score, "valid_bleu_sentences": n,
+                "valid_bleu_signature": f"{bleu.get_signature()} (greedy, Moses-tokenised)"}
+
+    # -- the loop ----------------------------------------------------------------------------------------------
+
+    def _on_signal(self, signum, frame) -> None:
+        self.stop_signal = signum
+
+    def train(self) -> dict:
+        """Run until a stopping condition; returns a summary (``status``: done, early-stopped, interrupted)."""
+        cfg, st = self.cfg, self.state
+        lead = self.rank == 0
+        if lead:
+            os.makedirs(cfg.save_dir, exist_ok=True)
+            if cfg.force and not cfg.resume:
+                for p in glob.glob(os.path.join(cfg.save_dir, "checkpoint*.pt")):
+                    os.unlink(p)
+        log_path = cfg.log_file or os.path.join(cfg.save_dir, "train.jsonl")
+        logf = open(log_path, "a" if cfg.resume else "w", encoding="utf-8") if lead else None
+        handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        progress = _Progress(lead, cfg)
+        window = {"nll": 0.0, "tok": 0, "time": 0.0, "norm": 0.0, "n": 0}
+        status, saved_at = "done", (st.update if cfg.resume else -1)  # a resumed state is saved already
+        if (cfg.max_updates and st.update >= cfg.max_updates) or (cfg.max_time and st.elapsed >= cfg.max_time):
+            status = "limit"  # a resumed run that already reached its limit: no further update
+            progress.write(f"update {st.update}: the run has already reached its --max-updates/--max-time limit")
+        log.info("training %s (%s parameters) on %d of %d pairs (at most %d tokens a side), %d process(es)",
+                 self.model.arch, f"{sum(p.numel() for p in self.model.parameters()):,}", len(self.eligible),
+                 len(self.train_src), self.max_len, self.world)
+        try:
+            while status == "done" and not (cfg.max_epochs and st.epoch >= cfg.max_epochs):
+                schedule = epoch_schedule(np.asarray(self.train_src.sizes), np.asarray(self.train_tgt.sizes),
+                                          self.eligible, cfg.batch_size, cfg.pool_batches, cfg.seed, st.epoch)
+                while st.batch_in_epoch < len(schedule):
+                    t0 = time.perf_counter()
+                    nll, ntok, norm = self._step(schedule[st.batch_in_epoch])
+                    dt = time.perf_counter() - t0
+                    st.update += 1
+                    st.batch_in_epoch += 1
+                    st.elapsed += dt
+                    for k, v in (("nll", nll), ("tok", ntok), ("time", dt), ("norm", norm), ("n", 1)):
+                        window[k] += v
+                    progress.step(st, nll / max(ntok, 1), ntok / max(dt, 1e-9))
+                    if st.update % cfg.log_every == 0 and lead:
+                        self._log_train(logf, window)
+                    stop = self._should_stop()
+                    if st.update % cfg.valid_every == 0 or stop:
+                        status = self._validate_and_save(logf, progress) if lead else status
+                        saved_at = st.update
+                        status = self._broadcast_status(status)
+                    if stop and status == "done":
+                        status = "interrupted" if self.stop_signal is not None else "limit"
+                    if status != "done":
+                        break
+                else:
+                    st.epoch += 1
+                    st.batch_in_epoch = 0
+            if saved_at != st.update and lead:
+                self._validate_and_save(logf, progress)
+        finally:
+            progress.close()
+            for s, h in handlers.items():
+                signal.signal(s, h)
+            if logf:
+                logf.close()
+        status = {"done": "done", "limit": "done"}.get(status, status)
+        return {"status": status, "update": st.update, "epoch": st.epoch, "best": st.best,
+                "best_update": st.best_update, "save_dir": cfg.save_dir, "history": st.history}
+
+    def _should_stop(self) -> bool:
+        cfg, st = self.cfg, self.state
+        stop = bool(self.stop_signal is not None or (cfg.max_updates and st.update >= cfg.max_updates)
+                    or (cfg.max_time and st.elapsed >= cfg.max_time))
+        if self.world > 1:  # every process must agree, or the collective calls would hang
+            import torch.distributed as dist
+
+            flag = torch.tensor([float(stop)], device=self.device)  # NCCL reduces only CUDA tensors
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            stop = bool(flag.item())
+        return stop
+
+    def _broadcast_status(self, status: str) -> str:
+        if self.world == 1:
+            return status
+        import torch.distributed as dist
+
+        box = [status]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def _validate_and_save(self, logf, progress) -> str:
+        cfg, st = self.cfg, self.state
+        result = {"update": st.update}
+        improved = True
+        if self.valid is not None:
+            result = self.validate()
+            value = result.get("valid_bleu") if cfg.best_metric == "bleu" else None
+            value = -result["valid_loss"] if value is None else value
+            improved = st.best is None or value > st.best
+            if improved:
+                st.best, st.best_update, st.bad_validations = value, st.update, 0
+            else:
+                st.bad_validations += 1
+        result.update(epoch=st.epoch + 1, elapsed=round(st.elapsed, 3), best_update=st.best_update)
+        st.history.append(result)
+        path = self.save(improved)
+        progress.write(_describe_validation(result) + f"; saved {path}")
+        logf.write(json.dumps({"type": "valid", **result}) + "\n")
+        logf.flush()
+        if cfg.patience and st.bad_validations >= cfg.patience:
+            progress.write(f"early stop: no improvement in {cfg.patience} validations (best at update "
+                           f"{st.best_update})")
+            return "early-stopped"
+        return "done"
+
+    def _log_train(self, logf, w: dict) -> None:
+        st = self.state
+        record = {"type": "train", "update": st.update, "epoch": st.epoch + 1, "loss": w["nll"] / max(w["tok"], 1),
+                  "ppl": math.exp(min(w["nll"] / max(w["tok"], 1), 100)),
+                  "tgt_tokens_per_s": w["tok"] / max(w["time"], 1e-9), "grad_norm": w["norm"] / w["n"],
+                  "elapsed": round(st.elapsed, 3)}
+        logf.write(json.dumps(record) + "\n")
+        logf.flush()
+        for k in w:
+            w[k] = 0 if k in ("tok", "n") else 0.0
+
+
+def _describe_validation(r: dict) -> str:
+    text = f"update {r['update']}: valid loss {r.get('valid_loss', float('nan')):.4f} ppl {r.get('valid_ppl', 0):.2f}"
+    if "valid_bleu" in r:
+        text += f", BLEU {r['valid_bleu']:.2f} on {r['valid_bleu_sentences']} sentences ({r['valid_bleu_signature']})"
+    return text
+
+
+class _Progress:
+    """A tqdm bar on a terminal; periodic log lines otherwise."""
+
+    def __init__(self, lead: bool, cfg: TrainConfig):
+        import sys
+
+        self.cfg = cfg
+        self.bar = None
+        self.lead = lead
+        if lead and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=cfg.max_updates or None, unit="upd", dynamic_ncols=True)
+
+    def step(self, st: TrainState, loss: float, tok_s: float) -> None:
+        if not self.lead:
+            return
+        to_valid = self.cfg.valid_every - st.update % self.cfg.valid_every
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix_str(f"epoch {st.epoch + 1} loss {loss:.3f} {tok_s:,.0f} tok/s valid in {to_valid}")
+        elif st.update % self.cfg.log_every == 0:
+            log.info("update %d epoch %d: loss %.4f, %.0f target tokens/s, validation in %d updates", st.update,
+                     st.epoch + 1, loss, tok_s, to_valid)
+
+    def write(self, text: str) -> None:
+        if not self.lead:
+            return
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            log.info("%s", text)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Train a model as ``cfg`` says; returns the summary of :meth:`Trainer.train`."""
+    return Trainer(cfg).train()

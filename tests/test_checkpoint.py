@@ -1,0 +1,214 @@
+"""Checkpoint files: round trip with weights_only loading, atomic writes, clear one-line errors on bad files."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import os
+import re
+
+import pytest
+import torch
+
+from nmtkit import __version__, checkpoint
+from nmtkit.errors import InputError
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def real_checkpoint(data_dir, tmp_path_factory):
+    """A checkpoint written by a real (2-update) training run of the tiny RNNsearch on 60 Multi30K pairs."""
+    from nmtkit.prepare import PrepareConfig, prepare
+    from nmtkit.train import TrainConfig, train
+
+    root = tmp_path_factory.mktemp("ckpt")
+    for split, name, n in (("train", "train", 60), ("valid", "val", 10)):
+        for lang in ("en", "fr"):
+            with open(data_dir / "multi30k" / f"{name}.{lang}", encoding="utf-8") as f:
+                (root / f"{split}.{lang}").write_text("".join(itertools.islice(f, n)), encoding="utf-8")
+    prepare(PrepareConfig("en", "fr", [str(root / "train")], str(root / "data"), valid=str(root / "valid"),
+                          src_vocab_size=50, tgt_vocab_size=60))
+    threads = torch.get_num_threads()
+    try:
+        train(TrainConfig(data=str(root / "data"), arch="rnnsearch-tiny", save_dir=str(root / "run"), batch_size=16,
+                          pool_batches=2, max_updates=2, valid_every=2, valid_bleu_sentences=2, threads=1))
+    finally:
+        torch.set_num_threads(threads)
+    return root / "run" / "checkpoint2.pt"
+
+
+_CACHE: dict = {}
+
+
+def _payload():
+    """A tiny model and a checkpoint payload for it (built once; each caller gets its own copy)."""
+    if not _CACHE:
+        _CACHE["v"] = _build_payload()
+    return copy.deepcopy(_CACHE["v"])
+
+
+def _build_payload():
+    from nmtkit.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model("rnnsearch-tiny", 12, 14)
+    return model, {
+        "arch": model.arch,
+        "config": model.config.to_dict(),
+        "source_lang": "en",
+        "target_lang": "fr",
+        "vocab": {"src": [f"s{i}" for i in range(12)], "tgt": [f"t{i}" for i in range(14)]},
+        "preprocessing": {"src": {"lang": "en"}, "tgt": {"lang": "fr"}},
+        "model": model.state_dict(),
+        "train": {"optimizer": torch.optim.Adadelta(model.parameters()).state_dict(),
+                  "rng": {"torch": torch.get_rng_state()}, "state": {"update": 3, "history": [{"valid_loss": 1.5}]}},
+    }
+
+
+def _assert_one_line(err: InputError, *words: str) -> None:
+    text = str(err)
+    assert "\n" not in text.strip()
+    assert "\x1b" not in text and "weights_only" not in text  # no terminal escapes, no advice to load unsafely
+    for w in words:
+        assert w in text, (w, text)
+
+
+def test_round_trip(tmp_path):
+    model, payload = _payload()
+    path = tmp_path / "c.pt"
+    checkpoint.save(payload, path)
+    loaded = checkpoint.load(path)
+    assert loaded["format"] == checkpoint.FORMAT_NAME and loaded["format_version"] == checkpoint.FORMAT_VERSION
+    for key in ("arch", "config", "source_lang", "target_lang", "vocab", "preprocessing"):
+        assert loaded[key] == payload[key]
+    assert loaded["model"].keys() == payload["model"].keys()
+    for k, v in payload["model"].items():
+        assert torch.equal(loaded["model"][k], v)
+    assert torch.equal(loaded["train"]["rng"]["torch"], payload["train"]["rng"]["torch"])
+    assert loaded["train"]["state"] == payload["train"]["state"]
+    # the model rebuilt from the file computes what the original computes
+    rebuilt = checkpoint.build_model(loaded).eval()
+    model.eval()
+    src = torch.tensor([[4, 5, 6, 3], [7, 3, 0, 0]])
+    lens = torch.tensor([4, 2])
+    tgt_in = torch.tensor([[2, 8, 9], [2, 10, 0]])
+    with torch.no_grad():
+        assert torch.equal(rebuilt(src, lens, tgt_in), model(src, lens, tgt_in))
+
+
+def test_real_checkpoint_loads_with_plain_weights_only_torch_load(real_checkpoint):
+    raw = torch.load(real_checkpoint, weights_only=True)  # no nmtkit class needed: tensors and containers only
+    assert raw["format"] == "nmtkit-checkpoint"
+    assert {"arch", "config", "vocab", "preprocessing", "model", "train"} <= raw.keys()
+    assert raw["train"]["optimizer"]["state"]  # Adadelta's running averages are there for resuming
+    assert checkpoint.load(real_checkpoint)["train"]["state"]["update"] == 2
+
+
+def test_atomic_write_leaves_no_temporary_file(tmp_path):
+    _, payload = _payload()
+    path = tmp_path / "c.pt"
+    checkpoint.save(payload, path)
+    checkpoint.save(payload, path)  # overwrite
+    assert sorted(os.listdir(tmp_path)) == ["c.pt"]
+
+
+def test_failed_write_keeps_the_old_file_and_no_temporary(tmp_path):
+    _, payload = _payload()
+    path = tmp_path / "c.pt"
+    checkpoint.save(payload, path)
+    before = path.read_bytes()
+    with pytest.raises(Exception):
+        checkpoint.save({**payload, "bad": lambda: None}, path)  # cannot be pickled: fails mid-write
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["c.pt"]
+
+
+def test_link_names_the_same_checkpoint(tmp_path):
+    _, payload = _payload()
+    checkpoint.save(payload, tmp_path / "checkpoint3.pt")
+    checkpoint.link(tmp_path / "checkpoint3.pt", tmp_path / "checkpoint_last.pt")
+    checkpoint.link(tmp_path / "checkpoint3.pt", tmp_path / "checkpoint_last.pt")  # replacing works too
+    os.unlink(tmp_path / "checkpoint3.pt")  # the link survives its source
+    assert checkpoint.load(tmp_path / "checkpoint_last.pt")["train"]["state"]["update"] == 3
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint_last.pt"]
+
+
+def test_unknown_format_version(tmp_path):
+    _, payload = _payload()
+    path = tmp_path / "future.pt"
+    torch.save({**payload, "format": "nmtkit-checkpoint", "format_version": 99}, path)
+    with pytest.raises(InputError) as e:
+        checkpoint.load(path)
+    _assert_one_line(e.value, str(path), "99")
+    after = str(e.value).replace(str(path), "").replace(__version__, "").split("99", 1)[1]
+    assert re.search(rf"\b{checkpoint.FORMAT_VERSION}\b", after), after  # names the version(s) this nmtkit reads
+
+
+def test_truncated_real_checkpoint(real_checkpoint, tmp_path):
+    data = real_checkpoint.read_bytes()
+    path = tmp_path / "half.pt"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError) as e:
+        checkpoint.load(path)
+    _assert_one_line(e.value, str(path), "truncated")
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00garbage\xff" * 100, b"PK\x03\x04" + b"\x01" * 64,
+                                     "plain text\nover lines\n".encode()])
+def test_garbage_file(tmp_path, content):
+    path = tmp_path / "junk.pt"
+    path.write_bytes(content)
+    with pytest.raises(InputError) as e:
+        checkpoint.load(path)
+    _assert_one_line(e.value, str(path), "not a readable checkpoint")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InputError) as e:
+        checkpoint.load(tmp_path / "nope.pt")
+    _assert_one_line(e.value, str(tmp_path / "nope.pt"), "no such")
+
+
+def test_foreign_torch_file(tmp_path):
+    path = tmp_path / "weights.pt"
+    torch.save({"weight": torch.zeros(2)}, path)
+    with pytest.raises(InputError) as e:
+        checkpoint.load(path)
+    _assert_one_line(e.value, str(path), "not an nmtkit checkpoint")
+
+
+@pytest.mark.parametrize("missing", ["arch", "config", "vocab", "preprocessing", "model"])
+def test_missing_keys(tmp_path, missing):
+    _, payload = _payload()
+    del payload[missing]
+    path = tmp_path / "c.pt"
+    checkpoint.save(payload, path)
+    with pytest.raises(InputError) as e:
+        checkpoint.load(path)
+    _assert_one_line(e.value, str(path), f"'{missing}'")
+
+
+class _Evil:
+    marker = None
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_loading_never_runs_code_from_the_file(tmp_path):
+    marker = tmp_path / "pwned"
+    evil = _Evil()
+    evil.marker = str(marker)
+    path = tmp_path / "evil.pt"
+    with open(path, "wb") as f:
+        torch.save({"format": "nmtkit-checkpoint", "format_version": 1, "x": evil}, f, pickle_protocol=2)
+    with pytest.raises(InputError) as e:
+        checkpoint.load(path)
+    _assert_one_line(e.value, str(path))
+    assert not marker.exists()

@@ -1,0 +1,635 @@
+"""Training (nmtkit.train and nmt-train) on small real Multi30K corpora with the tiny presets.
+
+What is proven here: the model can overfit a few dozen real pairs; the defaults are the paper's recipe and clipping
+really rescales; a resumed run reaches bit-identical weights; SIGTERM saves and resumes; two gloo processes equal one
+process; bad inputs give one-line errors and touch nothing; checkpoints are self-contained; the stopping rules work.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nmtkit import checkpoint
+from nmtkit.batching import collate, collate_source
+from nmtkit.prepare import PrepareConfig, prepare
+from nmtkit.train import TrainConfig, Trainer, train
+from nmtkit.vocab import PAD, Vocabulary
+
+REPO = Path(__file__).resolve().parents[1]
+NMT_TRAIN = str(REPO / "bin" / "nmt-train")
+
+
+# -- fixtures and helpers --------------------------------------------------------------------------------------------
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    n = torch.get_num_threads()  # the runs below use threads=1 (fast on shared cores); give the rest theirs back
+    yield
+    torch.set_num_threads(n)
+
+
+def _head(src, dst, n: int) -> None:
+    with open(src, encoding="utf-8") as f:
+        dst.write_text("".join(itertools.islice(f, n)), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def raw(data_dir, tmp_path_factory):
+    """The first 200 training and 20 validation pairs of Multi30K, as raw text files."""
+    root = tmp_path_factory.mktemp("raw")
+    for lang in ("en", "fr"):
+        _head(data_dir / "multi30k" / f"train.{lang}", root / f"train.{lang}", 200)
+        _head(data_dir / "multi30k" / f"val.{lang}", root / f"valid.{lang}", 20)
+    return root
+
+
+@pytest.fixture(scope="module")
+def small(raw, tmp_path_factory):
+    """200 real pairs prepared with joint BPE (150 merges) and small shortlists."""
+    dest = tmp_path_factory.mktemp("small") / "data"
+    prepare(PrepareConfig("en", "fr", [str(raw / "train")], str(dest), valid=str(raw / "valid"),
+                          src_vocab_size=120, tgt_vocab_size=130, bpe_merges=150))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def small_other_vocab(raw, tmp_path_factory):
+    """The same text as ``small`` with other shortlist sizes."""
+    dest = tmp_path_factory.mktemp("other") / "data"
+    prepare(PrepareConfig("en", "fr", [str(raw / "train")], str(dest), valid=str(raw / "valid"),
+                          src_vocab_size=90, tgt_vocab_size=130, bpe_merges=150))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def overfit_data(data_dir, tmp_path_factory):
+    """32 short real pairs (at most 7 words a side; at most 10 tokens after tokenisation), full vocabularies."""
+    root = tmp_path_factory.mktemp("overfit")
+    with open(data_dir / "multi30k" / "train.en", encoding="utf-8") as fe, \
+         open(data_dir / "multi30k" / "train.fr", encoding="utf-8") as ff:
+        pairs = [(e, f) for e, f in zip(fe, ff) if len(e.split()) <= 7 and len(f.split()) <= 7][:32]
+    assert len(pairs) == 32
+    (root / "train.en").write_text("".join(e for e, _ in pairs), encoding="utf-8")
+    (root / "train.fr").write_text("".join(f for _, f in pairs), encoding="utf-8")
+    prepare(PrepareConfig("en", "fr", [str(root / "train")], str(root / "data"), max_len=10))
+    return root / "data"
+
+
+def _cfg(data, save_dir, **kw) -> TrainConfig:
+    base = dict(arch="rnnsearch-tiny", batch_size=16, pool_batches=2, valid_every=4, valid_bleu_sentences=4,
+                valid_batch_size=20, log_every=1, threads=1)
+    base.update(kw)
+    return TrainConfig(data=str(data), save_dir=str(save_dir), **base)
+
+
+def _env() -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    return env
+
+
+def _nmt_train(*args, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, NMT_TRAIN, *map(str, args)], capture_output=True, text=True,
+                          env=_env(), timeout=timeout)
+
+
+def _load_state(path) -> dict:
+    return checkpoint.load(path)["train"]["state"]
+
+
+def _assert_same(a, b, where="") -> None:
+    """Deep equality of checkpoint parts; tensors bit for bit."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            _assert_same(a[k], b[k], f"{where}/{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for k, (x, y) in enumerate(zip(a, b)):
+            _assert_same(x, y, f"{where}[{k}]")
+    else:
+        assert a == b, where
+
+
+def _snapshot(directory) -> dict:
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        p = os.path.join(directory, name)
+        st = os.stat(p)
+        with open(p, "rb") as f:
+            out[name] = (st.st_size, st.st_mtime_ns, hashlib.sha256(f.read()).hexdigest())
+    return out
+
+
+def _teacher_forced_nll(model, src_corpus, tgt_corpus, ids) -> float:
+    model.eval()
+    batch = collate(src_corpus, tgt_corpus, np.asarray(ids))
+    with torch.no_grad():
+        logits = model(batch.src, batch.src_lens, batch.tgt_in)
+    return float(F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD,
+                                 reduction="sum")) / batch.num_tokens
+
+
+# -- learning --------------------------------------------------------------------------------------------------------
+
+def test_overfits_a_few_dozen_real_pairs(overfit_data, tmp_path):
+    from nmtkit.manifest import PreparedData
+    from nmtkit.search import greedy
+
+    data = PreparedData.open(overfit_data)
+    src, tgt = data.corpus("train", "en"), data.corpus("train", "fr")
+    assert len(src) >= 28 and max(src.sizes) <= 10 and max(tgt.sizes) <= 10
+    ids = np.arange(len(src))
+    summary = train(_cfg(overfit_data, tmp_path / "run", optimizer="adam", lr=0.02, batch_size=32, pool_batches=1,
+                         max_updates=150, valid_every=1000, valid_bleu_sentences=0, log_every=10))
+    assert summary["status"] == "done" and summary["update"] == 150
+
+    model = checkpoint.build_model(checkpoint.load(tmp_path / "run" / "checkpoint_last.pt"))
+    fresh = checkpoint.build_model({**checkpoint.load(tmp_path / "run" / "checkpoint_last.pt"),
+                                    "model": type(model)(model.config).state_dict()})
+    assert _teacher_forced_nll(fresh, src, tgt, ids) > 3.0  # an untrained model is far from it
+    nll = _teacher_forced_nll(model, src, tgt, ids)
+    assert nll < 0.1, f"training NLL per token {nll:.4f} after 150 updates"
+    # the training log went down with it
+    losses = [r["loss"] for r in map(json.loads, open(tmp_path / "run" / "train.jsonl")) if r["type"] == "train"]
+    assert len(losses) == 15 and losses[-1] < 0.2 * losses[0]
+
+    batch_src, lens = collate_source([src[i] for i in ids])
+    hyps = greedy(model, batch_src, lens)
+    exact = sum(h.tokens == tgt[i].tolist() for i, h in zip(ids, hyps))
+    assert exact >= 0.9 * len(ids), f"greedy reproduced {exact} of {len(ids)} training targets"
+    # batched decoding (with padding) finds what decoding each sentence alone finds
+    for i in ids[:6]:
+        one_src, one_len = collate_source([src[i]])
+        alone = greedy(model, one_src, one_len)[0]
+        assert alone.tokens == hyps[i].tokens
+        assert alone.score == pytest.approx(hyps[i].score, abs=1e-4)
+
+
+# -- the paper's recipe ----------------------------------------------------------------------------------------------
+
+def test_default_recipe_is_the_papers(small, tmp_path):
+    from nmtkit.cli.train import main
+
+    cfg = TrainConfig(data=str(small), arch="rnnsearch-tiny", save_dir=str(tmp_path / "run"))
+    assert (cfg.optimizer, cfg.lr, cfg.rho, cfg.eps) == ("adadelta", 1.0, 0.95, 1e-6)
+    assert (cfg.batch_size, cfg.pool_batches, cfg.clip_norm) == (80, 20, 1.0)
+    # the command line has the same defaults
+    defaults = {p.name: p.default for p in main.params}
+    for name in ("optimizer", "lr", "rho", "eps", "batch_size", "pool_batches", "clip_norm"):
+        assert defaults[name] == getattr(cfg, name), name
+    # and the optimizer built from them is the paper's Adadelta over every weight
+    cfg.threads = 1
+    trainer = Trainer(cfg)
+    opt = trainer.optimizer
+    assert type(opt) is torch.optim.Adadelta
+    group = opt.param_groups[0]
+    assert (group["rho"], group["eps"], group["lr"], group["weight_decay"]) == (0.95, 1e-6, 1.0, 0)
+    assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == \
+        sum(p.numel() for p in trainer.model.parameters())
+
+
+@pytest.mark.parametrize("clip_norm", [1.0, 0.0])
+def test_gradient_is_rescaled_to_norm_one(small, tmp_path, monkeypatch, clip_norm):
+    """The optimizer sees g * 1/||g|| when ||g|| > 1 (and the raw g with clipping off), g of the GroundHog cost."""
+    import nmtkit.train as train_mod
+
+    seen_ids = []
+
+    def recording_collate(src, tgt, ids):
+        seen_ids.append(np.array(ids))
+        return collate(src, tgt, ids)
+
+    monkeypatch.setattr(train_mod, "collate", recording_collate)
+    trainer = Trainer(_cfg(small, tmp_path / "run", batch_size=80, pool_batches=20, max_updates=1,
+                           clip_norm=clip_norm, valid_bleu_sentences=0))
+    with torch.no_grad():  # a model with a huge gradient: large output weights
+        trainer.model.W_o.mul_(300.0)
+    reference = copy.deepcopy(trainer.model)
+    grads_at_step = []
+    step = trainer.optimizer.step
+
+    def recording_step(*a, **k):
+        grads_at_step.append([p.grad.detach().clone() for p in trainer.model.parameters()])
+        return step(*a, **k)
+
+    trainer.optimizer.step = recording_step
+    trainer.train()
+    assert len(grads_at_step) == 1
+    ids = seen_ids[0]
+    assert len(ids) == 80
+
+    # the unclipped gradient of: summed target NLL averaged over the batch's sentences
+    batch = collate(trainer.train_src, trainer.train_tgt, ids)
+    reference.train()
+    logits = reference(batch.src, batch.src_lens, batch.tgt_in)
+    loss = F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD,
+                           reduction="sum") / len(ids)
+    loss.backward()
+    raw_grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in reference.parameters()]
+    raw_norm = float(torch.sqrt(sum((g.double() ** 2).sum() for g in raw_grads)))
+    assert raw_norm > 10, raw_norm  # far above the threshold of 1
+
+    got = grads_at_step[0]
+    got_norm = float(torch.sqrt(sum((g.double() ** 2).sum() for g in got)))
+    scale = 1.0 / raw_norm if clip_norm else 1.0
+    if clip_norm:
+        assert got_norm <= 1.0 + 1e-5 and got_norm == pytest.approx(1.0, rel=1e-4)
+    else:
+        assert got_norm == pytest.approx(raw_norm, rel=1e-4)
+    for g, r in zip(got, raw_grads):
+        torch.testing.assert_close(g, r * scale, rtol=1e-4, atol=1e-7 * max(scale * raw_norm, 1.0))
+
+
+# -- resuming --------------------------------------------------------------------------------------------------------
+
+def _batches_per_epoch(data_dir, batch_size: int, pool_batches: int) -> int:
+    """Minibatches in an epoch of the pooled schedule: full pools give pool_batches, the rest ceil(rest / size)."""
+    from nmtkit.manifest import PreparedData
+
+    data = PreparedData.open(data_dir)
+    src, tgt = data.corpus("train", "en"), data.corpus("train", "fr")
+    assert max(src.sizes) <= 50 and max(tgt.sizes) <= 50  # every pair is trained on (tiny preset: max_len 50)
+    pool = batch_size * pool_batches
+    return len(src) // pool * pool_batches + math.ceil(len(src) % pool / batch_size)
+
+
+# stop and total are relative to the epoch's length E (batches of 16 in pools of 2 batches)
+@pytest.mark.parametrize("stop, total, options", [
+    (6, 11, {}),  # interrupted mid-epoch, resumed within it
+    (-3, 4, {"dropout": 0.3}),  # mid-epoch, resumed across the epoch boundary; dropout draws random numbers
+    (0, 3, {}),  # interrupted exactly at the end of the first epoch
+], ids=["mid-epoch", "across-epochs-dropout", "epoch-end"])
+def test_resume_equals_uninterrupted(small, tmp_path, stop, total, options):
+    epoch = _batches_per_epoch(small, 16, 2)
+    assert epoch > 11  # so that 6 and 11 lie inside the first epoch
+    if stop <= 0:
+        stop, total = epoch + stop, epoch + total
+    straight = train(_cfg(small, tmp_path / "A", max_updates=total, model_options=options))
+    assert straight["update"] == total
+
+    first = train(_cfg(small, tmp_path / "B", max_updates=stop, model_options=options, keep_last=100))
+    assert first["update"] == stop
+    at_stop = _load_state(tmp_path / "B" / "checkpoint_last.pt")
+    assert at_stop["update"] == stop
+    if stop < epoch:
+        assert (at_stop["epoch"], at_stop["batch_in_epoch"]) == (0, stop)
+    else:
+        assert (at_stop["epoch"], at_stop["batch_in_epoch"]) in ((0, epoch), (1, 0))
+    second = train(_cfg(small, tmp_path / "B", max_updates=total, model_options=options, resume=True,
+                        keep_last=100))
+    assert second["update"] == total
+
+    records = [json.loads(line) for line in open(tmp_path / "B" / "train.jsonl")]
+    updates = [r["update"] for r in records if r["type"] == "train"]
+    assert updates == list(range(1, total + 1))  # the resumed run went on from stop + 1, and appended its log
+
+    a = checkpoint.load(tmp_path / "A" / "checkpoint_last.pt")
+    b = checkpoint.load(tmp_path / "B" / "checkpoint_last.pt")
+    mid = checkpoint.load(tmp_path / "B" / f"checkpoint{stop}.pt")
+    assert a["model"].keys() == b["model"].keys()
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    assert not all(torch.equal(a["model"][k], mid["model"][k]) for k in a["model"])  # it did train after resuming
+    _assert_same(a["train"]["optimizer"], b["train"]["optimizer"], "optimizer")
+    assert torch.equal(a["train"]["rng"]["torch"], b["train"]["rng"]["torch"])
+    for key in ("update", "epoch", "batch_in_epoch"):
+        assert a["train"]["state"][key] == b["train"]["state"][key], key
+
+
+def test_resuming_a_finished_run_trains_no_further(small, finished_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    before = _snapshot(run)
+    summary = train(_cfg(small, run, max_updates=4, valid_every=2, valid_bleu_sentences=0, resume=True))
+    assert (summary["status"], summary["update"]) == ("done", 4)
+    assert _snapshot(run) == before
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_saves_and_resume_continues(small, tmp_path, signum):
+    run = tmp_path / "run"
+    args = [small, "--arch", "rnnsearch-tiny", "--save-dir", run, "--batch-size", 8, "--pool-batches", 2,
+            "--valid-every", 100000, "--valid-bleu-sentences", 2, "--log-every", 1, "--threads", 1]
+    proc = subprocess.Popen([sys.executable, NMT_TRAIN, *map(str, args), "--max-updates", "100000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    log = run / "train.jsonl"
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and proc.poll() is None:
+            if log.is_file() and any('"type": "train"' in line for line in open(log)):
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    last_line = err.strip().splitlines()[-1]
+    assert "interrupted at update" in last_line and "--resume" in last_line and str(run) in last_line, err
+    n = int(last_line.split("interrupted at update ")[1].split(";")[0])
+    assert n >= 1
+    assert _load_state(run / "checkpoint_last.pt")["update"] == n
+    assert not [f for f in os.listdir(run) if f.endswith(".tmp")]
+    trained = [json.loads(line)["update"] for line in open(log) if '"type": "train"' in line]
+    assert trained == list(range(1, n + 1))
+    if signum != signal.SIGTERM:
+        return  # resuming is the same whatever stopped the run
+
+    res = _nmt_train(*args, "--max-updates", n + 3, "--resume")
+    assert res.returncode == 0, res.stderr
+    assert f"resumed from update {n}" in res.stderr
+    assert _load_state(run / "checkpoint_last.pt")["update"] == n + 3
+    trained = [json.loads(line)["update"] for line in open(log) if '"type": "train"' in line]
+    assert trained == list(range(1, n + 4))
+
+
+# -- data parallel ---------------------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("recipe", [
+    {},  # the paper's: Adadelta, clipping at norm 1 (of the gradient summed over processes)
+    {"optimizer": "sgd", "lr": 0.5, "clip_norm": 0.0},  # plain SGD: any error in the gradient's scale shows
+], ids=["adadelta-clipped", "sgd-unclipped"])
+def test_two_process_data_parallel_equals_one_process(small, tmp_path, recipe):
+    # batches of 15: the two processes get 8 and 7 sentences
+    common = dict(batch_size=15, pool_batches=2, max_updates=4, valid_every=100, valid_bleu_sentences=0, **recipe)
+    single = Trainer(_cfg(small, tmp_path / "one", **common))
+    initial = {k: v.clone() for k, v in single.model.state_dict().items()}
+    single.train()
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), NMT_TRAIN, str(small),
+           "--arch", "rnnsearch-tiny", "--save-dir", str(tmp_path / "two"), "--threads", "1",
+           *itertools.chain.from_iterable((f"--{k.replace('_', '-')}", str(v)) for k, v in common.items())]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stderr.count("2 process(es)") == 2, res.stderr[-3000:]  # both ranks ran, as one job of two
+
+    one = checkpoint.load(tmp_path / "one" / "checkpoint_last.pt")
+    two = checkpoint.load(tmp_path / "two" / "checkpoint_last.pt")
+    assert one["train"]["state"]["update"] == two["train"]["state"]["update"] == 4
+    moved = 0.0
+    for k, w in one["model"].items():
+        torch.testing.assert_close(two["model"][k], w, rtol=0, atol=1e-5, msg=k)
+        moved = max(moved, float((w - initial[k]).abs().max()))
+    assert moved > 1e-3  # the updates were real, so equality is not trivial
+    assert one["train"]["state"]["history"][-1]["valid_loss"] == \
+        pytest.approx(two["train"]["state"]["history"][-1]["valid_loss"], rel=1e-5)
+
+
+# -- bad input through the command line ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def finished_run(small, tmp_path_factory):
+    """A save directory holding the checkpoints of a 4-update run on ``small``."""
+    run = tmp_path_factory.mktemp("finished") / "run"
+    threads = torch.get_num_threads()
+    try:
+        train(_cfg(small, run, max_updates=4, valid_every=2, valid_bleu_sentences=0))
+    finally:
+        torch.set_num_threads(threads)
+    return run
+
+
+def _other_format(small, tmp, run, other):
+    data = tmp / "data-v2"
+    shutil.copytree(small, data)
+    manifest = json.loads((data / "manifest.json").read_text(encoding="utf-8"))
+    manifest["format_version"] = 2
+    (data / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    return [data, "--arch", "rnnsearch-tiny", "--force"], [str(data / "manifest.json"), "version 2"]
+
+
+def _not_prepared(small, tmp, run, other):
+    raw = tmp / "raw"
+    raw.mkdir()
+    (raw / "train.en").write_text("A man.\n", encoding="utf-8")
+    (raw / "train.fr").write_text("Un homme.\n", encoding="utf-8")
+    return [raw, "--arch", "rnnsearch-tiny", "--force"], [str(raw), "manifest.json"]
+
+
+def _vocab_mismatch(small, tmp, run, other):
+    ours, theirs = len(Vocabulary.load(small / "vocab.en")), len(Vocabulary.load(other / "vocab.en"))
+    assert ours != theirs
+    return [other, "--arch", "rnnsearch-tiny", "--resume"], [str(run / "checkpoint_last.pt"), "src vocabulary",
+                                                             f"({ours} ", f"({theirs} "]
+
+
+def _truncated_last(small, tmp, run, other):
+    last = run / "checkpoint_last.pt"
+    data = last.read_bytes()
+    last.unlink()  # a hard link to a numbered checkpoint: break the link, then truncate only this name
+    last.write_bytes(data[: len(data) // 2])
+    return [small, "--arch", "rnnsearch-tiny", "--resume"], [str(last), "truncated"]
+
+
+def _garbage_last(small, tmp, run, other):
+    last = run / "checkpoint_last.pt"
+    last.unlink()
+    last.write_bytes(os.urandom(5000))
+    return [small, "--arch", "rnnsearch-tiny", "--resume"], [str(last), "corrupt"]
+
+
+def _unknown_preset(small, tmp, run, other):
+    return [small, "--arch", "rnnsearch-huge", "--force"], ["rnnsearch-huge", "rnnsearch-tiny"]
+
+
+def _unknown_model_option(small, tmp, run, other):
+    return [small, "--arch", "rnnsearch-tiny", "-o", "hiden_dim=64", "--force"], ["hiden_dim", "hidden_dim"]
+
+
+def _bad_model_value(small, tmp, run, other):
+    return [small, "--arch", "rnnsearch-tiny", "-o", "hidden_dim=-3", "--force"], ["hidden_dim", "-3"]
+
+
+def _existing_checkpoints(small, tmp, run, other):
+    return [small, "--arch", "rnnsearch-tiny"], [str(run), "--resume", "--force"]
+
+
+def _arch_mismatch(small, tmp, run, other):
+    return [small, "--arch", "rnnencdec-tiny", "--resume"], ["rnnencdec", "checkpoint_last.pt"]
+
+
+BAD_INPUTS = {
+    "other-format-version": _other_format,
+    "not-prepared": _not_prepared,
+    "vocab-mismatch": _vocab_mismatch,
+    "truncated-last": _truncated_last,
+    "garbage-last": _garbage_last,
+    "unknown-preset": _unknown_preset,
+    "unknown-model-option": _unknown_model_option,
+    "bad-model-value": _bad_model_value,
+    "existing-checkpoints": _existing_checkpoints,
+    "arch-mismatch": _arch_mismatch,
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_one_line_and_touches_nothing(case, small, small_other_vocab, finished_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    args, words = BAD_INPUTS[case](small, tmp_path, run, small_other_vocab)
+    before = _snapshot(run)
+    assert any(n.startswith("checkpoint") for n in before)
+
+    res = _nmt_train(*args, "--save-dir", run, "--threads", 1)
+    assert res.returncode == 1, (res.returncode, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("nmt-train: error: ")
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    assert _snapshot(run) == before
+
+
+def test_resume_without_a_checkpoint(small, tmp_path):
+    run = tmp_path / "empty"
+    run.mkdir()
+    res = _nmt_train(small, "--arch", "rnnsearch-tiny", "--save-dir", run, "--resume")
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(run) in lines[0] and "checkpoint_last.pt" in lines[0], res.stderr
+    assert os.listdir(run) == []
+
+
+# -- checkpoints of a run --------------------------------------------------------------------------------------------
+
+def test_checkpoints_are_self_contained_and_rotated(small, raw, tmp_path):
+    from nmtkit.manifest import PreparedData
+    from nmtkit.models import get_config
+    from nmtkit.text import Preprocessor, TextConfig
+
+    run = tmp_path / "run"
+    trainer = Trainer(_cfg(small, run, max_updates=8, valid_every=2, keep_last=2, log_every=2))
+    summary = trainer.train()
+    assert summary["update"] == 8
+
+    # rotation: the two newest numbered checkpoints, plus last and best
+    files = sorted(f for f in os.listdir(run) if f.endswith(".pt"))
+    assert files == ["checkpoint6.pt", "checkpoint8.pt", "checkpoint_best.pt", "checkpoint_last.pt"]
+    assert (run / "checkpoint_last.pt").read_bytes() == (run / "checkpoint8.pt").read_bytes()
+    history = summary["history"]
+    assert [h["update"] for h in history] == [2, 4, 6, 8]
+    bleus = [h["valid_bleu"] for h in history]
+    best_update = history[bleus.index(max(bleus))]["update"]  # the first of the best
+    assert summary["best_update"] == best_update
+    best = checkpoint.load(run / "checkpoint_best.pt")
+    assert best["train"]["state"]["update"] == best_update
+    assert checkpoint.load(run / "checkpoint_last.pt")["train"]["state"]["update"] == 8
+
+    # the JSON log: one train record per log interval, one valid record per validation
+    records = [json.loads(line) for line in open(run / "train.jsonl")]
+    assert [r["update"] for r in records if r["type"] == "train"] == [2, 4, 6, 8]
+    assert [r["update"] for r in records if r["type"] == "valid"] == [2, 4, 6, 8]
+    for r in records:
+        if r["type"] == "train":
+            assert r["loss"] > 0 and r["tgt_tokens_per_s"] > 0 and math.isfinite(r["grad_norm"])
+
+    payload = checkpoint.load(run / "checkpoint_last.pt")
+    data = PreparedData.open(small)
+    src_vocab, tgt_vocab = Vocabulary.load(small / "vocab.en"), Vocabulary.load(small / "vocab.fr")
+    assert payload["vocab"] == {"src": src_vocab.tokens, "tgt": tgt_vocab.tokens}
+    assert (payload["source_lang"], payload["target_lang"]) == ("en", "fr")
+    codes = (small / "bpe.codes").read_text(encoding="utf-8")
+    assert codes.count("\n") > 100
+    for side, lang in (("src", "en"), ("tgt", "fr")):
+        pre = payload["preprocessing"][side]
+        assert pre["bpe_codes"] == codes
+        assert pre["lang"] == lang
+        assert {k: v for k, v in pre.items() if k != "bpe_codes"} == \
+            {k: v for k, v in data.manifest["preprocessing"][lang].items() if k != "bpe_codes"}
+    assert payload["arch"] == "rnnsearch"
+    assert payload["config"] == get_config("rnnsearch-tiny", src_vocab_size=len(src_vocab),
+                                           tgt_vocab_size=len(tgt_vocab)).to_dict()
+    assert payload["train"]["config"]["data"] == str(small)
+
+    # the checkpoint alone turns raw validation sentences into the ids the prepared data holds
+    subwords = 0
+    for side, lang in (("src", "en"), ("tgt", "fr")):
+        pre = Preprocessor(TextConfig.from_dict(payload["preprocessing"][side]))
+        vocab = Vocabulary(payload["vocab"][side])
+        corpus = data.corpus("valid", lang)
+        for i, line in enumerate((raw / f"valid.{lang}").read_text(encoding="utf-8").splitlines()):
+            tokens = pre.tokenize(line)
+            subwords += sum(t.endswith("@@") for t in tokens)
+            assert vocab.encode(tokens).tolist() == corpus[i].tolist(), (lang, i)
+    assert subwords > 0  # BPE was really applied, from the codes in the checkpoint
+
+    # and rebuilds a model that computes exactly what the trained one computes
+    model = checkpoint.build_model(payload).eval()
+    trainer.model.eval()
+    batch = collate(data.corpus("valid", "en"), data.corpus("valid", "fr"), np.arange(10))
+    with torch.no_grad():
+        assert torch.equal(model(batch.src, batch.src_lens, batch.tgt_in),
+                           trainer.model(batch.src, batch.src_lens, batch.tgt_in))
+
+
+# -- stopping rules --------------------------------------------------------------------------------------------------
+
+def test_early_stopping_with_patience(small, tmp_path):
+    summary = train(_cfg(small, tmp_path / "run", optimizer="sgd", lr=0.0, best_metric="loss", patience=2,
+                         valid_every=2, max_updates=100, valid_bleu_sentences=0))
+    # nothing can improve: the first validation is the best, two more without improvement stop the run
+    assert summary["status"] == "early-stopped"
+    assert summary["update"] == 6
+    assert [h["update"] for h in summary["history"]] == [2, 4, 6]
+    assert len({h["valid_loss"] for h in summary["history"]}) == 1
+    assert summary["best_update"] == 2
+    assert checkpoint.load(tmp_path / "run" / "checkpoint_best.pt")["train"]["state"]["update"] == 2
+    assert _load_state(tmp_path / "run" / "checkpoint_last.pt")["update"] == 6
+
+
+def test_max_epochs_stops_the_run(small, tmp_path):
+    from nmtkit.manifest import PreparedData
+
+    data = PreparedData.open(small)
+    n = len(data.corpus("train", "en"))
+    assert max(data.corpus("train", "en").sizes) <= 50 and max(data.corpus("train", "fr").sizes) <= 50
+    summary = train(_cfg(small, tmp_path / "run", batch_size=64, pool_batches=1, max_epochs=2, valid_every=1000,
+                         valid_bleu_sentences=0))
+    assert summary["status"] == "done"
+    assert summary["update"] == 2 * math.ceil(n / 64)  # every pair once per epoch, two epochs
+    assert summary["epoch"] == 2
+    assert _load_state(tmp_path / "run" / "checkpoint_last.pt")["update"] == summary["update"]
+
+
+def test_max_time_stops_the_run(small, tmp_path):
+    t0 = time.monotonic()
+    summary = train(_cfg(small, tmp_path / "run", max_time=1.5, valid_every=100000, valid_bleu_sentences=0,
+                         log_every=100000))
+    wall = time.monotonic() - t0
+    assert summary["status"] == "done"
+    state = _load_state(tmp_path / "run" / "checkpoint_last.pt")
+    assert state["update"] == summary["update"] >= 1
+    assert state["elapsed"] >= 1.5
+    assert state["elapsed"] < 1.5 + 5  # stopped within an update or so (one tiny update is far below a second)
+    assert wall < 60
