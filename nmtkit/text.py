@@ -90,23 +90,30 @@ class Preprocessor:
 
     def merge_subwords(self, tokens: list[str]) -> list[str]:
         """Undo BPE: join units that end in the separator with the unit after them."""
-        if self._bpe is None:
-            return tokens
-        sep = self.config.bpe_separator
-        words, pending = [], ""
-        for tok in tokens:
-            if tok.endswith(sep):
-                pending += tok[: -len(sep)]
-            else:
-                words.append(pending + tok)
-                pending = ""
-        if pending:
-            words.append(pending)
-        return words
+        return tokens if self._bpe is None else words_of(tokens, self.config.bpe_separator)[0]
 
     def detokenize(self, tokens: list[str]) -> str:
         """Model tokens back to running text: merge subwords, then Moses detokenisation."""
         return self._detokenizer.detokenize(self.merge_subwords(tokens), return_str=True, unescape=False)
+
+
+def words_of(tokens: list[str], sep: str = BPE_SEPARATOR) -> tuple[list[str], list[int]]:
+    """Merge subword units into words: (words, index of the word each unit belongs to).
+
+    >>> words_of(["un@@", "believ@@", "able", "man"])
+    (['unbelievable', 'man'], [0, 0, 0, 1])
+    """
+    words, owner, pending = [], [], ""
+    for tok in tokens:
+        owner.append(len(words))
+        if tok.endswith(sep):
+            pending += tok[: -len(sep)]
+        else:
+            words.append(pending + tok)
+            pending = ""
+    if pending:
+        words.append(pending)
+    return words, owner
 
 
 def learn_bpe_codes(word_counts: Mapping[str, int], merges: int, min_frequency: int = 2) -> str:

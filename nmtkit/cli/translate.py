@@ -1,0 +1,163 @@
+"""``nmt-translate``: checkpoint(s) + raw text → translations, one line out per line in, in order, streaming."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+import click
+
+from nmtkit.cli import run, setup_logging
+
+
+def read_input(stream, name: str):
+    """(line number, text) for every line of a binary stream, split on b"\\n" only; invalid UTF-8 is reported
+    with its line number and decoded with U+FFFD in place of the bad bytes, so no line is lost."""
+    for lineno, raw in enumerate(stream, start=1):
+        raw = raw[:-1] if raw.endswith(b"\n") else raw
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            click.echo(f"nmt-translate: warning: {name}:{lineno}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at "
+                       f"column {e.start + 1}); translated with U+FFFD in place of the bad bytes", err=True)
+            text = raw.decode("utf-8", errors="replace")
+        yield lineno, text
+
+
+@contextlib.contextmanager
+def _output(path: str | None):
+    """stdout for None or '-', else a file written atomically (renamed into place only on success)."""
+    if path in (None, "-"):
+        yield sys.stdout
+    else:
+        from nmtkit.files import atomic_file
+
+        with atomic_file(path) as f:
+            yield f
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.option("--model", "-m", "models", multiple=True, required=True, type=click.Path(dir_okay=False),
+              help="Checkpoint; repeat for an ensemble (averaged log-probabilities).")
+@click.option("--input", "-i", "input_path", default="-", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Input text [stdin].")
+@click.option("--output", "-o", "output_path", default="-", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Translations [stdout].")
+@click.option("--beam", "-b", default=12, show_default=True, help="Beam size; 1 = greedy.")
+@click.option("--lenpen", default=1.0, show_default=True,
+              help="Rank finished hypotheses by logprob / length**LENPEN (0 = raw log-probability).")
+@click.option("--max-len-a", default=2.0, show_default=True, help="At most A * source words + B output tokens.")
+@click.option("--max-len-b", default=10, show_default=True)
+@click.option("--no-unk", is_flag=True, help="Never generate the unknown-word token.")
+@click.option("--replace-unk", is_flag=True,
+              help="Replace each generated <unk> by the most attended source word (or its --unk-dict entry).")
+@click.option("--unk-dict", type=click.Path(dir_okay=False), help="'source target' word pairs for --replace-unk.")
+@click.option("--nbest", default=1, show_default=True, help="Write the N best hypotheses (Moses n-best format).")
+@click.option("--nbest-file", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Where the n-best list goes [stdout, instead of the translations].")
+@click.option("--alignments", type=click.Path(dir_okay=False), help="Write Pharaoh word alignments (i-j) here.")
+@click.option("--attention", type=click.Path(dir_okay=False),
+              help="Write the soft attention matrices here (JSON lines, for nmt-align and plotting).")
+@click.option("--scores", type=click.Path(dir_okay=False), help="Write each translation's log-probability here.")
+@click.option("--tokenized", is_flag=True, help="Input is tokenised words; output tokenised words (no detok).")
+@click.option("--batch-size", default=64, show_default=True, help="Sentences decoded together.")
+@click.option("--window", default=0, help="Lines read and length-sorted together [10 x batch size].")
+@click.option("--max-source-len", default=250, show_default=True,
+              help="Longer lines are translated in pieces of at most this many tokens (with a warning).")
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--threads", default=0, help="Torch threads (0 = torch's default).")
+@click.option("--bf16", is_flag=True, help="bfloat16 autocast.")
+@click.option("--quiet", "-q", is_flag=True)
+def main(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, no_unk, replace_unk, unk_dict, nbest,
+         nbest_file, alignments, attention, scores, tokenized, batch_size, window, max_source_len, device, threads,
+         bf16, quiet):
+    """Translate text with one or more checkpoints: exactly one output line per input line, in order.
+
+    \b
+      nmt-translate -m runs/rnnsearch/checkpoint_best.pt < newstest2014.en > out.fr
+      nmt-translate -m a.pt -m b.pt --beam 12 --nbest 5 --nbest-file out.nbest -i in.en -o out.fr
+    """
+    args = dict(locals())
+    setup_logging(quiet)
+    run("nmt-translate", lambda: _translate(**args))
+
+
+def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, no_unk, replace_unk, unk_dict,
+               nbest, nbest_file, alignments, attention, scores, tokenized, batch_size, window, max_source_len,
+               device, threads, bf16, quiet):
+    import json
+
+    import torch
+
+    from nmtkit.errors import InputError
+    from nmtkit.translate import Translator, load_unk_dict, pharaoh
+
+    if threads:
+        torch.set_num_threads(threads)
+    if nbest > 1 and nbest_file is None and output_path in (None, "-"):
+        nbest_file = "-"
+    translator = Translator(list(models), device=device, beam=beam, nbest=nbest, lenpen=lenpen, max_len_a=max_len_a,
+                            max_len_b=max_len_b, no_unk=no_unk, replace_unk=replace_unk,
+                            unk_dict=load_unk_dict(unk_dict) if unk_dict else None, batch_size=batch_size,
+                            window=window or None, tokenized=tokenized, max_source_len=max_source_len,
+                            need_attention=bool(alignments or attention), bf16=bf16)
+    if input_path == "-":
+        stream, name = sys.stdin.buffer, "<stdin>"
+    else:
+        try:
+            stream, name = open(input_path, "rb"), input_path
+        except OSError as e:
+            raise InputError(f"cannot open: {e.strerror}", input_path) from None
+    progress = None
+    if sys.stderr.isatty() and not quiet:
+        from tqdm import tqdm
+
+        progress = tqdm(unit="line", dynamic_ncols=True)
+    with contextlib.ExitStack() as stack:
+        main_out = None if nbest_file == "-" else stack.enter_context(_output(output_path))
+        nbest_out = stack.enter_context(_output(nbest_file)) if nbest_file else None
+        align_out = stack.enter_context(_output(alignments)) if alignments else None
+        attn_out = stack.enter_context(_output(attention)) if attention else None
+        score_out = stack.enter_context(_output(scores)) if scores else None
+        outputs = [f for f in (main_out, nbest_out, align_out, attn_out, score_out) if f is not None]
+        count = 0
+        for t in translator.translate(read_input(stream, name)):
+            if main_out is not None:
+                main_out.write(t.text + "\n")
+            if nbest_out is not None:
+                for text, logprob, norm, length in t.nbest:
+                    nbest_out.write(f"{t.line - 1} ||| {text} ||| logprob= {logprob:.6f} length= {length} ||| "
+                                    f"{norm:.6f}\n")
+            if align_out is not None:
+                align_out.write(pharaoh(t.alignment) + "\n")
+            if attn_out is not None:
+                attn_out.write(json.dumps({"line": t.line, **t.attention}, ensure_ascii=False) + "\n")
+            if score_out is not None:
+                score_out.write(f"{t.score:.6f}\n")
+            count += 1
+            if progress is not None:
+                progress.update(1)
+            if count % translator.batch_size == 0 or count == 1:
+                for f in outputs:
+                    f.flush()
+        for f in outputs:
+            f.flush()
+    if progress is not None:
+        progress.close()
+    if stream is not sys.stdin.buffer:
+        stream.close()
+
+
+def entry() -> None:
+    """Run main(), ending quietly when the reader of stdout goes away (``nmt-translate ... | head``)."""
+    try:
+        main(prog_name="nmt-translate")
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,250 @@
+"""Translating text with checkpoints (the library behind ``nmt-translate``).
+
+:class:`Translator` loads one or more checkpoints (an ensemble when several: their vocabularies and preprocessing
+must match) and turns raw lines into translations, **one result per input line, in input order**:
+
+- each line gets the preprocessing recorded in the checkpoint (normalisation, Moses tokenisation, lowercasing,
+  BPE) — or, with ``tokenized=True``, is taken as already tokenised words;
+- empty lines give empty translations without decoding; a line of more than ``max_source_len`` model tokens is
+  cut at word boundaries into pieces that are translated separately and joined (a warning says so);
+- lines are read in windows of ``window`` lines, sorted by length into batches of ``batch_size`` within the window,
+  decoded with batched beam search (:mod:`nmtkit.search`), and the results given back in input order, window by
+  window, so memory does not grow with the input;
+- the output undoes the preprocessing (BPE merge, Moses detokenisation) unless ``tokenized``.
+
+Alignments (Pharaoh ``i-j``, source-target, 0-based) are on Moses-tokenised words, computed as ``nmt-align``
+computes them (:func:`nmtkit.align.word_matrix`, :func:`nmtkit.align.hard_links`): a target word's attention is
+the mean over its subwords' rows, a source word's the sum over its subwords' columns, argmax per target word.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from nmtkit import checkpoint
+from nmtkit.align import hard_links, word_matrix
+from nmtkit.batching import collate_source
+from nmtkit.errors import InputError
+from nmtkit.search import Hypothesis, beam_search
+from nmtkit.text import Preprocessor, TextConfig, words_of
+from nmtkit.vocab import UNK, Vocabulary
+
+log = logging.getLogger("nmtkit.translate")
+
+
+@dataclass
+class Translation:
+    """The result for one input line."""
+
+    line: int  # 1-based input line number
+    text: str  # the translation (detokenised unless tokenized=True)
+    source_words: list[str]  # Moses-tokenised source words
+    target_words: list[str]  # output words (BPE merged, not detokenised)
+    score: float  # log-probability of the output under the model(s), summed over pieces
+    nbest: list[tuple[str, float, float, int]] = field(default_factory=list)  # (text, logprob, ranking score, length)
+    alignment: list[tuple[int, int]] | None = None  # word links (source i, target j)
+    attention: dict | None = None  # {"source": tokens + </s>, "target": tokens + </s>, "alpha": rows}
+    pieces: int = 1
+
+
+@dataclass
+class _Piece:
+    index: int  # position of the line in the window
+    order: int  # position of the piece within its line
+    ids: np.ndarray  # source ids (no </s>)
+    tokens: list[str]  # source model tokens
+
+
+class Translator:
+    """Checkpoint(s) + decoding settings → :meth:`translate` over lines."""
+
+    def __init__(self, checkpoints: list[str], device: str = "cpu", beam: int = 12, nbest: int = 1,
+                 lenpen: float = 1.0, max_len_a: float = 2.0, max_len_b: int = 10, no_unk: bool = False,
+                 replace_unk: bool = False, unk_dict: dict[str, str] | None = None, batch_size: int = 64,
+                 window: int | None = None, tokenized: bool = False, max_source_len: int = 250,
+                 need_attention: bool = False, bf16: bool = False):
+        if not checkpoints:
+            raise InputError("no checkpoint given (-m CHECKPOINT)")
+        if beam < 1 or not 1 <= nbest <= beam:
+            raise InputError(f"need beam >= 1 and 1 <= nbest <= beam (got beam {beam}, nbest {nbest})")
+        if batch_size < 1 or max_source_len < 1:
+            raise InputError("--batch-size and --max-source-len must be at least 1")
+        self.device = torch.device(device)
+        payloads = [checkpoint.load(p) for p in checkpoints]
+        first = payloads[0]
+        for path, p in zip(checkpoints[1:], payloads[1:]):
+            for key in ("vocab", "preprocessing"):
+                if p[key] != first[key]:
+                    raise InputError(f"its {key} differs from that of {checkpoints[0]}: an ensemble needs "
+                                     "identical vocabularies and preprocessing", path)
+        try:
+            self.models = [checkpoint.build_model(p).to(self.device).eval() for p in payloads]
+        except (ValueError, RuntimeError) as e:
+            raise InputError(f"cannot rebuild the model: {str(e).splitlines()[0]}", checkpoints[0]) from None
+        self.src_vocab = Vocabulary(first["vocab"]["src"])
+        self.tgt_vocab = Vocabulary(first["vocab"]["tgt"])
+        self.src_pre = Preprocessor(TextConfig.from_dict(first["preprocessing"]["src"]))
+        self.tgt_pre = Preprocessor(TextConfig.from_dict(first["preprocessing"]["tgt"]))
+        self.beam, self.nbest, self.lenpen = beam, nbest, lenpen
+        self.max_len_a, self.max_len_b, self.no_unk = max_len_a, max_len_b, no_unk
+        self.replace_unk, self.unk_dict = replace_unk, unk_dict or {}
+        self.batch_size, self.window = batch_size, window or 10 * batch_size
+        self.tokenized, self.max_source_len, self.bf16 = tokenized, max_source_len, bf16
+        self.need_attention = need_attention or replace_unk
+        self.has_attention = all(m.arch == "rnnsearch" for m in self.models)
+        if self.need_attention and not self.has_attention:
+            raise InputError("alignments, attention and --replace-unk need an attention model (rnnsearch); "
+                             f"this checkpoint is {self.models[0].arch}", checkpoints[0])
+
+    # -- preprocessing -----------------------------------------------------------------------------------------
+
+    def source_words(self, line: str) -> list[str]:
+        if self.tokenized:
+            words = line.split()
+            return [w.lower() for w in words] if self.src_pre.config.lowercase else words
+        return self.src_pre.words(line)
+
+    def _pieces(self, tokens: list[str]) -> list[list[str]]:
+        """Cut a long token sequence into pieces of at most max_source_len tokens, at word ends where possible."""
+        sep, limit, pieces, start = self.src_pre.config.bpe_separator, self.max_source_len, [], 0
+        while len(tokens) - start > limit:
+            cut = start + limit
+            while cut > start + 1 and tokens[cut - 1].endswith(sep):
+                cut -= 1
+            pieces.append(tokens[start:cut])
+            start = cut
+        pieces.append(tokens[start:])
+        return pieces
+
+    # -- translation -------------------------------------------------------------------------------------------
+
+    def translate(self, lines: Iterable[tuple[int, str]]) -> Iterator[Translation]:
+        """(line number, text) pairs → one :class:`Translation` per line, in order, window by window."""
+        window: list[tuple[int, str]] = []
+        for item in lines:
+            window.append(item)
+            if len(window) >= self.window:
+                yield from self._translate_window(window)
+                window = []
+        if window:
+            yield from self._translate_window(window)
+
+    def translate_lines(self, texts: Iterable[str]) -> list[str]:
+        """Convenience: a list of raw lines → a list of translations."""
+        return [t.text for t in self.translate(enumerate(texts, start=1))]
+
+    def _translate_window(self, window: list[tuple[int, str]]) -> list[Translation]:
+        words = [self.source_words(text) for _, text in window]
+        pieces: list[_Piece] = []
+        for k, (lineno, _) in enumerate(window):
+            tokens = self.src_pre.subwords(words[k])
+            parts = self._pieces(tokens) if tokens else []
+            if len(parts) > 1:
+                log.warning("line %d: %d source tokens, more than --max-source-len %d: translated in %d pieces",
+                            lineno, len(tokens), self.max_source_len, len(parts))
+            pieces.extend(_Piece(k, n, self.src_vocab.encode(p), p) for n, p in enumerate(parts))
+        results: list[list[tuple[_Piece, list[Hypothesis]]]] = [[] for _ in window]
+        order = sorted(range(len(pieces)), key=lambda i: len(pieces[i].ids))
+        for start in range(0, len(order), self.batch_size):
+            batch = [pieces[i] for i in order[start: start + self.batch_size]]
+            src, lens = collate_source([p.ids for p in batch])
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                hyps = beam_search(self.models, src.to(self.device), lens.to(self.device), beam=self.beam,
+                                   nbest=self.nbest, max_len_a=self.max_len_a, max_len_b=self.max_len_b,
+                                   lenpen=self.lenpen, no_unk=self.no_unk, need_attention=self.need_attention)
+            for p, h in zip(batch, hyps):
+                results[p.index].append((p, h))
+        for r in results:  # pieces of a line were sorted by length: restore their order
+            r.sort(key=lambda ph: ph[0].order)
+        return [self._finish(lineno, words[k], results[k]) for k, (lineno, _) in enumerate(window)]
+
+    def _finish(self, lineno: int, src_words: list[str], parts: list[tuple[_Piece, list[Hypothesis]]]) -> Translation:
+        if not parts:
+            return Translation(lineno, "", src_words, [], 0.0, nbest=[("", 0.0, 0.0, 0)] * 1,
+                               alignment=[] if self.need_attention else None,
+                               attention={"source": ["</s>"], "target": ["</s>"], "alpha": [[1.0]]}
+                               if self.need_attention else None)
+        best_tokens: list[str] = []
+        src_tokens: list[str] = []
+        alphas = []
+        for piece, hyps in parts:
+            h = hyps[0]
+            toks = self._target_tokens(h, piece)
+            best_tokens += toks
+            src_tokens += piece.tokens
+            if self.need_attention:
+                alphas.append((piece.tokens, toks, h.attention.float().cpu().numpy()))
+        target_words = self.tgt_pre.merge_subwords(best_tokens)
+        score = sum(hyps[0].score for _, hyps in parts)
+        nbest = []
+        for k in range(self.nbest):
+            toks, logprob, norm, length = [], 0.0, 0.0, 0
+            for piece, hyps in parts:
+                h = hyps[min(k, len(hyps) - 1)]
+                toks += self._target_tokens(h, piece)
+                logprob += h.score
+                norm += h.norm_score
+                length += len(h.tokens) + 1
+            if k < max(len(hyps) for _, hyps in parts):
+                nbest.append((self._render(toks), logprob, norm, length))
+        t = Translation(lineno, self._render(best_tokens), src_words, target_words, score, nbest, pieces=len(parts))
+        if self.need_attention:
+            t.attention = _block_attention(alphas)
+            t.alignment = hard_links(word_matrix(src_tokens, best_tokens, np.asarray(t.attention["alpha"]),
+                                                 self.src_pre.config.bpe_separator,
+                                                 self.tgt_pre.config.bpe_separator))
+        return t
+
+    def _target_tokens(self, h: Hypothesis, piece: _Piece) -> list[str]:
+        toks = self.tgt_vocab.decode(h.tokens)
+        if self.replace_unk and h.attention is not None:
+            src_words, src_word_of = words_of(piece.tokens, self.src_pre.config.bpe_separator)
+            for i, tid in enumerate(h.tokens):
+                if tid == UNK:
+                    j = int(h.attention[i, : len(piece.tokens)].argmax())
+                    word = src_words[src_word_of[j]]
+                    toks[i] = self.unk_dict.get(word, word)
+        return toks
+
+    def _render(self, tokens: list[str]) -> str:
+        words = self.tgt_pre.merge_subwords(tokens)
+        return " ".join(words) if self.tokenized else self.tgt_pre.detokenize(words)
+
+
+def _block_attention(parts: list[tuple[list[str], list[str], np.ndarray]]) -> dict:
+    """Join the attention of a line's pieces into one block-diagonal matrix (inner </s> rows and columns dropped)."""
+    src = [t for s, _, _ in parts for t in s] + ["</s>"]
+    tgt = [t for _, y, _ in parts for t in y] + ["</s>"]
+    alpha = np.zeros((len(tgt), len(src)), dtype=np.float32)
+    r = c = 0
+    for k, (s, y, a) in enumerate(parts):
+        last = k == len(parts) - 1
+        rows, cols = len(y) + (1 if last else 0), len(s) + (1 if last else 0)
+        alpha[r: r + rows, c: c + cols] = a[:rows, :cols]
+        r, c = r + len(y), c + len(s)
+    return {"source": src, "target": tgt, "alpha": alpha.round(6).tolist()}
+
+
+def pharaoh(links: list[tuple[int, int]]) -> str:
+    """Pharaoh format: ``i-j`` pairs (source-target, 0-based) separated by spaces."""
+    return " ".join(f"{i}-{j}" for i, j in links)
+
+
+def load_unk_dict(path: str) -> dict[str, str]:
+    """A replacement dictionary for --replace-unk: ``source_word target_word`` per line (first entry wins)."""
+    out: dict[str, str] = {}
+    from nmtkit.files import read_segments
+
+    for seg in read_segments(path):
+        parts = seg.text.split()
+        if not parts:
+            continue
+        if len(parts) != 2:
+            raise InputError("expected 'source_word target_word'", path, seg.line)
+        out.setdefault(parts[0], parts[1])
+    return out

@@ -1,0 +1,286 @@
+"""nmt-translate and the search behind it, with a small model trained here on real Multi30K pairs."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from nmtkit import checkpoint
+from nmtkit.batching import collate_source
+from nmtkit.models import build_model
+from nmtkit.prepare import PrepareConfig, prepare
+from nmtkit.search import beam_search, beam_search_reference, greedy
+from nmtkit.text import TextConfig
+from nmtkit.train import TrainConfig, train
+from nmtkit.vocab import BOS, EOS, UNK
+
+from conftest import REPO
+
+TRANSLATE = [sys.executable, str(REPO / "bin" / "nmt-translate")]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _lines(path, n=None):
+    with open(path, encoding="utf-8", newline="\n") as f:
+        return [line.rstrip("\n") for line in itertools.islice(f, n)]
+
+
+@pytest.fixture(scope="module")
+def trained(data_dir, tmp_path_factory):
+    """A tiny RNNsearch trained for a minute on 1,500 real Multi30K pairs."""
+    root = tmp_path_factory.mktemp("translate")
+    for lang in ("en", "fr"):
+        lines = _lines(data_dir / "multi30k" / f"train.{lang}", 1500)
+        (root / f"train.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (root / f"valid.{lang}").write_text("\n".join(_lines(data_dir / "multi30k" / f"val.{lang}", 50)) + "\n",
+                                            encoding="utf-8")
+    prepare(PrepareConfig("en", "fr", train=[str(root / "train")], valid=str(root / "valid"), dest=str(root / "data"),
+                          src_vocab_size=800, tgt_vocab_size=800, max_len=30))
+    torch.set_num_threads(1)
+    train(TrainConfig(data=str(root / "data"), arch="rnnsearch-tiny", save_dir=str(root / "run"),
+                      optimizer="adam", lr=0.01, batch_size=40, max_updates=150, valid_every=150,
+                      valid_bleu_sentences=0, log_every=50))
+    return root, str(root / "run" / "checkpoint_last.pt")
+
+
+def run_translate(args, stdin: bytes, check=True):
+    proc = subprocess.run(TRANSLATE + args, input=stdin, capture_output=True, env=ENV, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stderr.decode()
+    return proc
+
+
+@pytest.fixture(scope="module")
+def model(trained):
+    payload = checkpoint.load(trained[1])
+    return checkpoint.build_model(payload).eval(), payload
+
+
+def _batch(sentences):
+    return collate_source([np.asarray(s) for s in sentences])
+
+
+def test_lines_are_kept_one_for_one_and_in_order(trained, data_dir):
+    _, ckpt = trained
+    ordinary = _lines(data_dir / "multi30k" / "test_2016_flickr.en", 6)
+    long_line = " ".join(_lines(data_dir / "wmt14" / "newstest2014.en", 40))  # ~1,000 tokens: beyond the limit
+    lines = [ordinary[0].encode(), b"", ordinary[1].encode(), long_line.encode(), b"!!! ... ?",
+             b"A dog \xff\xfe runs .", ordinary[2].encode(), b"", ordinary[3].encode()]
+    proc = run_translate(["-m", ckpt, "--max-source-len", "100", "--beam", "3"], b"\n".join(lines) + b"\n")
+    out = proc.stdout.decode().split("\n")
+    assert out[-1] == "" and len(out) - 1 == len(lines)
+    out = out[:-1]
+    assert out[1] == "" and out[7] == ""
+    assert out[3] and out[4] and out[5]
+    err = proc.stderr.decode()
+    assert "<stdin>:6: invalid UTF-8" in err
+    assert "line 4:" in err and "pieces" in err
+    # each ordinary line translates as it does alone, so nothing was shifted or swapped
+    for k, text in ((0, ordinary[0]), (2, ordinary[1]), (6, ordinary[2]), (8, ordinary[3])):
+        alone = run_translate(["-m", ckpt, "--beam", "3"], (text + "\n").encode()).stdout.decode()
+        assert alone == out[k] + "\n"
+
+
+def test_batch_and_window_sizes_do_not_change_the_output(trained, data_dir):
+    _, ckpt = trained
+    text = ("\n".join(_lines(data_dir / "multi30k" / "test_2016_flickr.en", 40)) + "\n").encode()
+    outs = [run_translate(["-m", ckpt, "--beam", "4", *opts], text).stdout
+            for opts in ([], ["--batch-size", "1", "--window", "1"], ["--batch-size", "7", "--window", "13"])]
+    assert outs[0] == outs[1] == outs[2]
+    assert len(outs[0].decode().split("\n")) == 41
+
+
+def _real_batch(data_dir, model_payload, n=12):
+    from nmtkit.text import Preprocessor
+    from nmtkit.vocab import Vocabulary
+
+    _, payload = model_payload
+    pre = Preprocessor(TextConfig.from_dict(payload["preprocessing"]["src"]))
+    vocab = Vocabulary(payload["vocab"]["src"])
+    lines = _lines(data_dir / "multi30k" / "val.en", n)
+    return [vocab.encode(pre.tokenize(line)) for line in lines]
+
+
+def test_beam_1_equals_greedy(model, data_dir):
+    m, _ = model
+    sents = _real_batch(data_dir, model)
+    src, lens = _batch(sents)
+    g = greedy(m, src, lens)
+    b = beam_search(m, src, lens, beam=1, lenpen=0.0)
+    assert [h.tokens for h in g] == [h[0].tokens for h in b]
+    assert np.allclose([h.score for h in g], [h[0].score for h in b], atol=1e-4)
+
+
+def test_batched_beam_equals_the_reference_search(model, data_dir):
+    m, _ = model
+    sents = _real_batch(data_dir, model)
+    src, lens = _batch(sents)
+    batched = beam_search(m, src, lens, beam=5, nbest=3, lenpen=1.0)
+    for s, hyps in zip(sents, batched):
+        ref = beam_search_reference(m, list(s), beam=5, nbest=3, lenpen=1.0)
+        assert [h.tokens for h in hyps] == [h.tokens for h in ref]
+        assert np.allclose([h.score for h in hyps], [h.score for h in ref], atol=1e-4)
+
+
+@torch.no_grad()
+def test_scores_are_the_models_teacher_forced_log_probabilities(model, data_dir):
+    m, _ = model
+    sents = _real_batch(data_dir, model, 8)
+    src, lens = _batch(sents)
+    hyps = beam_search(m, src, lens, beam=4, lenpen=1.0)
+    for k, s in enumerate(sents):
+        h = hyps[k][0]
+        y = torch.tensor([[BOS] + h.tokens])
+        logp = torch.log_softmax(m(src[k: k + 1, : lens[k]], lens[k: k + 1], y).float(), dim=-1)[0]
+        gold = torch.tensor(h.tokens + [EOS])
+        forced = float(logp.gather(1, gold[:, None]).sum())
+        assert math.isclose(h.score, forced, abs_tol=1e-3)
+        assert math.isclose(h.norm_score, forced / (len(h.tokens) + 1), abs_tol=1e-3)
+
+
+@torch.no_grad()
+def test_wide_beam_equals_exhaustive_enumeration():
+    """Vocabulary of 2 words + specials, 3 output tokens at most: 1 + 3 + 9 + 27 = 40 hypotheses in all."""
+    torch.manual_seed(3)
+    m = build_model("rnnsearch-tiny", 12, 6).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.5)  # a peaked, non-uniform model
+    src, lens = _batch([[4, 5, 6]])
+    # source of 3 words: limit = a * 3 + b = 3 tokens with a = 0, b = 3
+    for lenpen in (0.0, 1.0):
+        best = beam_search(m, src, lens, beam=40, nbest=40, max_len_a=0.0, max_len_b=3, lenpen=lenpen)[0]
+        assert len(best) == 40
+        enumerated = []
+        for n in range(4):
+            for seq in itertools.product([UNK, 4, 5], repeat=n):
+                y_in = torch.tensor([[BOS, *seq]])
+                logp = torch.log_softmax(m(src, lens, y_in), dim=-1)[0]
+                lp = float(logp.gather(1, torch.tensor([*seq, EOS])[:, None]).sum())
+                enumerated.append((lp / (n + 1) ** lenpen, lp, list(seq)))
+        enumerated.sort(key=lambda e: -e[0])
+        assert best[0].tokens == enumerated[0][2]
+        assert math.isclose(best[0].score, enumerated[0][1], abs_tol=1e-5)
+        assert np.allclose(sorted(h.norm_score for h in best), sorted(e[0] for e in enumerated), atol=1e-5)
+
+
+def test_nbest_alignment_score_and_attention_files_stay_in_step(trained, data_dir, tmp_path):
+    import json
+
+    _, ckpt = trained
+    lines = _lines(data_dir / "multi30k" / "val.en", 10)
+    lines.insert(3, "")
+    inp = tmp_path / "in.en"
+    inp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run_translate(["-m", ckpt, "-i", str(inp), "-o", str(tmp_path / "out.fr"), "--beam", "4", "--nbest", "3",
+                   "--nbest-file", str(tmp_path / "nbest"), "--alignments", str(tmp_path / "align"),
+                   "--scores", str(tmp_path / "scores"), "--attention", str(tmp_path / "attn"), "--tokenized"], b"")
+    out = _lines(tmp_path / "out.fr")
+    assert len(out) == len(lines)
+    nbest = _lines(tmp_path / "nbest")
+    ids = [int(line.split(" ||| ")[0]) for line in nbest]
+    assert sorted(set(ids)) == list(range(len(lines)))  # one block per input line, ids 0-based, in order
+    assert ids == sorted(ids)
+    for i in range(len(lines)):
+        block = [line.split(" ||| ") for line in nbest if int(line.split(" ||| ")[0]) == i]
+        assert len(block) == (1 if lines[i] == "" else 3)
+        assert block[0][1] == out[i]  # the 1-best is the translation
+        totals = [float(b[3]) for b in block]
+        assert totals == sorted(totals, reverse=True)
+    align = _lines(tmp_path / "align")
+    scores = _lines(tmp_path / "scores")
+    attn = [json.loads(line) for line in _lines(tmp_path / "attn")]
+    assert len(align) == len(scores) == len(attn) == len(lines)
+    for src, tgt, al, a in zip(lines, out, align, attn):
+        links = [tuple(map(int, link.split("-"))) for link in al.split()]
+        assert len(links) == len(tgt.split())  # one link per target word
+        assert all(0 <= i < len(src.split()) and 0 <= j < len(tgt.split()) for i, j in links)
+        alpha = np.asarray(a["alpha"])
+        assert alpha.shape == (len(a["target"]), len(a["source"]))
+        if src:
+            assert np.allclose(alpha.sum(1), 1.0, atol=1e-4)
+
+
+def _biased_checkpoint(ckpt, tmp_path):
+    """The trained model with the <unk> output bias raised, so that it generates <unk> everywhere."""
+    payload = checkpoint.load(ckpt)
+    payload["model"]["b_y"][UNK] += 50.0
+    path = tmp_path / "unk.pt"
+    checkpoint.save({k: v for k, v in payload.items() if k not in ("format", "format_version", "nmtkit_version")},
+                    path)
+    return str(path)
+
+
+def test_no_unk_and_replace_unk(trained, data_dir, tmp_path):
+    _, ckpt = trained
+    biased = _biased_checkpoint(ckpt, tmp_path)
+    text = ("\n".join(_lines(data_dir / "multi30k" / "val.en", 8)) + "\n").encode()
+    plain = run_translate(["-m", biased, "--tokenized", "--beam", "3"], text).stdout.decode()
+    assert "<unk>" in plain  # the test means something: the biased model does generate <unk>
+    no_unk = run_translate(["-m", biased, "--tokenized", "--beam", "3", "--no-unk"], text).stdout.decode()
+    assert "<unk>" not in no_unk and len(no_unk.split("\n")) == 9
+    replaced = run_translate(["-m", biased, "--tokenized", "--beam", "3", "--replace-unk"], text).stdout.decode()
+    assert "<unk>" not in replaced
+    src_lines = text.decode().split("\n")
+    for src, out in zip(src_lines, replaced.split("\n")):
+        assert set(out.split()) <= set(src.split())  # every <unk> became a source word
+
+
+def test_ensemble_of_one_model_twice_equals_the_model(trained, data_dir):
+    _, ckpt = trained
+    text = ("\n".join(_lines(data_dir / "multi30k" / "val.en", 10)) + "\n").encode()
+    single = run_translate(["-m", ckpt, "--beam", "3"], text).stdout
+    double = run_translate(["-m", ckpt, "-m", ckpt, "--beam", "3"], text).stdout
+    assert single == double
+
+
+def test_output_streams_before_input_ends(trained, data_dir):
+    _, ckpt = trained
+    lines = _lines(data_dir / "multi30k" / "val.en", 30)
+    proc = subprocess.Popen(TRANSLATE + ["-m", ckpt, "--beam", "2", "--batch-size", "2", "--window", "4"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    try:
+        proc.stdin.write(("\n".join(lines[:10]) + "\n").encode())
+        proc.stdin.flush()
+        start = time.time()
+        first = proc.stdout.readline()  # stdin is still open: this only returns if output streams
+        assert first.strip() and time.time() - start < 120
+    finally:
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        proc.wait(timeout=120)
+    assert len((first + rest).decode().split("\n")) == 11
+
+
+def test_empty_input_gives_empty_output(trained):
+    proc = run_translate(["-m", trained[1]], b"")
+    assert proc.stdout == b"" and proc.returncode == 0
+
+
+@pytest.mark.parametrize("problem", ["missing", "corrupt", "truncated", "version"])
+def test_bad_checkpoints_are_one_line_errors(trained, tmp_path, problem):
+    path = tmp_path / "bad.pt"
+    if problem == "corrupt":
+        path.write_bytes(b"this is not a checkpoint at all")
+    elif problem == "truncated":
+        data = open(trained[1], "rb").read()
+        path.write_bytes(data[: len(data) // 2])
+    elif problem == "version":
+        payload = checkpoint.load(trained[1])
+        torch.save({**payload, "format_version": 99}, path)
+    out = tmp_path / "out.fr"
+    proc = run_translate(["-m", str(path), "-o", str(out)], b"A dog runs.\n", check=False)
+    err = proc.stderr.decode().strip()
+    assert proc.returncode == 1
+    assert len(err.splitlines()) == 1 and err.startswith("nmt-translate: error: ") and str(path) in err
+    assert {"missing": "no such", "corrupt": "not a readable", "truncated": "not a readable",
+            "version": "version 99"}[problem] in err
+    assert not out.exists()
