@@ -105,7 +105,8 @@ def read_segments(path: str | os.PathLike) -> Iterator[Segment]:
                     continue
                 m = _SEG.match(raw)
                 if m is None:
-                    raise InputError("malformed <seg> element (expected <seg id=N>text</seg> on one line)", path, lineno)
+                    raise InputError("malformed <seg> element (expected <seg id=N>text</seg> on one line)",
+                                     path, lineno)
                 segid = decode_line(m.group(1), path, lineno)
                 yield Segment(decode_line(m.group(2), path, lineno).strip(), lineno, (doc, segid))
         except (OSError, EOFError, zlib.error) as e:  # a truncated (EOFError) or corrupt (zlib.error) gzip stream
@@ -177,7 +178,8 @@ def atomic_file(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding, newline=None if "b" in mode else "\n") as f:
+        binary = "b" in mode
+        with os.fdopen(fd, mode, encoding=None if binary else encoding, newline=None if binary else "\n") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -189,27 +191,37 @@ def atomic_file(path: str | os.PathLike, mode: str = "w", encoding: str | None =
         raise
 
 
-@contextlib.contextmanager
-def atomic_dir(dest: str | os.PathLike, force: bool = False, marker: str | None = None):
-    """Build a directory under a temporary sibling name and rename it to ``dest`` when the block succeeds.
+def check_output_dir(dest: str | os.PathLike, force: bool = False, marker: str | None = None,
+                     kind: str = "an earlier output") -> None:
+    """Refuse an output directory that :func:`atomic_dir` would not replace (call it early, before any work).
 
     An existing non-empty ``dest`` is refused unless ``force``. ``marker``, when given, is the file that marks an
-    earlier output of the same kind: ``force`` then replaces only a ``dest`` that holds it, never a directory of
-    other files (a mistyped ``--dest ~ --force`` must not delete a home directory). On any exception, Ctrl-C
-    included, the temporary directory is removed and ``dest`` is left exactly as it was.
+    earlier output of the same ``kind``: ``force`` then replaces only a ``dest`` that holds it, never a directory
+    of other files (a mistyped ``--dest ~ --force`` must not delete a home directory).
+    """
+    dest = os.fspath(dest)
+    if not os.path.exists(dest):
+        return
+    if not os.path.isdir(dest):
+        raise InputError("exists and is not a directory", dest)
+    if os.listdir(dest):
+        if marker is not None and not os.path.exists(os.path.join(dest, marker)):
+            raise InputError(f"already holds files and no {marker}, so it is not {kind}; refusing to replace it "
+                             "(choose another destination)", dest)
+        if not force:
+            raise InputError(f"already holds {'files' if marker is None else kind}; use --force to replace it", dest)
+
+
+@contextlib.contextmanager
+def atomic_dir(dest: str | os.PathLike, force: bool = False, marker: str | None = None,
+               kind: str = "an earlier output"):
+    """Build a directory under a temporary sibling name and rename it to ``dest`` when the block succeeds.
+
+    ``dest`` is checked first by :func:`check_output_dir`. On any exception, Ctrl-C included, the temporary
+    directory is removed and ``dest`` is left exactly as it was.
     """
     dest = os.path.abspath(os.fspath(dest))
-    if os.path.exists(dest):
-        if not os.path.isdir(dest):
-            raise InputError("exists and is not a directory", dest)
-        if os.listdir(dest):
-            ours = marker is None or os.path.exists(os.path.join(dest, marker))
-            if not ours:
-                raise InputError(f"already holds files and no {marker}, so it is not an earlier output; "
-                                 "refusing to replace it (choose another destination)", dest)
-            if not force:
-                what = "files" if marker is None else "a prepared corpus"
-                raise InputError(f"already holds {what}; use --force to replace it", dest)
+    check_output_dir(dest, force, marker, kind)
     parent = os.path.dirname(dest)
     made = []  # missing parents created here, deepest first: removed again (if still empty) when the block fails
     p = parent

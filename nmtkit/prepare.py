@@ -183,7 +183,7 @@ def prepare(cfg: PrepareConfig) -> dict:
     text_cfg = {lang: TextConfig(lang, cfg.normalize_punctuation, cfg.aggressive_dash_splits, cfg.lowercase)
                 for lang in (src, tgt)}
 
-    with atomic_dir(cfg.dest, force=cfg.force, marker=manifest_format.MANIFEST) as out:
+    with atomic_dir(cfg.dest, force=cfg.force, marker=manifest_format.MANIFEST, kind="a prepared corpus") as out:
         stats: dict[str, dict] = {}
         # 1. tokenise every split into words
         with _Mapper(cfg.workers, text_cfg[src], text_cfg[tgt]) as mapper:

@@ -261,7 +261,7 @@ def _fill(d, name="manifest.json", text="{}"):
 
 def test_atomic_dir_creates_dest_only_on_success(tmp_path):
     dest = tmp_path / "dest"
-    with atomic_dir(dest, marker="manifest.json") as tmp:
+    with atomic_dir(dest, marker="manifest.json", kind="a prepared corpus") as tmp:
         assert os.path.dirname(tmp) == str(tmp_path) and not dest.exists()
         _fill(tmp)
     assert os.listdir(dest) == ["manifest.json"]
@@ -272,7 +272,7 @@ def test_atomic_dir_creates_dest_only_on_success(tmp_path):
 def test_atomic_dir_failure_leaves_nothing(tmp_path, exc):
     dest = tmp_path / "a" / "b" / "dest"  # missing parents are removed again too
     with pytest.raises(exc):
-        with atomic_dir(dest, marker="manifest.json") as tmp:
+        with atomic_dir(dest, marker="manifest.json", kind="a prepared corpus") as tmp:
             _fill(tmp)
             raise exc()
     assert os.listdir(tmp_path) == []
@@ -283,7 +283,7 @@ def test_atomic_dir_failure_leaves_existing_dest_unchanged(tmp_path):
     dest.mkdir()
     _fill(dest, text="old")
     with pytest.raises(RuntimeError):
-        with atomic_dir(dest, force=True, marker="manifest.json") as tmp:
+        with atomic_dir(dest, force=True, marker="manifest.json", kind="a prepared corpus") as tmp:
             _fill(tmp, text="new")
             raise RuntimeError()
     assert (dest / "manifest.json").read_text() == "old"
@@ -296,9 +296,9 @@ def test_atomic_dir_refuses_a_prepared_dest_unless_forced(tmp_path):
     _fill(dest, text="old")
     _fill(dest, "stale.bin", "x")
     with pytest.raises(InputError, match="already holds a prepared corpus; use --force"):
-        with atomic_dir(dest, marker="manifest.json"):
+        with atomic_dir(dest, marker="manifest.json", kind="a prepared corpus"):
             pytest.fail("must not start")
-    with atomic_dir(dest, force=True, marker="manifest.json") as tmp:
+    with atomic_dir(dest, force=True, marker="manifest.json", kind="a prepared corpus") as tmp:
         _fill(tmp, text="new")
     assert sorted(os.listdir(dest)) == ["manifest.json"]  # replaced, not merged
     assert (dest / "manifest.json").read_text() == "new"
@@ -310,15 +310,15 @@ def test_atomic_dir_never_replaces_a_directory_of_other_files(tmp_path):
     dest.mkdir()
     _fill(dest, "thesis.tex", "precious")
     for force in (False, True):
-        with pytest.raises(InputError, match="not an earlier output"):
-            with atomic_dir(dest, force=force, marker="manifest.json"):
+        with pytest.raises(InputError, match="no manifest.json, so it is not a prepared corpus"):
+            with atomic_dir(dest, force=force, marker="manifest.json", kind="a prepared corpus"):
                 pytest.fail("must not start")
     assert os.listdir(dest) == ["thesis.tex"]
 
 
 def test_atomic_dir_accepts_an_existing_empty_dest_and_refuses_a_file(tmp_path):
     (tmp_path / "empty").mkdir()
-    with atomic_dir(tmp_path / "empty", marker="manifest.json") as tmp:
+    with atomic_dir(tmp_path / "empty", marker="manifest.json", kind="a prepared corpus") as tmp:
         _fill(tmp)
     assert os.listdir(tmp_path / "empty") == ["manifest.json"]
     write(tmp_path / "file", "x")

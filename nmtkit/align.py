@@ -1,0 +1,385 @@
+"""Word alignments from attention, and their evaluation: the library behind ``nmt-align`` (the paper's Figure 3).
+
+- **Soft alignments**: :class:`Aligner` runs a checkpoint's RNNsearch teacher-forced over given sentence pairs
+  (forced decoding of the target, or of the model's own beam translation) and keeps the weights α_ij. They are
+  mapped from model tokens to words as ``nmt-translate`` maps them (:func:`word_matrix`, :func:`hard_links`): a
+  target word's row is the mean of its subwords' rows, a source word's column the sum of its subwords' columns;
+  the ``</s>`` row and column are kept last (the figures show them, hard alignments leave them out).
+- **Hard alignments** (:func:`hard_links`): for every target word the source word with the most attention
+  (``argmax``), or every source word with α ≥ a threshold together with the argmax (``threshold``, a union rule that
+  never leaves a target word unaligned). Written in Pharaoh format: ``i-j``, 0-based, source-target.
+- **Gold alignments** with Sure and Possible links: Pharaoh (``i-j`` Sure, ``i-j-P`` or ``i?j`` Possible, 0-based)
+  and NAACL 2003 (``sent a b [S|P] [confidence]`` per line, 1-based, 0 = NULL), either side written first.
+  Sentences wrapped as ``<s snum=N> … </s>`` (the NAACL 2003 Hansards data) are unwrapped; NAACL sentence numbers
+  are matched to lines through ``snum`` (else they are line numbers).
+- **AER** (Och & Ney 2003): with S ⊆ P, AER = 1 − (|A∩S| + |A∩P|)/(|A| + |S|), precision = |A∩P|/|A|,
+  recall = |A∩S|/|S|, counted over the whole corpus (:func:`alignment_error`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nmtkit.errors import InputError
+from nmtkit.text import words_of
+
+_WRAPPER = re.compile(r'^\s*<s\s+snum\s*=\s*"?([^\s">]+)"?\s*>(.*?)</s>\s*$', re.DOTALL)
+_NAACL = re.compile(r"^\s*\S+\s+\d+\s+\d+(\s+[SP](\s+\S+)?)?\s*$")
+
+
+@dataclass
+class TextLine:
+    """One sentence of an input file: its 1-based line, its ``snum`` when wrapped, its text without the wrapper."""
+
+    line: int
+    snum: str | None
+    text: str
+
+    @property
+    def name(self) -> str:
+        return f"sentence {self.snum} (line {self.line})" if self.snum else f"sentence {self.line}"
+
+
+def strip_wrapper(text: str) -> tuple[str | None, str]:
+    """``<s snum=1001> words </s>`` → ("1001", "words"); any other line → (None, line)."""
+    m = _WRAPPER.match(text)
+    return (m.group(1), m.group(2).strip()) if m else (None, text)
+
+
+def read_text(path: str) -> list[TextLine]:
+    """The sentences of a text file (``\\n`` line ends only, strict UTF-8), unwrapped where wrapped."""
+    from nmtkit.files import read_segments
+
+    return [TextLine(seg.line, *strip_wrapper(seg.text)) for seg in read_segments(path)]
+
+
+def check_pairs(src: list[TextLine], tgt: list[TextLine], src_path: str, tgt_path: str) -> None:
+    """Equal sentence counts, and equal ``snum`` where both sides carry one."""
+    if len(src) != len(tgt):
+        raise InputError(f"has {len(tgt)} sentences but the source {src_path} has {len(src)}", tgt_path)
+    for s, t in zip(src, tgt):
+        if s.snum != t.snum:
+            raise InputError(f"line {t.line} is sentence {t.snum} but line {s.line} of {src_path} is sentence "
+                             f"{s.snum}", tgt_path, t.line)
+
+
+# -- soft → hard -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SoftAlignment:
+    """Word-level attention of one sentence pair: ``alpha[j, i]`` is target word j's weight on source word i,
+    with the ``</s>`` row and column last, shape (len(target) + 1, len(source) + 1)."""
+
+    source: list[str]
+    target: list[str]
+    alpha: np.ndarray
+
+
+def word_matrix(src_tokens: Sequence[str], tgt_tokens: Sequence[str], alpha: np.ndarray, sep: str = "@@",
+                tgt_sep: str | None = None) -> np.ndarray:
+    """Token attention (len(tgt)+1, len(src)+1), ``</s>`` last on both axes → word attention with ``</s>`` kept:
+    source subword columns summed, target subword rows averaged (rows still sum to 1). ``sep`` is the BPE
+    separator (of the target too, unless ``tgt_sep`` is given)."""
+    src_words, src_of = words_of(list(src_tokens), sep)
+    tgt_words, tgt_of = words_of(list(tgt_tokens), sep if tgt_sep is None else tgt_sep)
+    src_of, tgt_of = np.asarray(src_of + [len(src_words)]), np.asarray(tgt_of + [len(tgt_words)])
+    a = np.asarray(alpha, dtype=np.float64)[: len(tgt_of), : len(src_of)]
+    cols = np.zeros((a.shape[0], len(src_words) + 1))
+    np.add.at(cols.T, src_of, a.T)  # (Ty tokens, Tx words + 1)
+    rows = np.zeros((len(tgt_words) + 1, len(src_words) + 1))
+    np.add.at(rows, tgt_of, cols)
+    return rows / np.bincount(tgt_of, minlength=len(tgt_words) + 1)[:, None]
+
+
+def hard_links(alpha: np.ndarray, rule: str = "argmax", threshold: float = 0.5) -> list[tuple[int, int]]:
+    """Hard links (source i, target j) from a word-level matrix (``</s>`` row and column last, left out here).
+
+    ``argmax``: for each target word the most attended source word. ``threshold``: those links together with every
+    (i, j) whose weight is at least ``threshold``. Sorted by target, then source.
+    """
+    a = np.asarray(alpha)[:-1, :-1]  # (target words, source words)
+    if a.size == 0:
+        return []
+    links = {(int(a[j].argmax()), j) for j in range(a.shape[0])}
+    if rule == "threshold":
+        links |= {(int(i), int(j)) for j, i in zip(*np.nonzero(a >= threshold))}
+    elif rule != "argmax":
+        raise ValueError(f"unknown rule {rule!r} (argmax or threshold)")
+    return sorted(links, key=lambda ij: (ij[1], ij[0]))
+
+
+# -- gold alignments and AER -----------------------------------------------------------------------------------
+
+
+@dataclass
+class GoldAlignment:
+    """The gold links of one sentence: ``sure`` ⊆ ``possible``, as (source i, target j), 0-based; ``where`` maps
+    each link to (file line, the link as written there) for error messages."""
+
+    sure: set = field(default_factory=set)
+    possible: set = field(default_factory=set)
+    where: dict = field(default_factory=dict)
+
+    def add(self, i: int, j: int, sure: bool, line: int, raw: str) -> None:
+        self.possible.add((i, j))
+        if sure:
+            self.sure.add((i, j))
+        self.where.setdefault((i, j), (line, raw))
+
+
+_PHARAOH_LINK = re.compile(r"^(\d+)([-?])(\d+)(?:-([SP]))?$")
+
+
+def parse_pharaoh(text: str, order: str = "src-tgt", path: str | None = None, line: int | None = None
+                  ) -> GoldAlignment:
+    """One Pharaoh line: ``i-j`` (Sure), ``i-j-S``, ``i-j-P`` or ``i?j`` (Possible); ``order`` says which side
+    comes first (``src-tgt`` or ``tgt-src``)."""
+    gold = GoldAlignment()
+    for raw in text.split():
+        m = _PHARAOH_LINK.match(raw)
+        if m is None:
+            raise InputError(f"'{raw}' is not a Pharaoh link (i-j, i-j-P or i?j)", path, line)
+        a, b = int(m.group(1)), int(m.group(3))
+        i, j = (a, b) if order == "src-tgt" else (b, a)
+        gold.add(i, j, m.group(2) == "-" and m.group(4) != "P", line, raw)
+    return gold
+
+
+def read_pharaoh(path: str, order: str = "src-tgt") -> list[GoldAlignment]:
+    """A Pharaoh file: one line per sentence."""
+    from nmtkit.files import read_segments
+
+    return [parse_pharaoh(seg.text, order, path, seg.line) for seg in read_segments(path)]
+
+
+def read_naacl(path: str, sentence_ids: Sequence[str], order: str = "src-tgt") -> list[GoldAlignment]:
+    """A NAACL 2003 file (``sent a b [S|P] [confidence]``, 1-based, 0 = NULL and dropped; no label = Sure), as
+    one GoldAlignment per sentence of ``sentence_ids`` (the sentences' numbers, in text order)."""
+    from nmtkit.files import read_segments
+
+    position = {sid: k for k, sid in enumerate(sentence_ids)}
+    gold = [GoldAlignment() for _ in sentence_ids]
+    for seg in read_segments(path):
+        fields = seg.text.split()
+        if not fields:
+            continue
+        if not _NAACL.match(seg.text):
+            raise InputError("expected 'sentence position position [S|P] [confidence]'", path, seg.line)
+        if fields[0] not in position:
+            known = f"{sentence_ids[0]}–{sentence_ids[-1]}" if sentence_ids else "none"
+            raise InputError(f"sentence {fields[0]} is not in the text (its sentences are numbered {known})",
+                             path, seg.line)
+        a, b = int(fields[1]), int(fields[2])
+        if a == 0 or b == 0:
+            continue  # a link to NULL
+        i, j = (a - 1, b - 1) if order == "src-tgt" else (b - 1, a - 1)
+        sure = len(fields) < 4 or fields[3] == "S"
+        gold[position[fields[0]]].add(i, j, sure, seg.line, " ".join(fields[:4]))
+    return gold
+
+
+def sniff_gold_format(path: str) -> str:
+    """``naacl`` when the first non-empty line reads ``sent a b [S|P]``, else ``pharaoh``."""
+    from nmtkit.files import read_segments
+
+    for seg in read_segments(path):
+        if seg.text.strip():
+            return "naacl" if _NAACL.match(seg.text) else "pharaoh"
+    return "pharaoh"
+
+
+def check_gold(gold: Sequence[GoldAlignment], src_words: Sequence[int], tgt_words: Sequence[int], path: str,
+               names: Sequence[str], hint: str = "") -> None:
+    """Every gold link inside its sentence: an InputError names the file line, the sentence, the link and the
+    side's length. ``src_words``/``tgt_words`` are word counts; ``names`` the sentences' names."""
+    if len(gold) != len(src_words):
+        raise InputError(f"has {len(gold)} sentences of alignments but the text has {len(src_words)}", path)
+    for k, g in enumerate(gold):
+        for (i, j), (line, raw) in sorted(g.where.items(), key=lambda kv: kv[1][0] or 0):
+            for side, pos, n in (("source", i, src_words[k]), ("target", j, tgt_words[k])):
+                if pos >= n:
+                    raise InputError(f"{names[k]}: link {raw} but the {side} has {n} words{hint}", path, line)
+
+
+@dataclass
+class AlignmentScores:
+    """Corpus-level alignment quality; counts are summed over sentences."""
+
+    precision: float | None
+    recall: float | None
+    aer: float | None
+    links: int  # |A|
+    sure: int  # |S|
+    possible: int  # |P| (Sure links included)
+    hits_sure: int  # |A ∩ S|
+    hits_possible: int  # |A ∩ P|
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def alignment_error(hypotheses: Sequence[set | Sequence[tuple[int, int]]], gold: Sequence[GoldAlignment]
+                    ) -> AlignmentScores:
+    """Precision, recall and AER of hypothesis links against gold Sure/Possible links (Och & Ney 2003)."""
+    if len(hypotheses) != len(gold):
+        raise ValueError(f"{len(hypotheses)} hypothesis sentences but {len(gold)} gold sentences")
+    a = s = p = a_s = a_p = 0
+    for hyp, g in zip(hypotheses, gold):
+        hyp = set(hyp)
+        possible = g.possible | g.sure
+        a, s, p = a + len(hyp), s + len(g.sure), p + len(possible)
+        a_s, a_p = a_s + len(hyp & g.sure), a_p + len(hyp & possible)
+    return AlignmentScores(a_p / a if a else None, a_s / s if s else None,
+                           1 - (a_s + a_p) / (a + s) if a + s else None, a, s, p, a_s, a_p)
+
+
+def load_gold(path: str, fmt: str, order: str, sentences: Sequence[TextLine]) -> list[GoldAlignment]:
+    """Gold alignments for ``sentences`` from a Pharaoh or NAACL file (``fmt``: pharaoh, naacl or auto)."""
+    if order not in ("src-tgt", "tgt-src"):
+        raise InputError(f"unknown gold order '{order}' (src-tgt or tgt-src)")
+    fmt = sniff_gold_format(path) if fmt == "auto" else fmt
+    if fmt == "pharaoh":
+        return read_pharaoh(path, order)
+    if fmt == "naacl":
+        return read_naacl(path, [s.snum or str(s.line) for s in sentences], order)
+    raise InputError(f"unknown gold format '{fmt}' (pharaoh, naacl or auto)")
+
+
+# -- attention from a model ------------------------------------------------------------------------------------
+
+
+def forced_attention(model, src_ids: Sequence[np.ndarray], tgt_ids: Sequence[np.ndarray], batch_size: int = 32,
+                     device: str = "cpu") -> list[np.ndarray]:
+    """Teacher-forced α of an attention model: for each pair an array (len(tgt) + 1, len(src) + 1), the rows for
+    the target tokens and ``</s>``, the columns for the source tokens and ``</s>``. Batched by length."""
+    import torch
+
+    from nmtkit.batching import collate, eval_batches
+
+    out: list[np.ndarray] = [None] * len(src_ids)  # type: ignore[list-item]
+    src_sizes = np.array([len(s) for s in src_ids], dtype=np.int64)
+    tgt_sizes = np.array([len(t) for t in tgt_ids], dtype=np.int64)
+    with torch.no_grad():
+        for ids in eval_batches(src_sizes, tgt_sizes, batch_size):
+            b = collate(src_ids, tgt_ids, ids).to(device)
+            _, alpha = model(b.src, b.src_lens, b.tgt_in, return_attention=True)  # (B, Ty, Tx)
+            alpha = alpha.float().cpu().numpy()
+            for k, i in enumerate(ids):
+                out[i] = alpha[k, : tgt_sizes[i] + 1, : src_sizes[i] + 1]
+    return out
+
+
+class Aligner:
+    """A checkpoint's RNNsearch and its preprocessing: sentence pairs → word-level :class:`SoftAlignment`.
+
+    ``tokenized``: the text is whitespace-separated words already (as gold alignments count them); only the
+    model's lowercasing and BPE are applied. Otherwise the checkpoint's full preprocessing is.
+    """
+
+    def __init__(self, checkpoint_path: str, device: str = "cpu", tokenized: bool = False, batch_size: int = 32,
+                 beam: int = 12):
+        from nmtkit import checkpoint
+        from nmtkit.text import Preprocessor, TextConfig
+        from nmtkit.vocab import Vocabulary
+
+        if batch_size < 1 or beam < 1:
+            raise InputError("--batch-size and --beam must be at least 1")
+        payload = checkpoint.load(checkpoint_path)
+        if payload["arch"] != "rnnsearch":
+            raise InputError(f"nmt-align needs an attention model (rnnsearch); this checkpoint is "
+                             f"{payload['arch']}", checkpoint_path)
+        try:
+            self.model = checkpoint.build_model(payload).to(device).eval()
+        except (ValueError, RuntimeError) as e:
+            raise InputError(f"cannot rebuild the model: {str(e).splitlines()[0]}", checkpoint_path) from None
+        self.src_vocab, self.tgt_vocab = Vocabulary(payload["vocab"]["src"]), Vocabulary(payload["vocab"]["tgt"])
+        self.src_pre = Preprocessor(TextConfig.from_dict(payload["preprocessing"]["src"]))
+        self.tgt_pre = Preprocessor(TextConfig.from_dict(payload["preprocessing"]["tgt"]))
+        self.device, self.tokenized, self.batch_size, self.beam = device, tokenized, batch_size, beam
+
+    def words(self, text: str, side: str = "src") -> list[str]:
+        """The words of one line of the source (``src``) or target (``tgt``) side: what links are counted in."""
+        pre = self.src_pre if side == "src" else self.tgt_pre
+        if not self.tokenized:
+            return pre.words(text)
+        words = text.split()
+        return [w.lower() for w in words] if pre.config.lowercase else words
+
+    def align_words(self, src_words: Sequence[list[str]], tgt_words: Sequence[list[str]] | None = None
+                    ) -> list[SoftAlignment]:
+        """Soft word alignments of tokenized pairs; without targets, of the model's own beam translations."""
+        src_tokens = [self.src_pre.subwords(w) for w in src_words]
+        src_ids = [self.src_vocab.encode(t) for t in src_tokens]
+        if tgt_words is None:
+            tgt_ids = self._translate(src_ids)
+            tgt_tokens = [self.tgt_vocab.decode(t) for t in tgt_ids]
+        else:
+            tgt_tokens = [self.tgt_pre.subwords(w) for w in tgt_words]
+            tgt_ids = [self.tgt_vocab.encode(t) for t in tgt_tokens]
+        alphas = forced_attention(self.model, src_ids, tgt_ids, self.batch_size, self.device)
+        out = []
+        sep_s, sep_t = self.src_pre.config.bpe_separator, self.tgt_pre.config.bpe_separator
+        for s, t, a in zip(src_tokens, tgt_tokens, alphas):
+            out.append(SoftAlignment(self.src_pre.merge_subwords(s), self.tgt_pre.merge_subwords(t),
+                                     word_matrix(s, t, a, sep_s, sep_t)))
+        return out
+
+    def _translate(self, src_ids: Sequence[np.ndarray]) -> list[np.ndarray]:
+        import torch
+
+        from nmtkit.batching import collate_source, eval_batches
+        from nmtkit.search import beam_search
+
+        out: list[np.ndarray] = [None] * len(src_ids)  # type: ignore[list-item]
+        for ids in eval_batches(np.array([len(s) for s in src_ids]), None, self.batch_size):
+            src, lens = collate_source([src_ids[i] for i in ids])
+            with torch.no_grad():
+                hyps = beam_search([self.model], src.to(self.device), lens.to(self.device), beam=self.beam)
+            for i, h in zip(ids, hyps):
+                out[i] = np.asarray(h[0].tokens, dtype=np.int64)
+        return out
+
+
+@dataclass
+class AlignResult:
+    """What :func:`align_files` gives: per sentence its text line, soft alignment and hard links; the scores
+    against gold when a gold file was given."""
+
+    sentences: list[TextLine]
+    soft: list[SoftAlignment]
+    links: list[list[tuple[int, int]]]
+    scores: AlignmentScores | None = None
+
+
+def align_files(aligner: Aligner, source: str, target: str | None = None, gold: str | None = None,
+                gold_format: str = "auto", gold_order: str = "src-tgt", rule: str = "argmax",
+                threshold: float = 0.5) -> AlignResult:
+    """Align a source file with its target file (or with the model's translations when ``target`` is None),
+    and score the hard links against ``gold``. Every input is read and checked (counts, sentence numbers,
+    gold links within their sentences) before the model runs."""
+    if gold is not None and target is None:
+        raise InputError("--gold needs the target sentences the gold links refer to: give -t TGT")
+    if rule not in ("argmax", "threshold") or not 0.0 < threshold <= 1.0:
+        raise InputError(f"need rule argmax or threshold and 0 < threshold <= 1 (got {rule}, {threshold})")
+    src = read_text(source)
+    tgt = read_text(target) if target is not None else None
+    if tgt is not None:
+        check_pairs(src, tgt, source, target)
+    src_words = [aligner.words(s.text, "src") for s in src]
+    tgt_words = [aligner.words(t.text, "tgt") for t in tgt] if tgt is not None else None
+    gold_links = None
+    if gold is not None:
+        gold_links = load_gold(gold, gold_format, gold_order, src)
+        hint = " (is --gold-order right?" + ("" if aligner.tokenized else " is the text tokenized as the gold is? "
+                                             "see --tokenized") + ")"
+        check_gold(gold_links, [len(w) for w in src_words], [len(w) for w in tgt_words], gold,
+                   [s.name for s in src], hint)
+    soft = aligner.align_words(src_words, tgt_words)
+    links = [hard_links(a.alpha, rule, threshold) for a in soft]
+    scores = alignment_error(links, gold_links) if gold_links is not None else None
+    return AlignResult(src, soft, links, scores)

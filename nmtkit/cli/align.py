@@ -1,0 +1,130 @@
+"""``nmt-align``: checkpoint + sentence pairs → attention plots (Figure 3), Pharaoh hard alignments, AER."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from nmtkit.cli import run, setup_logging
+
+
+def parse_ranges(spec: str | None, count: int) -> list[int]:
+    """``"1,3,5-9"`` → the 1-based line numbers it names (all of 1..count when ``spec`` is None or "all")."""
+    from nmtkit.errors import InputError
+
+    if spec is None or spec.strip() == "all":
+        return list(range(1, count + 1))
+    chosen: set[int] = set()
+    for part in spec.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        try:
+            a, b = int(lo), int(hi) if dash else int(lo)
+        except ValueError:
+            raise InputError(f"--plot-sentences: '{part}' is not a line number or a range such as 5-9") from None
+        if not 1 <= a <= b <= count:
+            raise InputError(f"--plot-sentences: '{part}' is outside lines 1-{count}")
+        chosen.update(range(a, b + 1))
+    return sorted(chosen)
+
+
+def render_scores(scores, gold: str) -> str:
+    return (f"AER {scores.aer:.4f}  precision {scores.precision:.4f}  recall {scores.recall:.4f}  against {gold} "
+            f"(|A| {scores.links}, |S| {scores.sure}, |P| {scores.possible}, |A∩S| {scores.hits_sure}, "
+            f"|A∩P| {scores.hits_possible}; AER = 1 - (|A∩S| + |A∩P|) / (|A| + |S|))\n")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.option("--model", "-m", required=True, type=click.Path(dir_okay=False), help="An RNNsearch checkpoint.")
+@click.option("--source", "-s", required=True, type=click.Path(dir_okay=False), help="Source sentences.")
+@click.option("--target", "-t", type=click.Path(dir_okay=False),
+              help="Target sentences to force-decode [the model's own beam translations].")
+@click.option("--tokenized", is_flag=True,
+              help="The text is whitespace-separated words already (as gold alignments count them); only the "
+                   "model's lowercasing and BPE are applied.")
+@click.option("--pharaoh", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write hard alignments here, 'i-j' 0-based source-target [stdout when nothing else is asked].")
+@click.option("--rule", default="argmax", show_default=True, type=click.Choice(["argmax", "threshold"]),
+              help="Hard links: the most attended source word per target word, or also every α >= --threshold.")
+@click.option("--threshold", default=0.5, show_default=True, help="α threshold of --rule threshold.")
+@click.option("--plot-dir", type=click.Path(file_okay=False),
+              help="Draw each sentence's α here, one image per sentence (with an index.tsv).")
+@click.option("--plot-format", default="png", show_default=True, type=click.Choice(["png", "pdf", "svg"]))
+@click.option("--plot-sentences", metavar="LINES", help="Which lines to draw, e.g. 1,3,5-9 [all].")
+@click.option("--force", is_flag=True, help="Replace an earlier --plot-dir.")
+@click.option("--gold", type=click.Path(dir_okay=False), help="Gold alignments to compute AER against (needs -t).")
+@click.option("--gold-format", default="auto", show_default=True, type=click.Choice(["auto", "pharaoh", "naacl"]),
+              help="Pharaoh (i-j Sure, i-j-P Possible, 0-based) or NAACL 2003 (sent a b S|P, 1-based).")
+@click.option("--gold-order", default="src-tgt", show_default=True, type=click.Choice(["src-tgt", "tgt-src"]),
+              help="Which side the gold file writes first.")
+@click.option("--beam", default=12, show_default=True, help="Beam size for the model's translations (no -t).")
+@click.option("--batch-size", default=32, show_default=True)
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the AER report as JSON.")
+@click.option("--quiet", "-q", is_flag=True)
+def main(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir, plot_format, plot_sentences, force,
+         gold, gold_format, gold_order, beam, batch_size, device, as_json, quiet):
+    """Soft and hard word alignments of an RNNsearch model, by forced decoding of given sentence pairs.
+
+    Lines wrapped as '<s snum=N> ... </s>' (the NAACL 2003 Hansards gold sets) are unwrapped. The report (AER,
+    precision, recall) goes to stdout, or to stderr when the Pharaoh alignments do.
+
+    \b
+      nmt-align -m model.pt -s test.en -t test.fr --plot-dir plots --plot-sentences 1-4 --pharaoh test.align
+      nmt-align -m model.pt -s trial.e -t trial.f --tokenized --gold trial.align --gold-order tgt-src
+    """
+    args = dict(locals())
+    setup_logging(quiet)
+    run("nmt-align", lambda: _align(**args))
+
+
+def _align(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir, plot_format, plot_sentences,
+           force, gold, gold_format, gold_order, beam, batch_size, device, as_json, quiet):
+    from nmtkit.align import Aligner, align_files
+    from nmtkit.files import atomic_file
+    from nmtkit.translate import pharaoh as pharaoh_line
+
+    if plot_sentences is not None and plot_dir is None:
+        from nmtkit.errors import InputError
+
+        raise InputError("--plot-sentences chooses what --plot-dir draws: give --plot-dir DIR")
+    if pharaoh is None and plot_dir is None and gold is None:
+        pharaoh = "-"
+    aligner = Aligner(model, device=device, tokenized=tokenized, batch_size=batch_size, beam=beam)
+    if plot_dir is not None:  # check the directory and the line numbers before the model runs
+        from nmtkit.align import read_text
+        from nmtkit.plots import check_plot_dir
+
+        check_plot_dir(plot_dir, force)
+        plot_lines = parse_ranges(plot_sentences, len(read_text(source)))
+    result = align_files(aligner, source, target, gold, gold_format, gold_order, rule, threshold)
+    if plot_dir is not None:
+        from nmtkit.plots import write_attention_plots
+
+        items = []
+        for line in plot_lines:
+            s, a = result.sentences[line - 1], result.soft[line - 1]
+            title = f"{os.path.basename(source)}: {s.name}"
+            items.append((line, title, a.source + ["</s>"], a.target + ["</s>"], a.alpha))
+        write_attention_plots(plot_dir, items, plot_format, force=force)
+    if pharaoh is not None:
+        text = "".join(pharaoh_line(links) + "\n" for links in result.links)
+        if pharaoh == "-":
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        else:
+            with atomic_file(pharaoh) as f:
+                f.write(text)
+    if result.scores is not None:
+        out = sys.stderr if pharaoh == "-" else sys.stdout
+        if as_json:
+            out.write(json.dumps({"gold": gold, "sentences": len(result.sentences), **result.scores.to_dict()},
+                                 indent=2) + "\n")
+        else:
+            out.write(render_scores(result.scores, gold))
+
+
+if __name__ == "__main__":
+    main(prog_name="nmt-align")

@@ -1,0 +1,150 @@
+"""``nmt-score``: translations + reference → BLEU/chrF with signatures, no-UNK subset, by-length, bootstrap, NLL.
+
+The command parses options into :class:`nmtkit.score.ScoreConfig`, calls :func:`nmtkit.score.evaluate` and prints
+its report, as a table (the paper's Table 1 layout, signatures under it) or as JSON (``--json``), on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from nmtkit.cli import run, setup_logging
+
+
+def _num(x, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Left-aligned first column, right-aligned others, two spaces between columns."""
+    widths = [max(len(r[c]) for r in [header] + rows) for c in range(len(header))]
+    out = []
+    for r in [header] + rows:
+        cells = [r[0].ljust(widths[0])] + [v.rjust(w) for v, w in zip(r[1:], widths[1:])]
+        out.append("  ".join(cells).rstrip())
+    return out
+
+
+def render_text(report: dict) -> str:
+    """The report of :func:`nmtkit.score.evaluate` as plain text: one table with a column per score and a row per
+    system, then each column's signature; then the by-length table, the bootstrap tests and the NLL."""
+    metrics = list(report["metrics"])
+    lines = [f"{report['sentences']} sentences; reference {report['reference']}"
+             + (f"; source {report['source']}" if report["source"] else "")]
+    header = ["system"] + metrics
+    no_unk = report["no_unk"]
+    if no_unk:
+        header += [f"{m} no-UNK" for m in metrics]
+    rows = []
+    for s in report["systems"]:
+        row = [s["name"]] + [_num(s["scores"][m]["score"]) for m in metrics]
+        if no_unk:
+            row += [_num(no_unk["scores"][s["name"]][m]) for m in metrics]
+        rows.append(row)
+    lines += [""] + _table(header, rows) + [""]
+    key = max(len(m) for m in metrics) + 1
+    for m, info in report["metrics"].items():
+        lines.append(f"{m.ljust(key)} {info['signature']}  [{info['description']}]")
+    if no_unk:
+        lines.append(f"{'no-UNK'.ljust(key)} {no_unk['sentences']} of {no_unk['of']} sentences have no token outside "
+                     f"the shortlists ({no_unk['shortlist_sizes']['source']} source / "
+                     f"{no_unk['shortlist_sizes']['target']} target entries of {no_unk['shortlist']}) in source "
+                     "or reference")
+    by = report["by_length"]
+    if by:
+        lines += ["", f"{by['metric']} by sentence length, in {by['unit']}: {by['signature']}"]
+        names = list(by["scores"])
+        rows = [[label, str(n)] + [_num(by["scores"][name][k]) for name in names]
+                for k, (label, n) in enumerate(zip(by["labels"], by["counts"]))]
+        rows.append(["all", str(sum(by["counts"]))]
+                    + [_num(s["scores"][by["metric"]]["score"]) for s in report["systems"]])
+        lines += _table(["length", "n"] + names, rows)
+    for test in report["bootstrap"] or []:
+        lines += ["", f"Paired bootstrap resampling, {test['metric']} ({test['samples']} resamples; baseline "
+                      f"{test['systems'][0]['name']}): {test['signature']}"]
+        rows = [[r["name"], _num(r["score"]), f"{_num(r['mean'])} ± {_num(r['ci'])}",
+                 "baseline" if r["p_value"] is None else _num(r["p_value"], 4)
+                 + (" *" if r["p_value"] < 0.05 else "")] for r in test["systems"]]
+        lines += _table(["system", test["metric"], "mean ± 95% CI", "p"], rows)
+    if report["bootstrap"]:
+        lines.append("(* p < 0.05: the difference from the baseline is significant)")
+    nll = report["nll"]
+    if nll:
+        lines += ["", f"NLL of the references under {nll['model']} (teacher forced, nats): "
+                      f"{nll['per_sentence']:.3f} per sentence ({nll['sentences']} sentences), "
+                      f"{_num(nll['per_word'], 4)} per word ({nll['words']} Moses words), "
+                      f"{nll['per_token']:.4f} per token ({nll['tokens']} model tokens incl. </s>; "
+                      f"perplexity {nll['perplexity']:.2f})"]
+    if report["plot"]:
+        lines += ["", f"plot: {report['plot']}"]
+    return "\n".join(lines) + "\n"
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.argument("hypotheses", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--reference", "-r", required=True, type=click.Path(dir_okay=False),
+              help="Reference translations (plain text, gzip or WMT SGML).")
+@click.option("--source", "-s", type=click.Path(dir_okay=False),
+              help="Source sentences: needed for --model, --vocab, --by-length and --plot.")
+@click.option("--name", "-n", "names", multiple=True, help="A name for each hypothesis file, in order [file names].")
+@click.option("--model", "-m", type=click.Path(dir_okay=False),
+              help="Checkpoint: its shortlists give the no-UNK subset; also the references' NLL under it.")
+@click.option("--vocab", type=click.Path(file_okay=False),
+              help="Prepared directory (nmt-prepare): its shortlists give the no-UNK subset.")
+@click.option("--src-lang", help="Source language for length counting [checkpoint's/prepared data's, or from -s].")
+@click.option("--tgt-lang", help="Target language for BLEU-tok's Moses tokenizer [likewise, or from -r].")
+@click.option("--by-length", is_flag=True, help="Scores per source-length bucket (the paper's Figure 2).")
+@click.option("--bucket-width", default=10, show_default=True, help="Words per length bucket.")
+@click.option("--max-length", default=60, show_default=True, help="The last bucket holds this many words and more.")
+@click.option("--length-metric", default="BLEU", show_default=True, type=click.Choice(["BLEU", "chrF", "BLEU-tok"]),
+              help="The score of --by-length and --plot.")
+@click.option("--plot", type=click.Path(dir_okay=False),
+              help="Draw the by-length scores, one line per system (.png, .svg or .pdf); implies --by-length.")
+@click.option("--bootstrap", default=0, show_default=True, metavar="N",
+              help="Paired bootstrap resampling with N resamples: the first system against each other one.")
+@click.option("--batch-size", default=16, show_default=True, help="Sentences per batch for --model's NLL.")
+@click.option("--device", default="cpu", show_default=True, help="Device for --model's NLL.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--quiet", "-q", is_flag=True)
+def main(hypotheses, reference, source, names, model, vocab, src_lang, tgt_lang, by_length, bucket_width, max_length,
+         length_metric, plot, bootstrap, batch_size, device, as_json, quiet):
+    """Score one or more translations of the same source against a reference, side by side.
+
+    BLEU is sacreBLEU's detokenized BLEU and chrF its chrF2, each printed with its signature; BLEU-tok is the
+    paper-era tokenized BLEU (Moses-tokenized text, multi-bleu.perl style), not comparable with sacreBLEU.
+    With --model or --vocab the same scores are given on the sentences with no unknown word in source or
+    reference (Table 1's second column), with the subset's size.
+
+    \b
+      nmt-score -r newstest2014.fr rnnsearch.fr rnnencdec.fr moses.fr
+      nmt-score -r newstest2014.fr -s newstest2014.en -m model.pt --by-length --plot len.png --bootstrap 1000 \\
+          rnnsearch.fr moses.fr
+    """
+    from nmtkit.score import ScoreConfig
+
+    cfg = ScoreConfig(reference=reference, hypotheses=list(hypotheses), source=source,
+                      names=list(names) or None, model=model, vocab=vocab, source_lang=src_lang,
+                      target_lang=tgt_lang, by_length=by_length, bucket_width=bucket_width, max_length=max_length,
+                      length_metric=length_metric, plot=plot, bootstrap=bootstrap, batch_size=batch_size,
+                      device=device)
+    setup_logging(quiet)
+    run("nmt-score", lambda: _score(cfg, as_json))
+
+
+def _score(cfg, as_json: bool) -> None:
+    import logging
+
+    from nmtkit.score import evaluate
+
+    logging.getLogger("sacrebleu").setLevel(logging.WARNING)
+    report = evaluate(cfg)
+    text = json.dumps(report, indent=2, ensure_ascii=False) + "\n" if as_json else render_text(report)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main(prog_name="nmt-score")
