@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 BPE_SEPARATOR = "@@"
+UNK_TOKEN = "<unk>"  # how the unknown-word token is written in text (nmtkit.vocab.SPECIALS[1])
+_UNK_PLACEHOLDER = "\ue000"  # a private-use character: Moses keeps it as a token of its own
 
 
 @dataclass(frozen=True)
@@ -67,13 +69,21 @@ class Preprocessor:
             self._bpe = BPE(io.StringIO(config.bpe_codes), separator=config.bpe_separator)
 
     def words(self, line: str) -> list[str]:
-        """Normalise, Moses-tokenise and (optionally) lowercase one line; never contains whitespace or line breaks."""
+        """Normalise, Moses-tokenise and (optionally) lowercase one line; never contains whitespace or line breaks.
+
+        The unknown-word token ``<unk>`` (as written in translations) is kept as one token.
+        """
+        protect = UNK_TOKEN in line
+        if protect:  # "<unk>" in our own output stays one token (Moses would split it into "<", "unk", ">")
+            line = line.replace(UNK_TOKEN, f" {_UNK_PLACEHOLDER} ")
         if self._normalizer is not None:
             line = self._normalizer.normalize(line)
         tokens = self._tokenizer.tokenize(
             line, aggressive_dash_splits=self.config.aggressive_dash_splits, escape=False
         )
         # str.split() inside the tokenizer already split on every whitespace character (\r, U+2028, U+0085, ...).
+        if protect:
+            tokens = [UNK_TOKEN if t == _UNK_PLACEHOLDER else t for t in tokens]
         if self.config.lowercase:
             tokens = [t.lower() for t in tokens]
         return tokens

@@ -128,3 +128,11 @@ def test_detokenize_merges_subwords_first():
 def test_word_level_path_is_the_identity_on_subwords():
     words = ["un@@", "changed"]
     assert EN.subwords(words) == words and EN.merge_subwords(words) == words
+
+
+def test_the_unknown_word_token_stays_one_token_through_tokenisation():
+    fr = Preprocessor(TextConfig("fr"))
+    words = fr.words("Le <unk> est là, <unk>. Un<unk>mot.")
+    assert words == ["Le", "<unk>", "est", "là", ",", "<unk>", ".", "Un", "<unk>", "mot", "."]
+    assert fr.detokenize(words[:7]) == "Le <unk> est là, <unk>."
+    assert fr.words("Pas de jeton <b> ici.") == ["Pas", "de", "jeton", "<", "b", ">", "ici", "."]
