@@ -70,6 +70,7 @@ class TrainConfig:
     max_time: float = 0.0  # seconds of training, 0 = no limit
     valid_every: int = 1000
     valid_bleu_sentences: int = 500  # BLEU on the first N validation sentences; 0 = no BLEU, -1 = all
+    valid_beam: int = 1  # beam size of that decoding (1 = greedy)
     valid_batch_size: int = 80
     best_metric: str = "bleu"
     patience: int = 0  # stop after this many validations without improvement; 0 = never
@@ -87,7 +88,8 @@ class TrainConfig:
             raise InputError(f"unknown optimizer '{self.optimizer}' (choose from {', '.join(OPTIMIZERS)})")
         if self.best_metric not in METRICS:
             raise InputError(f"unknown metric '{self.best_metric}' (choose from {', '.join(METRICS)})")
-        for name in ("batch_size", "pool_batches", "valid_every", "valid_batch_size", "keep_last", "log_every"):
+        for name in ("batch_size", "pool_batches", "valid_every", "valid_batch_size", "keep_last", "log_every",
+                     "valid_beam"):
             if getattr(self, name) < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
         if self.resume and self.force:
@@ -202,6 +204,13 @@ class Trainer:
                 torch.cuda.set_rng_state(train["rng"]["cuda"], self.device)
             log.info("resumed from update %d (epoch %d, batch %d)", self.state.update, self.state.epoch + 1,
                      self.state.batch_in_epoch)
+            before = train.get("config", {})
+            changed = [f"--{k.replace('_', '-')} {before[k]} -> {getattr(cfg, k)}"
+                       for k in ("seed", "batch_size", "pool_batches", "max_len") if k in before
+                       and before[k] != getattr(cfg, k)]
+            if changed:
+                log.warning("resuming with other data settings than the interrupted run (%s): the batches that "
+                            "follow differ from an uninterrupted run's", ", ".join(changed))
 
     # -- checkpoints -------------------------------------------------------------------------------------------
 
@@ -284,7 +293,8 @@ class Trainer:
 
     @torch.no_grad()
     def validate(self) -> dict:
-        """Validation NLL per token and perplexity; greedy BLEU on the first ``valid_bleu_sentences`` sentences."""
+        """Validation NLL per token and perplexity; BLEU of greedy (or beam) decoding on the first
+        ``valid_bleu_sentences`` sentences."""
         self.model.eval()
         vsrc, vtgt = self.valid
         nll, ntok = 0.0, 0
@@ -299,14 +309,14 @@ class Trainer:
                   "valid_ppl": math.exp(min(nll / max(ntok, 1), 100))}
         n = len(vsrc) if self.cfg.valid_bleu_sentences < 0 else min(self.cfg.valid_bleu_sentences, len(vsrc))
         if n > 0:
-            result.update(self._greedy_bleu(n))
+            result.update(self._decode_bleu(n))
         return result
 
-    def _greedy_bleu(self, n: int) -> dict:
+    def _decode_bleu(self, n: int) -> dict:
         import sacrebleu
 
         from nmtkit.batching import collate_source
-        from nmtkit.search import greedy
+        from nmtkit.search import beam_search, greedy
         from nmtkit.text import Preprocessor
 
         vsrc, _ = self.valid
@@ -315,15 +325,20 @@ class Trainer:
         for ids in eval_batches(np.asarray(vsrc.sizes[:n]), None, self.cfg.valid_batch_size):
             src, lens = collate_source([vsrc[i] for i in ids])
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
-                out = greedy(self.model, src.to(self.device), lens.to(self.device))
+                if self.cfg.valid_beam == 1:
+                    out = greedy(self.model, src.to(self.device), lens.to(self.device))
+                else:
+                    out = [h[0] for h in beam_search(self.model, src.to(self.device), lens.to(self.device),
+                                                      beam=self.cfg.valid_beam)]
             for i, h in zip(ids, out):
                 hyps[i] = " ".join(post.merge_subwords(self.tgt_vocab.decode(h.tokens)))
         with open(self.data.path(f"valid.tok.{self.data.target_lang}"), encoding="utf-8", newline="\n") as f:
             refs = [line.rstrip("\n") for _, line in zip(range(n), f)]
         bleu = sacrebleu.metrics.BLEU(tokenize="none", force=True)
+        decoding = "greedy" if self.cfg.valid_beam == 1 else f"beam {self.cfg.valid_beam}"
         score = bleu.corpus_score(hyps, [refs])
         return {"valid_bleu": score.score, "valid_bleu_sentences": n,
-                "valid_bleu_signature": f"{bleu.get_signature()} (greedy, Moses-tokenised)"}
+                "valid_bleu_signature": f"{bleu.get_signature()} ({decoding}, Moses-tokenised)"}
 
     # -- the loop ----------------------------------------------------------------------------------------------
 

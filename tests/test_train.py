@@ -633,3 +633,17 @@ def test_max_time_stops_the_run(small, tmp_path):
     assert state["elapsed"] >= 1.5
     assert state["elapsed"] < 1.5 + 5  # stopped within an update or so (one tiny update is far below a second)
     assert wall < 60
+
+
+def test_validation_bleu_by_beam_search_and_resume_warning(small, tmp_path, caplog):
+    import logging
+
+    summary = train(_cfg(small, tmp_path / "run", valid_every=2, max_updates=2, valid_bleu_sentences=8,
+                         valid_beam=3))
+    record = summary["history"][-1]
+    assert record["valid_bleu_sentences"] == 8 and "(beam 3, Moses-tokenised)" in record["valid_bleu_signature"]
+    assert 0.0 <= record["valid_bleu"] <= 100.0
+    with caplog.at_level(logging.WARNING, logger="nmtkit.train"):
+        train(_cfg(small, tmp_path / "run", valid_every=2, max_updates=4, valid_bleu_sentences=0, resume=True,
+                   batch_size=8))
+    assert any("--batch-size" in r.getMessage() and "differ" in r.getMessage() for r in caplog.records)

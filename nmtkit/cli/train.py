@@ -49,6 +49,7 @@ def _model_option(ctx, param, values):
 @click.option("--valid-every", default=1000, show_default=True, help="Validate and save every N updates.")
 @click.option("--valid-bleu-sentences", default=500, show_default=True,
               help="Greedy BLEU on the first N validation sentences (0 = none, -1 = all).")
+@click.option("--valid-beam", default=1, show_default=True, help="Beam size of the validation BLEU decoding.")
 @click.option("--valid-batch-size", default=80, show_default=True)
 @click.option("--best-metric", type=click.Choice(["bleu", "loss"]), default="bleu", show_default=True)
 @click.option("--patience", default=0, show_default=True,
