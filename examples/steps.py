@@ -1,0 +1,643 @@
+#!/usr/bin/env python3
+"""Small steps of the example recipes that are not a tool of their own (``python examples/steps.py STEP --help``).
+
+Each step reads and writes plain files, uses nmtkit's library where it can (reading corpora, shortlists, AER), and
+prints what it did on stderr:
+
+    sample       draw sentence pairs from corpora: a random subset in random order (a training set), a random or
+                 leading subset in corpus order (development and test sets), or everything
+    no-unk       the sentence pairs with no token outside a prepared directory's shortlists (Table 1's subset)
+    pick         a few random no-UNK sentences of 10-20 words (the paper's Figure 3)
+    recase       restore the casing of the lowercased Hansards trial set from the training text
+    diagonal-aer AER of the monotone diagonal alignment: the baseline an attention model has to beat
+    budget       the number of updates that fits a time budget, from calibration runs of nmt-train
+    table1       Table 1 as Markdown from nmt-score --json reports
+    report       fill the CPU-scale RESULTS.md template from the run's outputs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import re
+import shutil
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # runnable from a checkout without installing
+
+
+def say(*args) -> None:
+    print("steps:", *args, file=sys.stderr)
+
+
+def write_lines(path: str | Path, lines) -> None:
+    from nmtkit.files import atomic_file
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_file(path) as f:
+        for line in lines:
+            f.write(line + "\n")
+
+
+def _lines(path: str) -> list[str]:
+    """The lines of a plain or gzip file, split on \\n only (as nmtkit.files reads them), in one go."""
+    from nmtkit.files import open_binary, read_segments
+
+    with open_binary(path) as f:
+        data = f.read()
+    try:
+        lines = data.decode("utf-8").split("\n")
+    except UnicodeDecodeError:  # let nmtkit name the line and column
+        return [seg.text for seg in read_segments(path)]
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def read_pairs(prefix: str, src: str = "en", tgt: str = "fr") -> list[tuple[str, str]]:
+    """The sentence pairs of a corpus prefix (PREFIX.en/.fr, plain, gzip or SGML)."""
+    from nmtkit.files import is_sgml, read_parallel, resolve_prefix
+
+    s, t = resolve_prefix(prefix, src, tgt)
+    if is_sgml(s) or is_sgml(t):
+        return [(a.text, b.text) for a, b in read_parallel(s, t)]
+    a, b = _lines(s), _lines(t)
+    if len(a) != len(b):
+        raise SystemExit(f"steps: {s} has {len(a)} lines but {t} has {len(b)}")
+    return list(zip(a, b))
+
+
+def write_pairs(out: str, pairs, origins=None, src: str = "en", tgt: str = "fr") -> None:
+    write_lines(f"{out}.{src}", (a for a, _ in pairs))
+    write_lines(f"{out}.{tgt}", (b for _, b in pairs))
+    if origins is not None:
+        write_lines(f"{out}.lines", origins)
+
+
+# -- sample -------------------------------------------------------------------------------------------------------
+
+
+def cmd_sample(a) -> None:
+    """OUT.{en,fr} (and OUT.lines: where each pair comes from) from groups PREFIX[+PREFIX...][=N]."""
+    rng = random.Random(a.seed)
+    pairs, origins = [], []
+    for group in a.groups:
+        spec, _, n = group.rpartition("=") if "=" in group else (group, "", "0")
+        n = int(n)
+        items, where = [], []  # the pairs; (prefix, first index) of each corpus of the group
+        for prefix in spec.split("+"):
+            where.append((prefix, len(items)))
+            items += read_pairs(prefix)
+        if n and n > len(items):
+            raise SystemExit(f"steps: {spec} has {len(items)} pairs, fewer than the {n} asked for")
+        keep = range(len(items)) if not n else range(n) if a.first else sorted(rng.sample(range(len(items)), n))
+        for i in keep:
+            prefix, first = next((p, f) for p, f in reversed(where) if f <= i)
+            pairs.append(items[i])
+            origins.append(f"{prefix}:{i - first + 1}")
+        say(f"{spec}: {len(keep)} of {len(items)} pairs")
+    if a.shuffle:
+        order = list(range(len(pairs)))
+        rng.shuffle(order)
+        pairs, origins = [pairs[i] for i in order], [origins[i] for i in order]
+    write_pairs(a.out, pairs, origins)
+    say(f"wrote {len(pairs)} pairs to {a.out}.en/.fr{' (shuffled)' if a.shuffle else ''}")
+
+
+# -- no-unk and pick ----------------------------------------------------------------------------------------------
+
+
+def _shortlist(prepared: str):
+    from nmtkit.score import shortlist_from_prepared
+
+    return shortlist_from_prepared(prepared)
+
+
+def cmd_no_unk(a) -> None:
+    from nmtkit.score import no_unk_rows
+
+    pairs = read_pairs(a.prefix)
+    shortlist = _shortlist(a.vocab)
+    rows = no_unk_rows([s for s, _ in pairs], [t for _, t in pairs], shortlist).tolist()
+    if len(rows) < a.at_least:  # smoke runs only: a tiny vocabulary leaves no sentence without unknown words
+        from nmtkit.text import Preprocessor
+        from nmtkit.vocab import UNK
+
+        sp, tp = Preprocessor(shortlist.src_config), Preprocessor(shortlist.tgt_config)
+        unks = [list(shortlist.src_vocab.encode(sp.tokenize(s))).count(UNK)
+                + list(shortlist.tgt_vocab.encode(tp.tokenize(t))).count(UNK) for s, t in pairs]
+        rows = sorted(sorted(range(len(pairs)), key=lambda i: (unks[i], i))[: a.at_least])
+        say(f"WARNING: fewer than {a.at_least} pairs without unknown words; taking the {len(rows)} with the "
+            "fewest instead (--at-least: for smoke runs, not a no-UNK subset)")
+    write_pairs(a.out, [pairs[i] for i in rows], [str(i + 1) for i in rows])
+    for spec in a.also:
+        src, _, dst = spec.partition(":")
+        from nmtkit.score import read_lines
+
+        lines = read_lines(src)
+        if len(lines) != len(pairs):
+            raise SystemExit(f"steps: {src} has {len(lines)} lines, {a.prefix} has {len(pairs)} pairs")
+        write_lines(dst, (lines[i] for i in rows))
+    say(f"{len(rows)} of {len(pairs)} pairs have no token outside the shortlists of {a.vocab}: {a.out}.en/.fr")
+
+
+def cmd_pick(a) -> None:
+    from nmtkit.score import moses_tokenize, no_unk_rows
+
+    pairs = read_pairs(a.prefix)
+    rows = set(no_unk_rows([s for s, _ in pairs], [t for _, t in pairs], _shortlist(a.vocab)).tolist())
+    lengths = [len(t.split()) for t in moses_tokenize([s for s, _ in pairs], "en")]
+    eligible = [i for i in range(len(pairs)) if (a.allow_unk or i in rows) and a.min <= lengths[i] <= a.max]
+    if len(eligible) < a.n:
+        raise SystemExit(f"steps: only {len(eligible)} {'' if a.allow_unk else 'no-UNK '}sentences of "
+                         f"{a.min}-{a.max} words")
+    chosen = sorted(random.Random(a.seed).sample(eligible, a.n))
+    write_pairs(a.out, [pairs[i] for i in chosen], [str(i + 1) for i in chosen])
+    say(f"picked lines {', '.join(str(i + 1) for i in chosen)} of {a.prefix} ({len(eligible)} eligible)")
+
+
+# -- recase -------------------------------------------------------------------------------------------------------
+
+_WRAP = re.compile(r"^(\s*<s\s+snum=[^>]*>)(.*?)(</s>\s*)$")
+
+
+def truecase_model(tokenized: str) -> dict[str, str]:
+    """lowercased word -> its most frequent form in a Moses-tokenized text, counting as Moses' truecaser does only
+    words that are not first in their sentence (and skipping all-capitals headings)."""
+    from collections import Counter
+
+    counts: Counter = Counter()
+    with open(tokenized, encoding="utf-8", newline="\n") as f:
+        for line in f:
+            words = line.split()
+            letters = [w for w in words if any(c.isalpha() for c in w)]
+            if letters and all(w.isupper() for w in letters):
+                continue  # a heading: says nothing about case
+            counts.update(words[1:])
+    best: dict[str, tuple[int, str]] = {}
+    for word, n in counts.items():
+        key = word.lower()
+        if n > best.get(key, (0, ""))[0]:
+            best[key] = (n, word)
+    return {k: w for k, (_, w) in best.items()}
+
+
+def cmd_recase(a) -> None:
+    """Each word of the (lowercased, tokenized) file takes its most frequent casing in the training text (words
+    not first in their sentence, as Moses' truecaser counts): ``i`` -> ``I``, ``canada`` -> ``Canada``, ``the``
+    stays. The number of words never changes, so gold alignment indices stay valid."""
+    from nmtkit.manifest import PreparedData
+
+    data = PreparedData.open(a.vocab)
+    vocab = data.vocab(a.lang)
+    model = truecase_model(data.path(f"train.tok.{a.lang}"))
+    stats = {"words": 0, "recased": 0, "oov_before": 0, "oov_after": 0}
+    out = []
+    from nmtkit.files import read_segments
+
+    for seg in read_segments(a.input):
+        m = _WRAP.match(seg.text)
+        head, body, tail = (m.group(1), m.group(2), m.group(3)) if m else ("", seg.text, "")
+        words = []
+        for w in body.split():
+            new = model.get(w.lower(), w)
+            stats["words"] += 1
+            stats["recased"] += new != w
+            stats["oov_before"] += w not in vocab.index
+            stats["oov_after"] += new not in vocab.index
+            words.append(new)
+        out.append(f"{head} {' '.join(words)} {tail}".strip() if m else " ".join(words))
+    write_lines(a.output, out)
+    if a.stats:
+        Path(a.stats).write_text(json.dumps(stats, indent=1) + "\n")
+    say(f"{a.input} -> {a.output}: {stats['recased']} of {stats['words']} words recased; words outside the "
+        f"shortlist: {stats['oov_before']} before, {stats['oov_after']} after")
+
+
+# -- diagonal AER -------------------------------------------------------------------------------------------------
+
+
+def cmd_diagonal_aer(a) -> None:
+    from nmtkit.align import alignment_error, load_gold, read_text
+
+    src, tgt = read_text(a.source), read_text(a.target)
+    gold = load_gold(a.gold, "auto", a.gold_order, src)
+    links = []
+    for s, t in zip(src, tgt):
+        n, m = len(s.text.split()), len(t.text.split())
+        links.append({(min(n - 1, int((j + 0.5) * n / m)), j) for j in range(m)})
+    scores = alignment_error(links, gold).to_dict()
+    print(json.dumps({"gold": a.gold, "sentences": len(src), "aligner": "diagonal", **scores}, indent=2))
+
+
+# -- budget -------------------------------------------------------------------------------------------------------
+
+
+def _valid_records(log: str) -> list[dict]:
+    with open(log, encoding="utf-8") as f:
+        return [r for r in map(json.loads, f) if r.get("type") == "valid"]
+
+
+def cmd_budget(a) -> None:
+    """Seconds per update of each calibration run (its last validation record: training time, validation
+    excluded) -> the updates the slowest model makes in the budget; both models then train for that many."""
+    speeds = {}
+    for log in a.logs:
+        last = _valid_records(log)[-1]
+        speeds[log] = last["elapsed"] / last["update"]
+    slowest = max(speeds.values())
+    updates = max(a.min, int(a.minutes * 60 / slowest) // a.round * a.round)
+    every = max(1, math.ceil(updates / a.validations / a.round) * a.round)
+    info = {"minutes": a.minutes, "seconds_per_update": speeds, "updates": updates, "valid_every": every}
+    if a.out:
+        Path(a.out).write_text(json.dumps(info, indent=1) + "\n")
+    say(", ".join(f"{Path(k).parent.name}: {v:.2f} s/update" for k, v in speeds.items())
+        + f" -> {updates} updates in {a.minutes:g} minutes of training, validation every {every}")
+    print(updates, every)
+
+
+# -- Table 1 ------------------------------------------------------------------------------------------------------
+
+
+def _scores(report: dict, metric: str = "BLEU") -> dict[str, float]:
+    return {s["name"]: s["scores"][metric]["score"] for s in report["systems"]}
+
+
+def _no_unk_scores(report: dict, metric: str = "BLEU") -> tuple[dict[str, float], int, int]:
+    """No-UNK scores: from the report's no-UNK subset, or (a report on the subset itself) from its systems."""
+    if report.get("no_unk"):
+        nu = report["no_unk"]
+        return {k: v[metric] for k, v in nu["scores"].items()}, nu["sentences"], nu["of"]
+    return _scores(report, metric), report["sentences"], None
+
+
+def table1(all_report: dict, no_unk_report: dict | None, metric: str = "BLEU", paper: bool = False) -> str:
+    alls = _scores(all_report, metric)
+    if no_unk_report is None:
+        rows = [f"| Model | All ({all_report['sentences']} sentences) |", "|---|---:|"]
+        rows += [f"| {name} | {_fmt(score)} |" for name, score in alls.items()]
+        nus, n = {}, None
+    else:
+        rows = [f"| Model | All ({all_report['sentences']} sentences) | No UNK |", "|---|---:|---:|"]
+        nus, n, _ = _no_unk_scores(no_unk_report, metric)
+        rows += [f"| {name} | {_fmt(score)} | {_fmt(nus.get(name))} |" for name, score in alls.items()]
+    sig = all_report["metrics"][metric]["signature"]
+    text = "\n".join(rows) + f"\n\n{metric}: `{sig}`"
+    if n is not None:
+        text += f"; no-UNK subset: {n} sentences"
+    if paper:
+        text += ("\n\nFor reference, the paper's Table 1 (multi-bleu.perl on its own tokenization; other models, "
+                 "data and tokenizer, so not directly comparable): RNNencdec-30 13.93 / "
+                 "24.19, RNNsearch-30 21.50 / 31.44, RNNencdec-50 17.82 / 26.71, RNNsearch-50 26.75 / 34.16, "
+                 "RNNsearch-50* 28.45 / 36.15, Moses 33.30 / 35.63.")
+    return text + "\n"
+
+
+def cmd_table1(a) -> None:
+    all_report = json.loads(Path(a.all).read_text())
+    no_unk = json.loads(Path(a.no_unk).read_text()) if a.no_unk else None
+    text = "".join(table1(all_report, no_unk, m, paper=(m == "BLEU-tok")) + "\n" for m in a.metric)
+    if a.out:
+        write_lines(a.out, text.rstrip("\n").split("\n"))
+    print(text, end="")
+
+
+# -- the CPU-scale report -----------------------------------------------------------------------------------------
+
+
+def _fmt(x, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _load(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _by_length_table(report: dict) -> str:
+    by = report["by_length"]
+    names = list(by["scores"])
+    rows = ["| source words | n | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]
+    for k, (label, n) in enumerate(zip(by["labels"], by["counts"])):
+        cells = ["-" if by["scores"][name][k] is None else f"{by['scores'][name][k]:.2f}" for name in names]
+        rows.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def _bootstrap_line(report: dict, metric: str = "BLEU") -> str:
+    for test in report.get("bootstrap") or []:
+        if test["metric"] != metric:
+            continue
+        base = test["systems"][0]
+        parts = [f"{r['name']} vs {base['name']}: p = {r['p_value']:.4f}" for r in test["systems"][1:]]
+        return f"Paired bootstrap ({test['samples']} resamples, {metric}): " + "; ".join(parts) + "."
+    return ""
+
+
+def _short_long(report: dict, split: int = 30) -> dict[str, tuple[float | None, float | None]]:
+    """Corpus BLEU of each system of an nmt-score report on the sentences of fewer than ``split`` source words and
+    on the others, computed from the files the report names (the same sacreBLEU statistics nmt-score uses)."""
+    from nmtkit.score import length_buckets, make_metrics, read_inputs
+
+    files = [s["file"] for s in report["systems"]]
+    refs, hyps, src = read_inputs(report["reference"], files, report["source"])
+    metric = make_metrics(refs, report.get("target_lang", "fr"), ["BLEU"])["BLEU"]
+    buckets = length_buckets(src, report.get("source_lang", "en"), split, split)
+    out = {}
+    for s, h in zip(report["systems"], hyps):
+        stats = metric.stats(h)
+        out[s["name"]] = tuple(metric.score(stats, buckets.rows(k)) if len(buckets.rows(k)) else None
+                               for k in (0, 1))
+    return out
+
+
+def _curve(log: Path) -> str:
+    if not log.is_file():
+        return "(missing)"
+    rows = ["| update | valid ppl | greedy BLEU (dev sample) | training s |", "|---:|---:|---:|---:|"]
+    for r in _valid_records(str(log)):
+        bleu = r.get("valid_bleu")
+        rows.append(f"| {r['update']} | {r['valid_ppl']:.1f} | {'-' if bleu is None else f'{bleu:.2f}'} | "
+                    f"{r['elapsed']:.0f} |")
+    return "\n".join(rows)
+
+
+def _p_value(report: dict, name: str, metric: str = "BLEU") -> float | None:
+    for test in report.get("bootstrap") or []:
+        if test["metric"] == metric:
+            return next((r["p_value"] for r in test["systems"] if r["name"] == name), None)
+    return None
+
+
+def _findings(news: dict, nounk: dict | None, hans: dict | None, aer: dict | None, diag: dict | None,
+              search: str, encdec: str) -> str:
+    """The paper's claims, checked on this run by plain rules (the numbers are in the tables above)."""
+    out = ["| The paper's finding | This run | Reproduced? |", "|---|---|---|"]
+
+    def better(a, b, p):
+        if a is None or b is None:
+            return "-"
+        if a <= b:
+            return "no"
+        return "yes" if p is None or p < 0.05 else "not significant"
+
+    def cmp(report, label, scores=None):
+        s = scores or _scores(report)
+        p = _p_value(report, search)
+        sig = "" if p is None else f" (p = {p:.3f})"
+        out.append(f"| RNNsearch beats RNNencdec: {label} | {_fmt(s[search])} vs {_fmt(s[encdec])} BLEU{sig} | "
+                   f"{better(s[search], s[encdec], p)} |")
+
+    cmp(news, "news-test-2014, all sentences")
+    if nounk:
+        nus, n, _ = _no_unk_scores(nounk)
+        cmp(nounk, f"news-test-2014 without unknown words ({n} sentences)", nus)
+    if hans:
+        cmp(hans, "Hansards test sittings")
+    for report, label in ((news, "news-test-2014"), (hans, "Hansards test")):
+        if not report:
+            continue
+        try:
+            split = _short_long(report)
+        except Exception as e:  # the report still comes out
+            out.append(f"| (sentence length, {label}) | could not be computed: {e} | - |")
+            continue
+        (ss, sl), (es, el) = split[search], split[encdec]
+        if None in (ss, sl, es, el) or not ss or not es:
+            continue
+        keep_s, keep_e = sl / ss, el / es
+        out.append(f"| RNNencdec suffers more on sentences longer than those trained on ({label}: BLEU on >= 30 "
+                   f"words / BLEU on < 30 words) | RNNsearch {sl:.2f}/{ss:.2f} = {keep_s:.2f}, RNNencdec "
+                   f"{el:.2f}/{es:.2f} = {keep_e:.2f} | {'yes' if keep_s > keep_e else 'no'} |")
+    if aer and diag:
+        out.append(f"| RNNsearch's attention aligns words (Hansards trial AER, lower is better) | "
+                   f"{aer['aer']:.3f}, the monotone diagonal {diag['aer']:.3f} | "
+                   f"{'yes' if aer['aer'] < diag['aer'] else 'no'} |")
+    return "\n".join(out)
+
+
+def cmd_report(a) -> None:
+    w = Path(a.work)
+    ev = w / "eval"
+    dest = Path(a.out).parent
+    images = dest / a.images
+    images.mkdir(parents=True, exist_ok=True)
+    news, nounk = _load(ev / "newstest2014.json"), _load(ev / "newstest2014-nounk.json")
+    news_len, hans = _load(ev / "newstest2014-by-length.json"), _load(ev / "hansards-test.json")
+    aer, aer_lower, diag = _load(ev / "aer.json"), _load(ev / "aer-lowercased.json"), _load(ev / "aer-diagonal.json")
+    recase = _load(ev / "recase-en.json"), _load(ev / "recase-fr.json")
+    budget = _load(w / "runs" / "budget.json")
+    manifest = _load(w / "data-bin" / "manifest.json")
+    settings = _load(w / "settings.json") or {}
+    search, encdec = a.search_name, a.encdec_name
+
+    def img(src: Path, name: str) -> str:
+        if not src.is_file():
+            return "(missing)"
+        shutil.copyfile(src, images / name)
+        return f"![{name}]({a.images}/{name})"
+
+    fig3 = []
+    index = ev / "alignments" / "index.tsv"
+    if index.is_file():
+        for k, png in enumerate(sorted((ev / "alignments").glob("*.png"))[: a.alignment_plots]):
+            fig3.append(img(png, f"alignment-{k + 1}.png"))
+    fields = {
+        "settings": "\n".join(f"| {k} | {v} |" for k, v in settings.items()),
+        "data": _data_summary(w, manifest),
+        "timings": _timings(w),
+        "budget": ("-" if budget is None else
+                   f"{budget['updates']} updates each ({budget['minutes']:g} minutes of training for the slower "
+                   "model at its calibrated speed; " + ", ".join(
+                       f"{Path(k).parent.name} {v:.2f} s/update" for k, v in budget["seconds_per_update"].items())
+                   + ")"),
+        "curve_search": _curve(w / "runs" / "rnnsearch" / "train.jsonl"),
+        "curve_encdec": _curve(w / "runs" / "rnnencdec" / "train.jsonl"),
+        "table1": table1(news, nounk) if news else "(missing)",
+        "table1_bootstrap": _bootstrap_line(news) if news else "",
+        "table1_model_subset": _model_subset(news),
+        "table1_tok": table1(news, nounk, "BLEU-tok", paper=True) if news else "",
+        "hansards": table1(hans, None) if hans else "(missing)",
+        "hansards_bootstrap": _bootstrap_line(hans) if hans else "",
+        "by_length_news": _by_length_table(news_len) if news_len else "(missing)",
+        "by_length_hansards": _by_length_table(hans) if hans and hans.get("by_length") else "(missing)",
+        "plot_news": img(ev / "bleu-by-length-newstest2014.png", "bleu-by-length-newstest2014.png"),
+        "plot_hansards": img(ev / "bleu-by-length-hansards-test.png", "bleu-by-length-hansards-test.png"),
+        "aer": _aer_table(aer, aer_lower, diag),
+        "recase": _recase_line(recase),
+        "alignments": "\n\n".join(fig3) or "(missing)",
+        "findings": _findings(news, nounk, hans, aer, diag, search, encdec) if news else "(missing)",
+    }
+    template = Path(a.template).read_text(encoding="utf-8")
+    text = re.sub(r"\{\{(\w+)\}\}", lambda m: str(fields.get(m.group(1), m.group(0))), template)
+    write_lines(a.out, text.rstrip("\n").split("\n"))
+    say(f"wrote {a.out} (images in {images})")
+
+
+def _data_summary(work: Path, manifest: dict | None) -> str:
+    """Lines, tokens and shortlist coverage of each split of the prepared directory."""
+    if not manifest:
+        return "(missing)"
+    rows = ["| split | pairs in | pairs kept | tokens en / fr | shortlist coverage en / fr |",
+            "|---|---:|---:|---:|---:|"]
+    for name, sp in manifest["splits"].items():
+        cov = sp.get("coverage", {})
+        rows.append(f"| {name} | {sp['lines_in']:,} | {sp['lines_out']:,} | {sp['tokens']['en']:,} / "
+                    f"{sp['tokens']['fr']:,} | {cov.get('en', 0):.1%} / {cov.get('fr', 0):.1%} |")
+    try:
+        import numpy as np
+
+        from nmtkit.manifest import PreparedData
+
+        data = PreparedData.open(work / "data-bin")
+        src, tgt = (np.asarray(data.corpus("train", lang).sizes) for lang in ("en", "fr"))
+        short = int(((src <= 30) & (tgt <= 30)).sum())
+        rows.append(f"\nTraining pairs of at most 30 tokens a side (what both models train on): {short:,}.")
+    except Exception as e:  # the report still comes out
+        rows.append(f"\n(could not count the training pairs of at most 30 tokens: {e})")
+    vocab = manifest["vocab"]
+    rows.append("Shortlists: " + ", ".join(f"{lang} {v['size'] - len(v['specials']):,} words of "
+                                             f"{v['types_in_training']:,} in training" for lang, v in vocab.items())
+                + ".")
+    return "\n".join(rows)
+
+
+def _timings(work: Path) -> str:
+    path = work / "timings.tsv"
+    if not path.is_file():
+        return "(missing)"
+    rows = ["| stage | minutes |", "|---|---:|"]
+    total = 0
+    order = ["data", "prepare", "train", "translate", "score", "align", "report"]
+    lines = [line.split("\t") for line in path.read_text().splitlines() if line.strip()]
+    for stage, seconds in sorted(lines, key=lambda x: order.index(x[0]) if x[0] in order else len(order)):
+        total += int(seconds)
+        rows.append(f"| {stage} | {int(seconds) / 60:.1f} |")
+    rows.append(f"| all (as run) | {total / 60:.1f} |")
+    return "\n".join(rows)
+
+
+def _model_subset(report: dict | None) -> str:
+    if not report or not report.get("no_unk"):
+        return ""
+    nu = report["no_unk"]
+    parts = ", ".join(f"{k} {_fmt(v['BLEU'])}" for k, v in nu["scores"].items())
+    return (f"For reference, the translations made *with* `<unk>` allowed, scored on the same subset "
+            f"({nu['sentences']} of {nu['of']} sentences, from `nmt-score --model`): {parts}.")
+
+
+def _aer_table(aer, lower, diag) -> str:
+    rows = ["| Alignment of the Hansards trial set (37 pairs, 338 Sure + 1,446 Possible links) | AER | precision "
+            "| recall |", "|---|---:|---:|---:|"]
+    for label, r in (("RNNsearch, forced decoding, trial text recased (argmax links)", aer),
+                     ("RNNsearch, forced decoding, trial text as distributed (lowercased)", lower),
+                     ("monotone diagonal (no model)", diag)):
+        if r:
+            rows.append(f"| {label} | {r['aer']:.3f} | {r['precision']:.3f} | {r['recall']:.3f} |")
+    return "\n".join(rows)
+
+
+def _recase_line(stats) -> str:
+    parts = []
+    for lang, s in zip(("English", "French"), stats):
+        if s:
+            parts.append(f"{lang}: {s['recased']} of {s['words']} words recased, words outside the shortlist "
+                         f"{s['oov_before']} -> {s['oov_after']}")
+    return "; ".join(parts) if parts else "(missing)"
+
+
+# -- the command line ---------------------------------------------------------------------------------------------
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="steps.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="step", required=True)
+
+    s = sub.add_parser("sample", help="draw sentence pairs from corpora")
+    s.add_argument("groups", nargs="+", metavar="PREFIX[+PREFIX...][=N]", help="N = 0 or absent: all pairs")
+    s.add_argument("-o", "--out", required=True, metavar="OUT_PREFIX")
+    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--shuffle", action="store_true", help="random order (else corpus order)")
+    s.add_argument("--first", action="store_true", help="the first N pairs (else N random ones)")
+    s.set_defaults(func=cmd_sample)
+
+    s = sub.add_parser("no-unk", help="the pairs with no token outside the shortlists")
+    s.add_argument("prefix")
+    s.add_argument("--vocab", required=True, metavar="PREPARED_DIR")
+    s.add_argument("-o", "--out", required=True, metavar="OUT_PREFIX")
+    s.add_argument("--at-least", type=int, default=0, metavar="N",
+                   help="smoke runs: with fewer qualifying pairs, take the N with the fewest unknown tokens")
+    s.add_argument("--also", action="append", default=[], metavar="FILE:OUT",
+                   help="another file aligned with the corpus (e.g. a system output): subset it alike")
+    s.set_defaults(func=cmd_no_unk)
+
+    s = sub.add_parser("pick", help="random no-UNK sentences of MIN-MAX words")
+    s.add_argument("prefix")
+    s.add_argument("--vocab", required=True, metavar="PREPARED_DIR")
+    s.add_argument("-o", "--out", required=True, metavar="OUT_PREFIX")
+    s.add_argument("-n", type=int, default=4)
+    s.add_argument("--min", type=int, default=10)
+    s.add_argument("--max", type=int, default=20)
+    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--allow-unk", action="store_true", help="smoke runs: sentences with unknown words too")
+    s.set_defaults(func=cmd_pick)
+
+    s = sub.add_parser("recase", help="restore casing from the training text")
+    s.add_argument("input")
+    s.add_argument("output")
+    s.add_argument("--vocab", required=True, metavar="PREPARED_DIR")
+    s.add_argument("--lang", required=True)
+    s.add_argument("--stats", metavar="JSON")
+    s.set_defaults(func=cmd_recase)
+
+    s = sub.add_parser("diagonal-aer", help="AER of the monotone diagonal alignment")
+    s.add_argument("-s", "--source", required=True)
+    s.add_argument("-t", "--target", required=True)
+    s.add_argument("--gold", required=True)
+    s.add_argument("--gold-order", default="src-tgt", choices=["src-tgt", "tgt-src"])
+    s.set_defaults(func=cmd_diagonal_aer)
+
+    s = sub.add_parser("budget", help="updates that fit a time budget, from calibration runs")
+    s.add_argument("logs", nargs="+", metavar="TRAIN_JSONL")
+    s.add_argument("--minutes", type=float, required=True)
+    s.add_argument("--min", type=int, default=1, help="at least this many updates")
+    s.add_argument("--round", type=int, default=10, help="round down to a multiple of this")
+    s.add_argument("--validations", type=int, default=4, help="validations in the whole run")
+    s.add_argument("--out", metavar="JSON")
+    s.set_defaults(func=cmd_budget)
+
+    s = sub.add_parser("table1", help="Table 1 as Markdown from nmt-score --json reports")
+    s.add_argument("--all", required=True, metavar="JSON", help="the translations of the whole test set")
+    s.add_argument("--no-unk", metavar="JSON", help="the --no-unk translations (a report with a no-UNK subset, "
+                   "or a report on the subset itself)")
+    s.add_argument("--metric", action="append", default=None, choices=["BLEU", "BLEU-tok", "chrF"])
+    s.add_argument("-o", "--out")
+    s.set_defaults(func=cmd_table1)
+
+    s = sub.add_parser("report", help="fill the CPU-scale RESULTS.md template")
+    s.add_argument("--work", required=True)
+    s.add_argument("--template", required=True)
+    s.add_argument("-o", "--out", required=True)
+    s.add_argument("--images", default="results", help="folder for the images, relative to OUT's folder")
+    s.add_argument("--alignment-plots", type=int, default=4)
+    s.add_argument("--search-name", default="RNNsearch")
+    s.add_argument("--encdec-name", default="RNNencdec")
+    s.set_defaults(func=cmd_report)
+
+    a = p.parse_args(argv)
+    if getattr(a, "metric", "x") is None:
+        a.metric = ["BLEU", "BLEU-tok"]
+    from nmtkit.errors import InputError
+
+    try:
+        a.func(a)
+    except InputError as e:
+        raise SystemExit(f"steps {a.step}: error: {e}") from None
+
+
+if __name__ == "__main__":
+    main()

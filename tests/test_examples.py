@@ -1,0 +1,164 @@
+"""The example recipes: shell syntax, the commands --dry-run prints, and a tiny end-to-end run of the CPU-scale one."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PAPER = REPO / "examples" / "wmt14-en-fr" / "run.sh"
+CPU = REPO / "examples" / "cpu-scale" / "run.sh"
+
+
+SETTINGS = ("SUBSET", "NEWS_OLDER", "DEV_SAMPLE", "TEST_LINES", "VOCAB", "TRAIN_MINUTES", "UPDATES", "CALIB_UPDATES",
+            "VALIDATIONS", "SIDE_BY_SIDE", "THREADS", "BEAM", "BOOTSTRAP", "SEED", "RESULTS", "IN_DOMAIN",
+            "SELECT_WORDS", "MODELS", "TRAIN_HOURS", "STAR_HOURS", "PATIENCE", "VALID_EVERY", "DEVICE", "BF16",
+            "WORKERS")
+
+
+def clean_env(**extra) -> dict:
+    """The environment with the recipes' settings at their defaults."""
+    env = {k: v for k, v in os.environ.items() if k not in SETTINGS}
+    return {**env, "PYTHON": "python3", **extra}
+
+
+def commands(script: Path, *args: str, work: Path) -> list[list[str]]:
+    """The commands a recipe prints with --dry-run, split into words; and nothing is created."""
+    out = subprocess.run(["bash", str(script), "--dry-run", *args], capture_output=True, text=True, timeout=60,
+                         env=clean_env(WORK=str(work)))
+    assert out.returncode == 0, out.stderr
+    assert not work.exists(), "--dry-run must not create anything"
+    cmds = []
+    for line in out.stdout.splitlines():
+        if line.startswith("+ "):
+            cmd = line[2:].split(" > ")[0]  # run_to's redirection
+            cmds.append(shlex.split(cmd))
+    return cmds
+
+
+def tool(cmds: list[list[str]], name: str) -> list[list[str]]:
+    return [c for c in cmds if c and c[0] == name]
+
+
+def value(cmd: list[str], option: str) -> str:
+    return cmd[cmd.index(option) + 1]
+
+
+@pytest.mark.parametrize("script", [PAPER, CPU], ids=["wmt14-en-fr", "cpu-scale"])
+def test_scripts_parse_and_document_themselves(script):
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    assert os.access(script, os.X_OK)
+    help_ = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True, timeout=30)
+    assert help_.returncode == 0 and "--stage" in help_.stdout and "--dry-run" in help_.stdout
+    bad = subprocess.run(["bash", str(script), "--stage", "nope", "--dry-run"], capture_output=True, text=True,
+                         timeout=30)
+    assert bad.returncode == 2 and "unknown stage 'nope'" in bad.stderr
+    assert (script.parent / "README.md").is_file()
+
+
+def test_paper_protocol_dry_run(tmp_path):
+    cmds = commands(PAPER, work=tmp_path / "w")
+    fetch = [c for c in cmds if c[1:3] == ["-m", "nmtkit.datasets"]]
+    assert len(fetch) == 1 and {"europarl-v7", "un", "giga-fren", "commoncrawl", "news-commentary-v9",
+                                "newstest2014"} <= set(fetch[0])
+
+    (select,) = tool(cmds, "nmt-select")
+    assert select[1:7] == ["--source-lang", "en", "--target-lang", "fr", "--in-domain", value(select, "--in-domain")]
+    assert value(select, "--top-words") == "348000000" and select.count("--general") == 5
+    assert "-o" in select
+
+    (prepare,) = tool(cmds, "nmt-prepare")
+    assert value(prepare, "--src-vocab-size") == value(prepare, "--tgt-vocab-size") == "30000"
+    assert value(prepare, "--max-len") == "50" and value(prepare, "--train") == value(select, "-o")
+    assert value(prepare, "--valid").endswith("newstest2012-2013")
+
+    trains = tool(cmds, "nmt-train")
+    fresh = {(value(c, "--arch"), value(c, "--max-len")) for c in trains if "--resume" not in c}
+    assert fresh == {("rnnencdec-30", "30"), ("rnnsearch-30", "30"), ("rnnencdec-50", "50"), ("rnnsearch-50", "50")}
+    (star,) = [c for c in trains if "--resume" in c]  # RNNsearch-50*: on until the development set stops improving
+    assert value(star, "--arch") == "rnnsearch-50" and "--patience" in star and value(star, "--max-len") == "50"
+
+    translates = tool(cmds, "nmt-translate")
+    assert len(translates) == 10 and all(value(c, "--beam") == "12" for c in translates)
+    assert sum("--no-unk" in c for c in translates) == 5
+    assert any("rnnsearch-50star/checkpoint_best.pt" in value(c, "--model") for c in translates)
+
+    scores = tool(cmds, "nmt-score")
+    table1 = [c for c in scores if "--model" in c]
+    assert len(table1) == 2 and all(len([w for w in c if w.endswith(".fr")]) == 6 for c in table1)  # ref + 5
+    (figure2,) = [c for c in scores if "--by-length" in c]
+    assert "--plot" in figure2 and figure2.count("-n") == 4
+
+    (align,) = tool(cmds, "nmt-align")
+    assert "--plot-dir" in align and "rnnsearch-50/" in value(align, "-m")
+
+
+def test_cpu_scale_dry_run(tmp_path):
+    cmds = commands(CPU, work=tmp_path / "w")
+    samples = [c for c in cmds if c[1:3] == [str(REPO / "examples" / "steps.py"), "sample"]]
+    assert "--shuffle" in samples[0] and samples[0][-1].endswith("hansards/train=300000")
+
+    (prepare,) = tool(cmds, "nmt-prepare")
+    assert value(prepare, "--max-len") == "50" and value(prepare, "--src-vocab-size") == "30000"
+    assert prepare.count("--train") == 7 and prepare.count("--test") == 2
+
+    trains = tool(cmds, "nmt-train")
+    assert len(trains) == 4  # calibration, then the same number of updates for both
+    assert sorted(value(c, "--arch") for c in trains) == ["rnnencdec-small"] * 2 + ["rnnsearch-small"] * 2
+    assert all(value(c, "--max-len") == "30" and value(c, "--threads") == "1" for c in trains)
+    final = [c for c in trains if "--resume" in c]
+    assert len(final) == 2 and value(final[0], "--max-updates") == value(final[1], "--max-updates")
+
+    translates = tool(cmds, "nmt-translate")
+    assert len(translates) == 6 and all(value(c, "--beam") == "12" for c in translates)
+    assert [value(c, "-i").endswith("newstest2014-nounk.en") for c in translates if "--no-unk" in c] == [True, True]
+
+    scores = tool(cmds, "nmt-score")
+    assert any("--model" in c and "--bootstrap" in c for c in scores)
+    assert sum("--by-length" in c and "--plot" in c for c in scores) == 2
+
+    aligns = tool(cmds, "nmt-align")
+    gold = [c for c in aligns if "--gold" in c]
+    assert gold and all("--tokenized" in c and value(c, "--gold-order") == "tgt-src"
+                        and value(c, "--gold").endswith("hansards-trial/trial.align") for c in gold)
+    assert any("--plot-dir" in c for c in aligns)
+    assert any("report" in c for c in cmds)
+
+
+def test_one_stage_at_a_time(tmp_path):
+    cmds = commands(CPU, "--stage", "train", work=tmp_path / "w")
+    assert {c[0] for c in cmds} <= {"mkdir", "nmt-train", "python3", "wait"} and tool(cmds, "nmt-train")
+    cmds = commands(PAPER, "--stage=select", work=tmp_path / "w")
+    assert [c[0] for c in cmds] == ["mkdir", "nmt-select"]
+    cmds = commands(CPU, "--stage", "prepare", "--tiny", work=tmp_path / "w")
+    (prepare,) = cmds
+    assert value(prepare, "--src-vocab-size") == "2000"
+
+
+@pytest.mark.slow
+def test_cpu_scale_tiny_end_to_end(tmp_path, data_dir):
+    """The whole CPU-scale pipeline on a few hundred pairs with the tiny presets (about two minutes on 2 loaded
+    CPU cores): every stage runs and the report comes out with its tables and images."""
+    work = tmp_path / "tiny"
+    start = time.monotonic()
+    out = subprocess.run(["bash", str(CPU), "--tiny"], capture_output=True, text=True, timeout=600,
+                         env=clean_env(WORK=str(work), NMTKIT_DATA=str(data_dir)))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    results = (work / "RESULTS.md").read_text()
+    for heading in ("## Table 1", "## Figure 2", "## Alignments", "## The paper's findings"):
+        assert heading in results
+    assert "{{" not in results and "(missing)" not in results
+    assert len(list((work / "results").glob("*.png"))) >= 4
+    aer = json.loads((work / "eval" / "aer.json").read_text())
+    assert aer["sentences"] == 37 and aer["sure"] == 338 and 0 <= aer["aer"] <= 1
+    report = json.loads((work / "eval" / "newstest2014.json").read_text())
+    assert [s["name"] for s in report["systems"]] == ["RNNencdec", "RNNsearch", "Moses-uedin"]
+    stages = [line.split("\t")[0] for line in (work / "timings.tsv").read_text().splitlines()]
+    assert stages == ["data", "prepare", "train", "translate", "score", "align", "report"]
+    print(f"tiny CPU-scale run: {time.monotonic() - start:.0f} s")
