@@ -1,0 +1,88 @@
+"""Public English–French data: a catalogue with download addresses and checksums, a checked cache, local mirrors.
+
+    >>> from nmtkit import datasets
+    >>> data = datasets.get("newstest2014")            # files in a mirror, in the cache, or downloaded once
+    >>> data.files["en"], data.prefix                 # Path(.../wmt14/newstest2014.en), ".../wmt14/newstest2014"
+
+or from a shell (a thin command over the same functions; ``--help`` lists its options)::
+
+    python -m nmtkit.datasets --list
+    python -m nmtkit.datasets --prefix newstest2014 europarl-v7
+
+**The catalogue** (:data:`CATALOGUE`) holds news-test 2012, 2013 and 2014 (plain text and the official SGML), the
+older WMT news sets, the WMT'14 English–French training corpora (Europarl v7, news commentary v9, UN, the 10⁹
+French–English corpus, Common Crawl), Tatoeba and Multi30K. A :class:`Dataset` is a pair of :class:`DataFile`\\ s
+(English, French); each file has a *layout path* (``wmt14/newstest2014.en``), the same in a mirror and in the cache,
+and comes from a :class:`Download`: a file at a public address, usually an archive, with the member to extract and
+the conversion to apply (``sgml-text``: the ``<seg>`` texts one per line, as sacreBLEU extracts them; ``gunzip``;
+``tsv-gz:N``: column N of a tab-separated file, gzip-compressed).
+
+**Where a file comes from**, in this order:
+
+1. a local mirror, ``data_dir=`` or ``$NMTKIT_DATA`` (on the development machines ``../shared/data``), laid out by
+   layout path: the file is used where it is, nothing is copied or downloaded. This is how tests and CI run offline.
+2. the cache, ``cache_dir=`` or ``$NMTKIT_CACHE`` (default ``~/.cache/nmtkit``), when an earlier call put it there.
+3. an HTTP mirror with the same layout, ``mirror_url=`` or ``$NMTKIT_MIRROR_URL`` (a lab's web server holding a
+   copy of the shared data): the file is downloaded by its layout path.
+4. the publisher's address: the archive is downloaded once into ``CACHE/downloads/``, then the file is extracted.
+
+**Downloads** use urllib only: a tqdm progress bar on a terminal (a log line otherwise), an interrupted download
+kept as ``NAME.part`` and resumed by the next call with an HTTP ``Range`` request (``If-Range`` guards against a file
+that changed meanwhile; a server that ignores ranges makes it start over), a few retries within one call, and an
+atomic rename into place once the file is complete and verified.
+
+**Checksum policy.** nmtkit records a checksum only where it could compute one; none is invented.
+
+- *Files* (:attr:`DataFile.sha256`): the sha256 and size of the copy in the shared mirror, for every file that the
+  mirror holds. A copy from a mirror (local or HTTP) must match it, or it is an :class:`~nmtkit.errors.InputError`
+  (a downloaded copy is removed, nothing is left in the cache). A file extracted from a publisher's download is
+  compared with it too, but a difference is a *warning* naming both checksums, not an error: nmtkit cannot vouch for
+  the publisher's current file (Tatoeba's is replaced every few months; the others could be re-issued), so the file is
+  used, and the warning says that its scores are not comparable with runs on the reference copy.
+- *Downloads* (:attr:`Download.sha256`): the publishers' archives could not be fetched where this catalogue was made,
+  so their checksums are ``None``, and the policy is **trust on first use**: the first download is checked for its
+  format (the archive's magic bytes; its expected members when extracted; the size when the catalogue knows it), its
+  sha256 is recorded with the address and date in the cache's ``manifest.json`` and printed in a warning (pin it by
+  adding it to the catalogue), and every later use of that cached archive is checked against the record (size always,
+  sha256 with ``verify=True`` / ``--verify``). A download whose checksum the catalogue does know is checked strictly:
+  a mismatch is a one-line InputError and the bad file is removed.
+- Files made in the cache are recorded in the manifest the same way (sha256, size, origin), so ``--verify`` detects a
+  damaged cache.
+
+**Cache layout**::
+
+    CACHE/downloads/NAME           publishers' files, as published (NAME.part while incomplete, NAME.part.json beside)
+    CACHE/data/LAYOUT_PATH         dataset files (from an HTTP mirror, or extracted from downloads)
+    CACHE/manifest.json            {"format": "nmtkit-cache", "version": 1, "files": {RELPATH: {sha256, size, ...}}}
+"""
+
+from nmtkit.datasets.catalogue import (
+    CATALOGUE,
+    CONVERSIONS,
+    KINDS,
+    DataFile,
+    Dataset,
+    Download,
+    Resolved,
+    catalogue,
+    lookup,
+)
+from nmtkit.datasets.download import (
+    CHUNK,
+    MANIFEST,
+    MANIFEST_FORMAT,
+    MANIFEST_VERSION,
+    default_cache_dir,
+    default_data_dir,
+    default_mirror_url,
+    download,
+    sha256sum,
+)
+from nmtkit.datasets.fetch import Fetcher, _convert, describe, get, link  # noqa: F401  (_convert: the tests use it)
+
+__all__ = [
+    "CATALOGUE", "CHUNK", "CONVERSIONS", "KINDS", "MANIFEST", "MANIFEST_FORMAT", "MANIFEST_VERSION",
+    "DataFile", "Dataset", "Download", "Fetcher", "Resolved",
+    "catalogue", "default_cache_dir", "default_data_dir", "default_mirror_url", "describe", "download", "get",
+    "link", "lookup", "sha256sum",
+]
