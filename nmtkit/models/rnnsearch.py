@@ -28,6 +28,15 @@ maxout output t_i.
 
 Speed: everything that does not depend on the recurrence is computed for all steps in one matmul (input projections
 of encoder and decoder, U_a h, and the whole deep output after the loop); the loop does only the recurrent work.
+For teacher forcing (``forward``) the loops run through fused.py, whose hand-written backward batches the recurrent
+weights' gradients over time; ``model.fused = False`` switches to the op-by-op reference code here and in gru.py /
+attention.py (same values; the tests compare the two).  ``decode_step`` always uses the reference pieces.
+
+API (used by training, search and alignment):
+    forward(src, src_lens, tgt_in[, return_attention]) -> logits (B, Ty, V) [, α (B, Ty, Tx) or None]
+    encode(src, src_lens) -> EncoderOut;  init_decoder(enc) -> s_0 (B, n)
+    decode_step(y_prev, state, enc) -> logits (B, V), new state (B, n), α (B, Tx) or None
+    reorder_encoder_out(enc, index) -> EncoderOut
 """
 
 from __future__ import annotations
