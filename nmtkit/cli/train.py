@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from nmtkit.cli import run, setup_logging
+from nmtkit.cli import run, setup_logging, tune_malloc
 
 
 def _model_option(ctx, param, values):
@@ -77,6 +77,7 @@ def main(data, arch, save_dir, model_options, quiet, **options):
     from nmtkit.train import TrainConfig, train
 
     setup_logging(quiet)
+    tune_malloc()
     cfg = TrainConfig(data=data, arch=arch, save_dir=save_dir, model_options=model_options, **options)
     result = {}
 

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from nmtkit.cli import run, setup_logging
+from nmtkit.cli import run, setup_logging, tune_malloc
 
 
 def read_input(stream, name: str):
@@ -80,6 +80,7 @@ def main(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, no
     """
     args = dict(locals())
     setup_logging(quiet)
+    tune_malloc()
     run("nmt-translate", lambda: _translate(**args))
 
 
