@@ -17,24 +17,21 @@ and settings give byte-identical outputs, whatever the number of workers.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
-import signal
-from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import islice
 
 from nmtkit import __version__
 from nmtkit import manifest as manifest_format
 from nmtkit.corpus import CorpusWriter, dtype_for_vocab
 from nmtkit.errors import InputError
 from nmtkit.files import atomic_dir, read_parallel, resolve_prefix
+from nmtkit.parallel import CHUNK, Mapper
 from nmtkit.text import Preprocessor, TextConfig, learn_bpe_codes
 from nmtkit.vocab import Vocabulary
 
 log = logging.getLogger("nmtkit.prepare")
-CHUNK = 1000  # pairs per unit of parallel work
 
 
 @dataclass
@@ -79,10 +76,7 @@ class PrepareConfig:
 _worker_state: dict = {}
 
 
-def _init_worker(src_cfg: dict, tgt_cfg: dict, child: bool = True) -> None:
-    if child:  # the parent handles Ctrl-C and SIGTERM and tears the pool down
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+def _init_worker(src_cfg: dict, tgt_cfg: dict) -> None:
     _worker_state["pre"] = (Preprocessor(TextConfig.from_dict(src_cfg)), Preprocessor(TextConfig.from_dict(tgt_cfg)))
 
 
@@ -96,52 +90,14 @@ def _subword_chunk(pairs: list[tuple[list[str], list[str]]]) -> list[tuple[list[
     return [(src.subwords(s), tgt.subwords(t)) for s, t in pairs]
 
 
-def _chunks(items: Iterable, size: int = CHUNK) -> Iterator[list]:
-    it = iter(items)
-    while chunk := list(islice(it, size)):
-        yield chunk
-
-
-class _Mapper:
-    """Applies a chunk function in-process (1 worker) or in an ordered process pool; same results either way."""
+class _Mapper(Mapper):
+    """The shared ordered process pool (:class:`nmtkit.parallel.Mapper`) with the two languages' preprocessors."""
 
     def __init__(self, workers: int, src_cfg: TextConfig, tgt_cfg: TextConfig):
-        self.args = (src_cfg.to_dict(), tgt_cfg.to_dict())
-        self.workers = workers
-        self.pool = None
-
-    def __enter__(self) -> _Mapper:
-        # Build the preprocessors here first, even for a pool: a setting that cannot be loaded then fails once, in
-        # this process, instead of killing pool workers that multiprocessing would respawn forever (a hang).
-        _init_worker(*self.args, child=False)
-        if self.workers > 1:
-            methods = multiprocessing.get_all_start_methods()
-            ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-            self.pool = ctx.Pool(self.workers, initializer=_init_worker, initargs=self.args)
-        return self
-
-    def map(self, func: Callable, items: Iterable) -> Iterator:
-        """``func`` over chunks of ``items``, results in input order; at most 2 chunks per worker in flight, so
-        memory stays bounded however large the input (unlike ``Pool.imap``, whose feeder reads ahead freely)."""
-        if self.pool is None:
-            for chunk in _chunks(items):
-                yield from func(chunk)
-            return
-        pending: deque = deque()
-        for chunk in _chunks(items):
-            pending.append(self.pool.apply_async(func, (chunk,)))
-            if len(pending) >= 2 * self.workers:
-                yield from pending.popleft().get()
-        while pending:
-            yield from pending.popleft().get()
+        super().__init__(workers, _init_worker, (src_cfg.to_dict(), tgt_cfg.to_dict()), CHUNK)
 
     def __exit__(self, exc_type, *exc) -> None:
-        if self.pool is not None:
-            if exc_type is None:
-                self.pool.close()
-            else:
-                self.pool.terminate()
-            self.pool.join()
+        super().__exit__(exc_type, *exc)
         _worker_state.clear()
 
 

@@ -1,0 +1,390 @@
+"""Cross-entropy-difference data selection (the library behind ``nmt-select``).
+
+Axelrod, He & Gao (2011), "Domain adaptation via pseudo in-domain data selection", bilingual form; Moore & Lewis
+(2010) with one side only. The paper reduced 850M words of WMT'14 English–French to 348M this way. Per language:
+
+1. **In-domain LM** (:mod:`nmtkit.lm`): order-N interpolated modified Kneser–Ney on the in-domain text, every
+   ``heldout_every``-th pair held out to report perplexities. The vocabulary is the in-domain words seen at least
+   ``min_count`` times (Moore & Lewis), shared by both models of the language; other words are ``<unk>``.
+2. **General LM**: the same on a random sample of the general corpus (``seed``) of about the in-domain size in raw
+   words.
+3. **Scores**: every general pair gets ``score = Σ_lang [H_in(side) - H_gen(side)]``, H the per-token cross-entropy
+   in bits (-log2 P(sentence) / (tokens + 1), ``</s>`` counted as a token); lower is more in-domain-like. A pair
+   with an empty scored side gets no score and is never selected.
+4. **Selection**: the lowest scores (ties: earlier pair first) until ``top_words`` source tokens (the scored side's
+   in monolingual mode) or ``top_pairs`` pairs, or every pair with score < ``threshold``; written as the original
+   lines, in their original order, with a scores file and a JSON report.
+
+The scores file and the scoring workers are in :mod:`nmtkit.select_scores`.
+
+Text goes through :class:`nmtkit.text.Preprocessor` as in ``nmt-prepare``. The general corpus is streamed four
+times (count and validate, sample, score, write); memory is bounded by the models and a few numbers per general
+pair. ``workers`` tokenise and score in parallel processes (:class:`nmtkit.parallel.Mapper`) with the same
+results as one. Outputs are written atomically, all at the end: an error leaves none behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from nmtkit import __version__
+from nmtkit.errors import InputError
+from nmtkit.files import atomic_file, read_parallel, read_segments, resolve_prefix
+from nmtkit.lm import LMVocab, NgramLM
+from nmtkit.lm_arpa import write_arpa
+from nmtkit.lm_count import NgramCounter
+from nmtkit.parallel import Mapper
+from nmtkit.select_scores import init_worker, score_pairs, tokenize_chunk, write_scores
+from nmtkit.text import TextConfig
+
+log = logging.getLogger("nmtkit.select")
+SIDES = ("both", "source", "target")
+
+
+@dataclass
+class SelectConfig:
+    """Every setting of a selection run (the click command fills this from its options)."""
+
+    source_lang: str
+    in_domain: list[str]
+    general: list[str]
+    output: str  # prefix: OUTPUT.<lang>, OUTPUT.scores, OUTPUT.report.json
+    target_lang: str | None = None  # None: monolingual corpora of the source language
+    side: str = "both"  # both (Axelrod et al.), source or target (Moore & Lewis)
+    top_words: int | None = None
+    top_pairs: int | None = None
+    threshold: float | None = None
+    order: int = 4
+    min_count: int = 2
+    heldout_every: int = 10
+    seed: int = 1
+    workers: int = 1
+    scores: str | None = None  # default OUTPUT.scores
+    write_arpa: bool = False  # OUTPUT.{in,gen}.<lang>.arpa
+    lowercase: bool = False
+    normalize_punctuation: bool = True
+    aggressive_dash_splits: bool = False
+
+    def check(self) -> None:
+        if self.side not in SIDES:
+            raise InputError(f"side must be one of {', '.join(SIDES)} (got '{self.side}')")
+        if self.target_lang is None and self.side != "source":
+            raise InputError("without a target language only --side source (monolingual selection) is possible")
+        if self.target_lang is not None and self.target_lang == self.source_lang:
+            raise InputError(f"source and target languages must differ (both are '{self.source_lang}')")
+        if not self.in_domain or not self.general:
+            raise InputError("at least one in-domain and one general corpus are needed")
+        if sum(x is not None for x in (self.top_words, self.top_pairs, self.threshold)) != 1:
+            raise InputError("give exactly one of --top-words, --top-pairs and --threshold")
+        for name, value, low in (("--top-words", self.top_words, 1), ("--top-pairs", self.top_pairs, 1),
+                                 ("--order", self.order, 2), ("--min-count", self.min_count, 1),
+                                 ("--heldout-every", self.heldout_every, 0), ("--workers", self.workers, 1)):
+            if value is not None and value < low:
+                raise InputError(f"{name} must be at least {low} (got {value})")
+        if self.threshold is not None and not math.isfinite(self.threshold):
+            raise InputError(f"--threshold must be a finite number (got {self.threshold})")
+
+    @property
+    def langs(self) -> list[str]:
+        """The languages read from the general corpus and written out."""
+        return [self.source_lang] + ([self.target_lang] if self.target_lang else [])
+
+    @property
+    def scored(self) -> list[str]:
+        """The languages whose cross-entropies make the score."""
+        return {"both": self.langs, "source": [self.source_lang], "target": [self.target_lang]}[self.side]
+
+
+# -- reading -------------------------------------------------------------------------------------------------------
+
+
+def _resolve(prefix: str, langs: list[str]) -> tuple[str, ...]:
+    if len(langs) == 2:
+        return resolve_prefix(prefix, *langs)
+    if "," in prefix:
+        raise InputError(f"'{prefix}': a monolingual corpus is one PREFIX (PREFIX.{langs[0]}), not SRC,TGT")
+    return resolve_prefix(prefix, langs[0], langs[0])[:1]
+
+
+def _read(corpora: list[tuple[str, ...]]) -> Iterator[tuple[int, int, tuple[str, ...]]]:
+    """(corpus number from 1, line number, text of each file) for every line or pair of the corpora, in order."""
+    for k, files in enumerate(corpora, start=1):
+        if len(files) == 1:
+            for seg in read_segments(files[0]):
+                yield k, seg.line, (seg.text,)
+        else:
+            for s, t in read_parallel(*files):
+                yield k, s.line, (s.text, t.text)
+
+
+def _create(directory: str, name: str):
+    return open(os.path.join(directory, name), "w", encoding="utf-8", newline="\n")
+
+
+def _write_tokens(handles: list, tokens: list[list[str]]) -> None:
+    for f, words in zip(handles, tokens):
+        f.write(" ".join(words) + "\n")
+
+
+def _read_tokens(path: str) -> Iterator[list[str]]:
+    with open(path, encoding="utf-8", newline="\n") as f:
+        for line in f:
+            line = line[:-1]
+            yield line.split(" ") if line else []
+
+
+# -- the steps -----------------------------------------------------------------------------------------------------
+
+
+def _in_domain(cfg: SelectConfig, mapper: Mapper, files: list[tuple[str, ...]], tmp: str) -> tuple[list, dict]:
+    """Tokenise the in-domain text into ``tmp/{in,held}.<lang>``; the vocabularies and statistics."""
+    scored, every = cfg.scored, cfg.heldout_every
+    stats = {"inputs": [list(f) for f in files], "pairs": 0, "heldout_pairs": 0, "raw_words": 0,
+             "tokens": dict.fromkeys(scored, 0)}
+    counts = [Counter() for _ in scored]
+
+    def texts():
+        for i, (_, _, item) in enumerate(_read(files)):
+            if not (every and i % every == every - 1):
+                stats["raw_words"] += sum(len(t.split()) for t in item)
+            yield item
+
+    with contextlib.ExitStack() as stack:
+        train = [stack.enter_context(_create(tmp, f"in.{lang}")) for lang in scored]
+        held = [stack.enter_context(_create(tmp, f"held.{lang}")) for lang in scored]
+        for i, toks in enumerate(mapper.map(tokenize_chunk, texts())):
+            stats["pairs"] += 1
+            if every and i % every == every - 1:
+                stats["heldout_pairs"] += 1
+                _write_tokens(held, toks)
+                continue
+            _write_tokens(train, toks)
+            for c, words in zip(counts, toks):
+                c.update(words)
+    for j, lang in enumerate(scored):
+        stats["tokens"][lang] = counts[j].total()
+        if not counts[j]:
+            held = f" (after holding out 1 pair in {every})" if every else ""
+            raise InputError(f"the in-domain data has no {lang} words{held} to train a language model on",
+                             ", ".join(f[j] for f in files))
+    return [LMVocab.build(c, cfg.min_count) for c in counts], stats
+
+
+def _general_sizes(files: list[tuple[str, ...]], col: list[int]) -> tuple[list[int], int]:
+    """Lines of each general corpus and raw (whitespace) words of its scored sides; validates the whole input."""
+    lines, raw = [0] * len(files), 0
+    for k, _, item in _read(files):
+        lines[k - 1] += 1
+        raw += sum(len(item[c].split()) for c in col)
+    return lines, raw
+
+
+def _sample(cfg: SelectConfig, mapper: Mapper, files, col, take: np.ndarray, tmp: str) -> dict:
+    """Tokenise the general pairs marked in ``take`` into ``tmp/gen.<lang>``."""
+    tokens = dict.fromkeys(cfg.scored, 0)
+    picked = (tuple(item[c] for c in col) for i, (_, _, item) in enumerate(_read(files)) if take[i])
+    with contextlib.ExitStack() as stack:
+        out = [stack.enter_context(_create(tmp, f"gen.{lang}")) for lang in cfg.scored]
+        for toks in mapper.map(tokenize_chunk, picked):
+            _write_tokens(out, toks)
+            for lang, words in zip(cfg.scored, toks):
+                tokens[lang] += len(words)
+    return {"pairs": int(take.sum()), "tokens": tokens, "seed": cfg.seed}
+
+
+def _train_lm(path: str, vocab: LMVocab, order: int) -> NgramLM:
+    counter = NgramCounter(order, len(vocab))
+    for words in _read_tokens(path):
+        counter.add(vocab.ids(words))
+    return NgramLM.estimate(counter.finish(), vocab)
+
+
+def _perplexity(lm: NgramLM, path: str, batch: int = 10000) -> float | None:
+    total, tokens = 0.0, 0
+    sentences = _read_tokens(path)
+    while block := [s for _, s in zip(range(batch), sentences)]:
+        total += float(lm.sentence_logprobs(block).sum())
+        tokens += sum(len(s) + 1 for s in block)
+    return 10.0 ** (-total / tokens) if tokens else None
+
+
+def _model_report(lm: NgramLM, heldout: str) -> dict:
+    return {"ngrams": lm.sizes(), "discounts": [list(d) for d in lm.discounts[1:]],
+            "discount_fallback": lm.discount_fallback[1:], "trained_on": {"sentences": lm.sentences,
+                                                                           "tokens": lm.tokens},
+            "heldout_perplexity": _perplexity(lm, heldout)}
+
+
+def _choose(cfg: SelectConfig, score: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, float | None]:
+    """The selection mask over the general pairs, and the highest selected score."""
+    # lowest score first, ties: earlier pair first; argsort puts the nan (unscored) pairs last, and they are cut off
+    ranked = np.argsort(score, kind="stable")[:int(np.count_nonzero(~np.isnan(score)))]
+    unit = "source" if cfg.side != "target" else "target"
+    if cfg.threshold is not None:
+        chosen = ranked[score[ranked] < cfg.threshold]
+    elif cfg.top_pairs is not None:
+        if cfg.top_pairs > len(ranked):
+            raise InputError(f"--top-pairs {cfg.top_pairs:,} asks for more pairs than the general corpus has "
+                             f"({len(ranked):,} scored pairs of {len(score):,})")
+        chosen = ranked[:cfg.top_pairs]
+    else:
+        cum = np.cumsum(words[ranked], dtype=np.int64)
+        if len(cum) == 0 or cfg.top_words > cum[-1]:
+            have = int(cum[-1]) if len(cum) else 0
+            raise InputError(f"--top-words {cfg.top_words:,} asks for more {unit} words than the general corpus has "
+                             f"({have:,} in {len(ranked):,} scored pairs)")
+        chosen = ranked[:int(np.searchsorted(cum, cfg.top_words)) + 1]
+    mask = np.zeros(len(score), dtype=bool)
+    mask[chosen] = True
+    return mask, (float(score[chosen[-1]]) if len(chosen) else None)
+
+
+def _check_outputs(outputs: list[str], inputs: list[tuple[str, ...]]) -> None:
+    given = {os.path.realpath(p) for files in inputs for p in files}
+    if len({os.path.realpath(p) for p in outputs}) < len(outputs):
+        raise InputError(f"two outputs would be the same file ({', '.join(outputs)}); choose another --scores")
+    for path in outputs:
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise InputError("no such directory for the outputs", parent)
+        if os.path.realpath(path) in given:
+            raise InputError("is an input; choose another output prefix", path)
+        if os.path.isdir(path):
+            raise InputError("is a directory; the outputs are files OUT_PREFIX.<lang>, OUT_PREFIX.scores, ...", path)
+
+
+def _write(cfg: SelectConfig, paths: dict, files, mask: np.ndarray, details: str, models: list,
+           report: dict) -> None:
+    """Write every output through temporary files, renamed into place together at the end."""
+    scored = cfg.scored
+    with contextlib.ExitStack() as stack:
+        text = [stack.enter_context(atomic_file(paths[lang])) for lang in cfg.langs]
+        for i, (_, _, item) in enumerate(_read(files)):
+            if mask[i]:
+                for f, t in zip(text, item):
+                    f.write(t + "\n")
+        with open(details, encoding="utf-8", newline="\n") as rows:
+            write_scores(stack.enter_context(atomic_file(paths["scores"])), scored, files, rows, mask)
+        for j, lang in enumerate(scored):
+            for name, lm in (("in", models[j][1]), ("gen", models[j][2])):
+                if (name, lang) in paths:
+                    write_arpa(lm, stack.enter_context(atomic_file(paths[name, lang])),
+                               f"{'in-domain' if name == 'in' else 'general-sample'} {lang} model of nmt-select")
+        f = stack.enter_context(atomic_file(paths["report"]))
+        f.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+
+
+def _output_paths(cfg: SelectConfig) -> dict:
+    out = cfg.output
+    paths: dict = {lang: f"{out}.{lang}" for lang in cfg.langs}
+    paths["scores"] = cfg.scores or f"{out}.scores"
+    paths["report"] = f"{out}.report.json"
+    if cfg.write_arpa:
+        paths.update({(m, lang): f"{out}.{m}.{lang}.arpa" for m in ("in", "gen") for lang in cfg.scored})
+    return paths
+
+
+# -- the pipeline --------------------------------------------------------------------------------------------------
+
+
+def select(cfg: SelectConfig) -> dict:
+    """Run the whole selection; returns the report also written to ``OUTPUT.report.json``."""
+    cfg.check()
+    langs, scored = cfg.langs, cfg.scored
+    col = [langs.index(lang) for lang in scored]  # where the scored sides are in a general item
+    in_files = [_resolve(p, scored) for p in cfg.in_domain]
+    gen_files = [_resolve(p, langs) for p in cfg.general]
+    paths = _output_paths(cfg)
+    _check_outputs(list(paths.values()), in_files + gen_files)
+    text_cfgs = [TextConfig(lang, cfg.normalize_punctuation, cfg.aggressive_dash_splits, cfg.lowercase).to_dict()
+                 for lang in scored]
+    report: dict = {"format": "nmt-select-report", "format_version": 1, "nmtkit_version": __version__,
+                    "settings": asdict(cfg), "preprocessing": text_cfgs}
+    tmp_parent = os.path.dirname(os.path.abspath(paths["scores"]))
+    seconds = report["seconds"] = {}  # wall time of each step, for benchmarks
+    clock = [time.perf_counter()]
+
+    def lap(step: str) -> None:
+        now = time.perf_counter()
+        seconds[step] = round(now - clock[0], 3)
+        clock[0] = now
+
+    with tempfile.TemporaryDirectory(dir=tmp_parent, prefix=".nmt-select.") as tmp:
+        with Mapper(cfg.workers, init_worker, (text_cfgs, None)) as mapper:
+            vocabs, report["in_domain"] = _in_domain(cfg, mapper, in_files, tmp)
+            log.info("in-domain: %d pairs (%d held out), %s", report["in_domain"]["pairs"],
+                     report["in_domain"]["heldout_pairs"], _tokens_text(report["in_domain"]["tokens"]))
+            lap("in_domain_tokenize")
+            lines, raw_words = _general_sizes(gen_files, col)
+            total = sum(lines)
+            if total == 0:
+                raise InputError("the general corpus is empty", ", ".join(f[0] for f in gen_files))
+            lap("general_read")
+            # a random sample of about as many raw words as the in-domain training text
+            size = min(total, max(1, round(total * report["in_domain"]["raw_words"] / max(raw_words, 1))))
+            take = np.zeros(total, dtype=bool)
+            take[np.random.default_rng(cfg.seed).choice(total, size, replace=False, shuffle=False)] = True
+            sample = _sample(cfg, mapper, gen_files, col, take, tmp)
+            del take
+            lap("sample_tokenize")
+            log.info("general: %d pairs in %d corpora; LM sample of %d pairs (seed %d), %s", total, len(gen_files),
+                     sample["pairs"], cfg.seed, _tokens_text(sample["tokens"]))
+
+        models, report["models"] = [], {}
+        for j, lang in enumerate(scored):
+            lm_in = _train_lm(os.path.join(tmp, f"in.{lang}"), vocabs[j], cfg.order)
+            lm_gen = _train_lm(os.path.join(tmp, f"gen.{lang}"), vocabs[j], cfg.order)
+            models.append((vocabs[j], lm_in, lm_gen))
+            held = os.path.join(tmp, f"held.{lang}")
+            report["models"][lang] = {"order": cfg.order, "vocab": len(vocabs[j]), "min_count": cfg.min_count,
+                                      "in": _model_report(lm_in, held), "gen": _model_report(lm_gen, held)}
+            _log_models(lang, report["models"][lang])
+        lap("lm_count_estimate")
+
+        details = os.path.join(tmp, "scores")
+        with _create(tmp, "scores") as rows:
+            pairs = ((k, line, tuple(item[c] for c in col)) for k, line, item in _read(gen_files))
+            score, tokens = score_pairs(pairs, total, cfg.workers, text_cfgs, models, rows)
+        lap("score")
+        mask, last = _choose(cfg, score, tokens[:, 0])
+        report["general"] = {"inputs": [list(f) for f in gen_files], "pairs": lines, "raw_words": raw_words,
+                             "tokens": {lang: int(tokens[:, j].sum()) for j, lang in enumerate(scored)},
+                             "unscored_pairs": int(np.isnan(score).sum()), "sample": sample}
+        report["selected"] = {"pairs": int(mask.sum()), "last_score": last,
+                              "tokens": {lang: int(tokens[mask, j].sum()) for j, lang in enumerate(scored)}}
+        lap("choose")
+        _write(cfg, paths, gen_files, mask, details, models, report)
+        lap("write")
+    sel, gen = report["selected"], report["general"]
+    log.info("selected %d of %d pairs (%.1f%%), %s (%.1f%% of the %s words); highest score selected: %s",
+             sel["pairs"], total, 100 * sel["pairs"] / total, _tokens_text(sel["tokens"]),
+             100 * sel["tokens"][scored[0]] / max(gen["tokens"][scored[0]], 1), scored[0],
+             "none" if last is None else f"{last:.4f}")
+    if not sel["pairs"]:
+        log.warning("no pair has a score below the threshold %s: the selection is empty", cfg.threshold)
+    log.info("wrote %s", ", ".join(paths.values()))
+    return report
+
+
+def _tokens_text(tokens: dict) -> str:
+    return ", ".join(f"{n:,} {lang} tokens" for lang, n in tokens.items())
+
+
+def _log_models(lang: str, m: dict) -> None:
+    fallback = any(m["in"]["discount_fallback"] + m["gen"]["discount_fallback"])
+    log.info("%s LMs (order %d, vocabulary %d): in-domain %s n-grams, general %s; held-out in-domain perplexity "
+             "%.1f (in-domain LM) vs %.1f (general LM)%s", lang, m["order"], m["vocab"],
+             "/".join(map(str, m["in"]["ngrams"])), "/".join(map(str, m["gen"]["ngrams"])),
+             m["in"]["heldout_perplexity"] or float("nan"), m["gen"]["heldout_perplexity"] or float("nan"),
+             " (fallback discounts for a tiny corpus)" if fallback else "")
