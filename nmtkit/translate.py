@@ -165,7 +165,7 @@ class Translator:
 
     def _finish(self, lineno: int, src_words: list[str], parts: list[tuple[_Piece, list[Hypothesis]]]) -> Translation:
         if not parts:
-            return Translation(lineno, "", src_words, [], 0.0, nbest=[("", 0.0, 0.0, 0)] * 1,
+            return Translation(lineno, "", src_words, [], 0.0, nbest=[("", 0.0, 0.0, 0)],
                                alignment=[] if self.need_attention else None,
                                attention={"source": ["</s>"], "target": ["</s>"], "alpha": [[1.0]]}
                                if self.need_attention else None)
