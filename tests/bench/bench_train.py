@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Training speed of nmtkit, side by side with OpenNMT-py 3.5.1, and against the CPU's matmul ceiling.
 
-One command (about 15 minutes on two quiet cores; ``--quick`` for a smoke run of under 3 minutes)::
+One command (about 16 minutes on two quiet cores; ``--quick`` for a smoke run of under 3 minutes)::
 
     python tests/bench/bench_train.py                  # writes tests/bench/results/bench_train.txt
     python tests/bench/bench_train.py --quick          # writes tests/bench/results/bench_train-quick.txt
@@ -10,9 +10,11 @@ One command (about 15 minutes on two quiet cores; ``--quick`` for a smoke run of
 Part ``small`` (the peers' setting, ``../shared/peers/README.md``): the seeded synthetic 20k-pair corpus
 (``make_corpus.py``), 8,000-word vocabularies, batches of 80 sentences, 300 updates; the figure is real
 (non-padding) target tokens per second over the updates after the first 50 — the README's counting rule. Runs
-are interleaved in one session (OpenNMT-py, nmtkit/Adam, nmtkit/Adadelta, then again in rotated order, ...) and
-the medians reported, with the ratio nmtkit/OpenNMT-py also taken pair by pair (each repeat's two runs are
-neighbours in time, so their ratio is less exposed to the machine's drift).
+are interleaved in one session (OpenNMT-py, nmtkit/Adam, nmtkit/Adadelta, then again in rotated order, ...; by
+default 3 repeats of the head-to-head pair, nmtkit/Adadelta in the first only) and the medians reported, with the
+ratio nmtkit/OpenNMT-py also taken pair by pair (each repeat's two runs are neighbours in time, so their ratio is
+less exposed to the machine's drift). Every run's figure is listed too: on a shared machine one disturbed run
+shows up there.
 
 - OpenNMT-py: the README's yaml template as is (``brnn`` GRU encoder, 128 per direction, GRU decoder 256, ``mlp``
   attention, input feeding, Adam 0.001, no clipping, no dropout); tokens/s from its own ``Step`` reports.
@@ -68,7 +70,9 @@ def parse_args(argv):
                                 epilog="See the module docstring for what is measured and how.")
     p.add_argument("--parts", default="small,paper", help="comma list of: small (vs OpenNMT-py), paper (rnnsearch-50)")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"small part: comma list of {', '.join(VARIANTS)}")
-    p.add_argument("--repeats", type=int, help="interleaved repeats of the small part [2; quick 1]")
+    p.add_argument("--repeats", type=int, help="interleaved repeats of the small part [3; quick 1]")
+    p.add_argument("--adadelta-repeats", type=int, default=1,
+                   help="of which nmtkit-adadelta takes part in the first N [1: it is not the comparison]")
     p.add_argument("--updates", type=int, help="updates per small run [300; quick 40]")
     p.add_argument("--skip", type=int, help="updates excluded from the count (also the log interval) [50; quick 20]")
     p.add_argument("--paper-updates", type=int, help="measured updates at paper size [20; quick 2]")
@@ -87,7 +91,7 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help="smoke run: small counts (figures not comparable)")
     a = p.parse_args(argv)
     q = a.quick
-    a.repeats = a.repeats or (1 if q else 2)
+    a.repeats = a.repeats or (1 if q else 3)
     a.updates = a.updates or (40 if q else 300)
     a.skip = a.skip or (20 if q else 50)
     a.paper_updates = a.paper_updates or (2 if q else 20)
@@ -224,6 +228,7 @@ class Session:
         ] + opts, env=peers.quiet_env(), log_path=d.parent / f"{d.name}.log")
         res = peers.nmtkit_tokens_per_s(d / "train.jsonl", a.skip)
         res.update(wall_s=m.wall_s, rss_kb=m.max_rss_kb)
+        shutil.copyfile(d / "train.jsonl", d.parent / f"{d.name}.jsonl")  # kept with the log
         shutil.rmtree(d, ignore_errors=True)
         return res
 
@@ -238,6 +243,7 @@ class Session:
         ] + (["--bf16"] if precision == "bf16" else []), env=peers.quiet_env(), log_path=d.parent / f"{d.name}.log")
         res = peers.nmtkit_tokens_per_s(d / "train.jsonl", a.paper_warmup)
         res.update(wall_s=m.wall_s, rss_kb=m.max_rss_kb)
+        shutil.copyfile(d / "train.jsonl", d.parent / f"{d.name}.jsonl")
         shutil.rmtree(d, ignore_errors=True)  # ~1 GB of checkpoint (weights + Adadelta state)
         return res
 
@@ -253,7 +259,8 @@ def small_part(s: Session, out: list[str], ceilings: dict) -> list[Goal]:
     variants = [v for v in a.variants if v != "onmt" or s.onmt_bin is not None]
     results: dict[str, list[dict]] = {v: [] for v in variants}
     for r in range(a.repeats):
-        order = variants[r % len(variants):] + variants[: r % len(variants)] if variants else []
+        these = [v for v in variants if v != "nmtkit-adadelta" or r < a.adadelta_repeats]
+        order = these[r % len(these):] + these[: r % len(these)] if these else []
         for v in order:
             log(f"small, repeat {r + 1}/{a.repeats}: {v} ({a.updates} updates)")
             if v == "onmt":
@@ -284,7 +291,9 @@ def small_part(s: Session, out: list[str], ceilings: dict) -> list[Goal]:
         onmt_vocab = f"; OpenNMT-py vocabularies {n[0]:,} / {n[1]:,} words + its specials"
 
     out += ["", f"Part small: the peers' synthetic corpus ({peers.SYNTH_PAIRS['train']:,} pairs, 10–30 source words), "
-                f"batch 80, {a.updates} updates, {a.repeats} interleaved repeat(s)",
+                f"batch 80, {a.updates} updates, {a.repeats} interleaved repeat(s)"
+                + (f" (nmtkit-adadelta in {min(a.adadelta_repeats, a.repeats)})" if "nmtkit-adadelta" in a.variants
+                   and a.adadelta_repeats < a.repeats else ""),
             "-" * 100,
             f"Target tokens/s = real (non-padding, </s> included) target tokens per second of training over updates "
             f"{a.skip + 1}–{a.updates} (the first {a.skip} excluded); median (min–max) over repeats. "
