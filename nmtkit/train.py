@@ -34,13 +34,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from nmtkit import checkpoint
 from nmtkit.batching import collate, epoch_schedule, eval_batches
 from nmtkit.errors import InputError
 from nmtkit.manifest import PreparedData
-from nmtkit.vocab import PAD
 
 log = logging.getLogger("nmtkit.train")
 
@@ -260,9 +258,7 @@ class Trainer:
         if len(mine):
             batch = collate(self.train_src, self.train_tgt, mine).to(self.device)
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
-                logits = self.model(batch.src, batch.src_lens, batch.tgt_in)  # (B, Ty, V)
-            nll = F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD,
-                                  reduction="sum")
+                nll = self.model.nll(batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out)  # summed over tokens
             (nll / len(ids)).backward()  # mean over the whole minibatch's sentences, across processes
             nll_sum, ntok = nll.detach().double().cpu(), batch.num_tokens
         if self.world > 1:
@@ -301,9 +297,7 @@ class Trainer:
         for ids in eval_batches(np.asarray(vsrc.sizes), np.asarray(vtgt.sizes), self.cfg.valid_batch_size):
             batch = collate(vsrc, vtgt, ids).to(self.device)
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
-                logits = self.model(batch.src, batch.src_lens, batch.tgt_in)
-            nll += float(F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD,
-                                         reduction="sum"))
+                nll += float(self.model.nll(batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out))
             ntok += batch.num_tokens
         result = {"update": self.state.update, "valid_loss": nll / max(ntok, 1),
                   "valid_ppl": math.exp(min(nll / max(ntok, 1), 100))}

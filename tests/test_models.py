@@ -335,7 +335,11 @@ def test_paper_parameters_round_trip(arch, unit):
     target = build_model(f"{arch}-tiny", V_SRC, V_TGT, encoder_gru=unit)
     load_paper_parameters(target, P)
     src, lens, tgt_in, _ = make_batch([4, 6, 2], [5, 3, 4])
-    torch.testing.assert_close(target(src, lens, tgt_in), source(src, lens, tgt_in), atol=1e-6, rtol=1e-6)
+    if unit == "paper":  # (torch.nn.GRU's two input/recurrent biases reach the paper's one bias as their sum)
+        for (name, a), b in zip(source.state_dict().items(), target.state_dict().values()):
+            assert torch.equal(a, b), name  # every weight arrives exactly
+    # same weights, same values (up to rounding: BLAS results may depend on buffer alignment)
+    torch.testing.assert_close(target(src, lens, tgt_in), source(src, lens, tgt_in), atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="missing"):
         load_paper_parameters(target, {k: v for k, v in P.items() if k != "W_s"})
 
@@ -431,3 +435,47 @@ def test_runs_under_bf16_autocast(arch, fused):
     logits.float().sum().backward()
     assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
     torch.testing.assert_close(logits.float(), expected, atol=0.05, rtol=0.05)
+
+
+# ------------------------------------------------------------------------------------------ the fused training loss
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("chunk_rows", [1, 3, 1000])
+def test_nll_equals_cross_entropy_of_logits_with_gradients(arch, chunk_rows, monkeypatch):
+    """model.nll (output layer only at real positions, fused with softmax and gradient, in row chunks) gives the
+    value and every parameter's gradient of plain cross-entropy on forward()'s logits (float64)."""
+    import nmtkit.models.output as output
+
+    monkeypatch.setattr(output, "CHUNK_ELEMENTS", chunk_rows * V_TGT)
+    monkeypatch.setattr(output, "MIN_CHUNK_ROWS", 1)
+    model = randomize_(tiny(arch)).double()
+    src, lens, tgt_in, tgt_out = make_batch([4, 6, 2], [5, 3, 1])
+    results = []
+    for fused_loss in (True, False):
+        model.zero_grad()
+        if fused_loss:
+            loss = model.nll(src, lens, tgt_in, tgt_out)
+        else:
+            logits = model(src, lens, tgt_in)
+            loss = F.cross_entropy(logits.reshape(-1, V_TGT), tgt_out.reshape(-1), ignore_index=PAD, reduction="sum")
+        (0.5 * loss).backward()
+        results.append((loss.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}))
+    assert results[0][0].dtype == torch.float64
+    torch.testing.assert_close(results[0][0], results[1][0])
+    for k in results[0][1]:
+        torch.testing.assert_close(results[0][1][k], results[1][1][k], msg=k)
+    with torch.no_grad():  # evaluation: the same value, no gradient work
+        torch.testing.assert_close(model.nll(src, lens, tgt_in, tgt_out), results[1][0])
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_nll_under_bf16_autocast(arch):
+    model = randomize_(tiny(arch), std=0.1)
+    src, lens, tgt_in, tgt_out = make_batch([4, 6, 2], [5, 3, 4])
+    expected = F.cross_entropy(model(src, lens, tgt_in).reshape(-1, V_TGT), tgt_out.reshape(-1), ignore_index=PAD,
+                               reduction="sum")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model.nll(src, lens, tgt_in, tgt_out)
+    assert loss.dtype == torch.float32
+    loss.backward()
+    assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
+    torch.testing.assert_close(loss, expected.detach(), atol=0.05, rtol=0.02)

@@ -34,6 +34,7 @@ attention.py (same values; the tests compare the two).  ``decode_step`` always u
 
 API (used by training, search and alignment):
     forward(src, src_lens, tgt_in[, return_attention]) -> logits (B, Ty, V) [, α (B, Ty, Tx) or None]
+    nll(src, src_lens, tgt_in, tgt_out) -> summed −log p of the real targets (the training loss; output.py)
     encode(src, src_lens) -> EncoderOut;  init_decoder(enc) -> s_0 (B, n)
     decode_step(y_prev, state, enc) -> logits (B, V), new state (B, n), α (B, Tx) or None
     reorder_encoder_out(enc, index) -> EncoderOut
@@ -55,6 +56,7 @@ from nmtkit.models.encoder import GRU_UNITS, SourceEncoder
 from nmtkit.models.fused import attentive_decoder, gru_sequence
 from nmtkit.models.gru import ConditionalGRU
 from nmtkit.models.init import PAPER_STD, normal_, zeros_
+from nmtkit.models.output import linear_cross_entropy
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
@@ -179,12 +181,36 @@ class _RNNTranslator(nn.Module):
         Ey = F.embedding(y, self.E_tgt).masked_fill((y == BOS).unsqueeze(-1), 0.0)  # (..., m)
         return self.dropout(Ey)
 
+    def maxout(self, s_prev: Tensor, Ey: Tensor, Cc: Tensor) -> Tensor:
+        """s_{i-1} (..., n), E y_{i-1} (..., m), C_o c_i (..., 2l) -> t_i (..., l).  The maxout hidden layer."""
+        t_tilde = F.linear(s_prev, self.U_o, self.b_o) + F.linear(Ey, self.V_o) + Cc  # (..., 2l)
+        return self.dropout(t_tilde.unflatten(-1, (-1, 2)).amax(dim=-1))  # (..., l)   max over pairs (2j-1, 2j)
+
     def deep_output(self, s_prev: Tensor, Ey: Tensor, Cc: Tensor) -> Tensor:
         """s_{i-1} (..., n), E y_{i-1} (..., m), C_o c_i (..., 2l) -> logits (..., V).  The maxout deep output."""
-        t_tilde = F.linear(s_prev, self.U_o, self.b_o) + F.linear(Ey, self.V_o) + Cc  # (..., 2l)
-        t = self.dropout(t_tilde.unflatten(-1, (-1, 2)).amax(dim=-1))  # (..., l)   max over pairs (2j-1, 2j)
+        t = self.maxout(s_prev, Ey, Cc)  # (..., l)
         flat = t.reshape(-1, t.shape[-1])  # (N, l)
         return torch.addmm(self.b_y, flat, self.W_o.t()).view(*t.shape[:-1], -1)  # (..., V)   one pass
+
+    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, return_attention: bool = False):
+        """Teacher-forced logits (B, Ty, V) for tgt_in = <s> y_1 … (B, Ty); return_attention adds α (B, Ty, Tx)
+        (None for the RNNencdec, which has no attention)."""
+        s_prev, Ey, Cc, alpha = self.teacher_forced(src, src_lens, tgt_in)
+        logits = self.deep_output(s_prev, Ey, Cc)  # (B, Ty, V)
+        return (logits, alpha) if return_attention else logits
+
+    def nll(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
+        """−Σ log p(y_i | y_<i, x) over the real (non-``<pad>``) positions of tgt_out (B, Ty): a float32 scalar.
+
+        The training loss: the same value as cross-entropy on ``forward``'s logits, but the output layer is
+        computed only at real positions and fused with the softmax and its gradient (output.py)."""
+        s_prev, Ey, Cc, _ = self.teacher_forced(src, src_lens, tgt_in)
+        real = (tgt_out != PAD).flatten().nonzero().squeeze(1)  # (N,)   flat indices of real targets
+        if Cc.shape[1] != s_prev.shape[1]:  # the RNNencdec's C_o c, one per sentence
+            Cc = Cc.expand(-1, s_prev.shape[1], -1)
+        pick = lambda x: x.flatten(0, 1).index_select(0, real)  # noqa: E731   (B, Ty, d) -> (N, d)
+        t = self.maxout(pick(s_prev), pick(Ey), pick(Cc))  # (N, l)
+        return linear_cross_entropy(t, self.W_o, self.b_y, tgt_out.flatten().index_select(0, real))
 
     def initial_state(self, summary: Tensor) -> Tensor:
         """s_0 = tanh(W_s summary + b_s): (B, n) -> (B, n)."""
@@ -224,8 +250,9 @@ class RNNsearch(_RNNTranslator):
         s0 = self.initial_state(states.first_backward)  # (B, n)   s_0 = tanh(W_s ←h_1)
         return EncoderOut(states.annotations, keys, src_mask, s0, None)
 
-    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, return_attention: bool = False):
-        """Teacher-forced logits (B, Ty, V) for tgt_in = <s> y_1 … (B, Ty); return_attention adds α (B, Ty, Tx)."""
+    def teacher_forced(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor):
+        """The deep output's inputs for tgt_in = <s> y_1 … (B, Ty): s_{i-1} (B, Ty, n), E y_{i-1} (B, Ty, m),
+        C_o c_i (B, Ty, 2l), and α (B, Ty, Tx)."""
         enc = self.encode(src, src_lens)
         Ey = self.embed_target(tgt_in)  # (B, Ty, m)   E y_{i-1}
         gx = self.decoder.input_projections(Ey.transpose(0, 1))  # (Ty, B, 3n)   W E y_{i-1} + b for all i
@@ -238,8 +265,7 @@ class RNNsearch(_RNNTranslator):
             s_prev, ctx, alpha = s_prev.transpose(0, 1), ctx.transpose(0, 1), alpha.transpose(0, 1)
         else:
             s_prev, ctx, alpha = self._decoder_loop(gx, enc)
-        logits = self.deep_output(s_prev, Ey, F.linear(ctx, self.C_o))  # (B, Ty, V)
-        return (logits, alpha) if return_attention else logits
+        return s_prev, Ey, F.linear(ctx, self.C_o), alpha
 
     def _decoder_loop(self, gx: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, Tensor]:
         """The reference loop, step by step as in the paper: s_{i-1} (B, Ty, n), c_i (B, Ty, 2n), α_i (B, Ty, Tx)."""
@@ -281,8 +307,9 @@ class RNNencdec(_RNNTranslator):
         c = states.last_forward  # (B, n)
         return EncoderOut(states.annotations, None, src_mask, self.initial_state(c), c)
 
-    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, return_attention: bool = False):
-        """Teacher-forced logits (B, Ty, V); with return_attention, (logits, None): there is no attention."""
+    def teacher_forced(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor):
+        """The deep output's inputs for tgt_in (B, Ty): s_{i-1} (B, Ty, n), E y_{i-1} (B, Ty, m), C_o c (B, 1, 2l)
+        (the same at every step), and None (no attention)."""
         enc = self.encode(src, src_lens)
         Ey = self.embed_target(tgt_in)  # (B, Ty, m)
         Cc = self.decoder.context_projections(enc.context)  # (B, 3n)   [C_z; C_r; C] c, the same at every step
@@ -298,8 +325,7 @@ class RNNencdec(_RNNTranslator):
                 if i + 1 < gx.shape[0]:
                     s = self.decoder(gx_i, s)  # (B, n)
             s_prev = torch.stack(states, dim=1)  # (B, Ty, n)
-        logits = self.deep_output(s_prev, Ey, F.linear(enc.context, self.C_o).unsqueeze(1))  # (B, Ty, V)
-        return (logits, None) if return_attention else logits
+        return s_prev, Ey, F.linear(enc.context, self.C_o).unsqueeze(1), None
 
     def decode_step(self, y_prev: Tensor, state: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, None]:
         """y_{i-1} (B,), s_{i-1} (B, n) -> logits (B, V), s_i (B, n), None (no attention)."""

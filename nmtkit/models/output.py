@@ -1,0 +1,75 @@
+"""The output softmax and its cross-entropy in one pass over row chunks, for training speed.
+
+    p(y_i | …) = softmax(W_o t_i + b_y)_{y_i},   loss = −Σ_i log p(y_i | …)   over the real (non-padding) targets
+
+Computed naively this writes and re-reads several (N, V) tensors -- the logits, their float32 copy under bf16, the
+log-softmax, its gradient -- each of them 190 MB at paper size (N = 1,600 targets, V = 30,000).  Here one buffer of
+logits is turned in place into p = softmax and then into p − onehot(y) = ∂loss/∂logits, and its products with W_o
+and t follow at once; only the real (non-padding) targets are given (``nll`` in rnnsearch.py picks them).  Rows
+are taken in chunks of at most ``CHUNK_ELEMENTS`` logits to bound the memory of very large batches (smaller chunks,
+which would stay in the cache, measured slower here: the matmuls get thin and ∂W_o is re-read once per chunk).  The gradients are
+thus computed in the forward pass and only scaled in the backward pass (the loss is a scalar), which is what a
+training step needs and what evaluation (no gradient) skips.
+
+The values equal ``F.cross_entropy(F.linear(t, W_o, b_y), y, reduction="sum")`` up to rounding (tests compare
+values and gradients).  Under autocast (bf16) the two matmuls run in the autocast dtype; the softmax, the loss and
+the gradient accumulations stay float32.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from nmtkit.models.fused import _low, _lowp_dtype, _mm
+
+CHUNK_ELEMENTS = 1 << 26  # logits per chunk (256 MB in float32): one chunk for a paper-size batch of ~2,000 targets
+MIN_CHUNK_ROWS = 64  # fewer rows make inefficient matmuls
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, lowp, want_grad: bool, t: Tensor, W: Tensor, b: Tensor, y: Tensor) -> Tensor:
+        N, V = t.shape[0], W.shape[0]
+        chunk = max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // V)
+        W_l, t_l = _low(W, lowp), _low(t, lowp)
+        loss = t.new_zeros((), dtype=torch.float64)
+        if want_grad:
+            dt, dW, db = torch.empty_like(t), torch.zeros_like(W), torch.zeros_like(b)
+        for start in range(0, N, chunk):
+            tc, yc = t_l[start: start + chunk], y[start: start + chunk]  # (c, l), (c,)
+            z = torch.addmm(b, tc, W_l.t()) if lowp is None else (tc @ W_l.t()).float().add_(b)  # (c, V) logits
+            z_y = z.gather(1, yc.unsqueeze(1)).squeeze(1)  # (c,)   logit of the reference word
+            zmax = z.amax(dim=1, keepdim=True)  # (c, 1)
+            z.sub_(zmax).exp_()  # (c, V)   exp(z − max)
+            total = z.sum(dim=1, keepdim=True)  # (c, 1)
+            lse = zmax.squeeze(1) + total.squeeze(1).log()  # (c,)   log Σ_v exp z_v
+            loss += (lse - z_y).sum(dtype=torch.float64)
+            if want_grad:
+                z.div_(total)  # (c, V)   p
+                z.scatter_add_(1, yc.unsqueeze(1), z.new_full((len(yc), 1), -1.0))  # p − onehot(y) = ∂loss/∂z
+                dt[start: start + chunk] = _mm(z, W_l, lowp)  # (c, l)
+                dW += _mm(z.t(), tc, lowp)  # (V, l)
+                db += z.sum(dim=0)  # (V,)
+        if want_grad:
+            ctx.save_for_backward(dt, dW, db)
+        return loss.to(t.dtype if t.dtype != torch.bfloat16 else torch.float32)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        dt, dW, db = ctx.saved_tensors
+        g = grad.to(dt.dtype)
+        return None, None, dt * g, dW * g, db * g, None
+
+
+def linear_cross_entropy(t: Tensor, W: Tensor, b: Tensor, y: Tensor) -> Tensor:
+    """Summed −log softmax(W t + b)_y over rows: t (N, l), W (V, l), b (V,), y (N,) long -> scalar (float32, or
+    float64 for float64 inputs)."""
+    lowp = _lowp_dtype(t)
+    want_grad = torch.is_grad_enabled() and (t.requires_grad or W.requires_grad or b.requires_grad)
+    if lowp is None:
+        return _LinearCrossEntropy.apply(None, want_grad, t, W, b, y)
+    with torch.autocast(t.device.type, enabled=False):
+        return _LinearCrossEntropy.apply(lowp, want_grad, t.float(), W.float(), b.float(), y)
