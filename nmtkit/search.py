@@ -41,14 +41,10 @@ class Ensemble:
         self.models = list(models) if isinstance(models, (list, tuple)) else [models]
 
     def encode(self, src, src_lens):
-        return [m.encode(src, src_lens) for m in self.models]
+        return [m.prepare_decoding(m.encode(src, src_lens)) for m in self.models]
 
     def init(self, encs):
         return [m.init_decoder(e) for m, e in zip(self.models, encs)]
-
-    def reorder(self, encs, states, index):
-        encs = [m.reorder_encoder_out(e, index) for m, e in zip(self.models, encs)]
-        return encs, [s.index_select(0, index) for s in states]
 
     def step(self, y, states, encs):
         """y (N,) → averaged log-probabilities (N, V) float32, new states, averaged α (N, Tx) or None."""
@@ -120,8 +116,8 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
     ens = Ensemble(models)
     dev = src.device
     B, K = src.shape[0], beam
-    encs = ens.encode(src, src_lens)
-    encs, states = ens.reorder(encs, ens.init(encs), torch.arange(B, device=dev).repeat_interleave(K))
+    encs = ens.encode(src, src_lens)  # one per sentence: the K hypotheses of a sentence share it
+    states = [s.repeat_interleave(K, dim=0) for s in ens.init(encs)]  # (B*K, n): K rows per sentence, in order
     limits = _limits(src_lens, max_len_a, max_len_b).to(dev)  # (B,)
     alive = torch.arange(B, device=dev)  # original ids of the sentences still decoding
     scores = torch.full((B, K), -math.inf, device=dev)
@@ -141,7 +137,7 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
             only_eos = torch.full_like(logp[0], -math.inf)
             only_eos[EOS] = 0.0
             logp[forced] = logp[forced] + only_eos
-        cand = (scores.unsqueeze(2) + logp.view(A, K, V)).view(A, K * V)  # (A, K*V)
+        cand = logp.view(A, K, V).add_(scores.unsqueeze(2)).view(A, K * V)  # (A, K*V)   in place: logp is done
         top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=1)  # (A, 2K)
         src_beam, tok = top_idx // V, top_idx % V  # (A, 2K)
         is_eos = (tok == EOS) & torch.isfinite(top_scores)
@@ -179,7 +175,7 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
             if need_attention:
                 attn = attn[keep_rows]
             states = [s.index_select(0, keep_rows) for s in states]
-            encs = [m.reorder_encoder_out(e, keep_rows) for m, e in zip(ens.models, encs)]
+            encs = [m.reorder_encoder_out(e, keep) for m, e in zip(ens.models, encs)]
         # (the K rows of a sentence share its encoder output, so reordering beams leaves ``encs`` as it is)
     results = []
     for hyps in finished:

@@ -479,3 +479,27 @@ def test_nll_under_bf16_autocast(arch):
     loss.backward()
     assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
     torch.testing.assert_close(loss, expected.detach(), atol=0.05, rtol=0.02)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_decode_step_with_k_states_per_sentence(arch):
+    """Beam search keeps the source side once per sentence and K decoder states per sentence: the step gives what
+    it gives with the encoder output repeated K times, and prepare_decoding's precomputed source projections
+    (C h_j read as Σ_j α_ij C h_j) change nothing but rounding."""
+    model = randomize_(tiny(arch))
+    src, lens, tgt_in, _ = make_batch([4, 6, 2], [5, 3, 4])
+    K = 3
+    enc = model.encode(src, lens)
+    g = torch.Generator().manual_seed(5)
+    state = torch.randn(3 * K, model.config.hidden_dim, generator=g)  # K different states per sentence
+    y = torch.randint(4, V_TGT, (3 * K,), generator=g)
+    repeated = model.reorder_encoder_out(enc, torch.arange(3).repeat_interleave(K))
+    expected = model.decode_step(y, state, repeated)
+    for e in (enc, model.prepare_decoding(enc)):
+        got = model.decode_step(y, state, e)
+        for a, b in zip(got, expected):
+            if b is None:
+                assert a is None
+            else:
+                torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert model.prepare_decoding(enc).proj.shape[:2] == ((3, src.shape[1]) if arch == "rnnsearch" else (3, 1))

@@ -52,12 +52,21 @@ class AdditiveAttention(nn.Module):
 def attend(query: Tensor, keys: Tensor, v_a: Tensor, annotations: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor]:
     """The scoring, masked softmax and weighted sum, given W_a s_{i-1} (B, n') already computed.
 
-    Computed as e'_ij = 2 v_aᵀ σ(2 (W_a s_{i-1} + U_a h_j)) = e_ij + v_aᵀ1, since tanh(x) = 2σ(2x) − 1: the constant
-    v_aᵀ1 is the same for every j and cancels in the softmax, so α and c are the paper's exactly (up to rounding),
-    and sigmoid is several times faster than tanh on CPU (torch 2.13), which matters on a (B, Tx, n') tensor per step.
-    """
-    x = torch.add(query.unsqueeze(1), keys).mul_(2.0)  # (B, Tx, n')   2 (W_a s_{i-1} + U_a h_j)
-    e = torch.sigmoid(x) @ (2.0 * v_a)  # (B, Tx)   e_ij + v_aᵀ1
-    alpha = torch.softmax(torch.where(src_mask, e, float("-inf")), dim=-1)  # (B, Tx), 0 exactly on padding
+    Returns c_i (B, ctx) and α_i (B, Tx); see ``alignment`` for how the scores are computed."""
+    alpha = alignment(query.unsqueeze(1), keys, v_a, src_mask).squeeze(1)  # (B, Tx)
     c = torch.bmm(alpha.unsqueeze(1), annotations).squeeze(1)  # (B, ctx)   c_i = Σ_j α_ij h_j
     return c, alpha
+
+
+def alignment(query: Tensor, keys: Tensor, v_a: Tensor, src_mask: Tensor) -> Tensor:
+    """α for K decoder states per sentence: W_a s (A, K, n'), U_a h (A, Tx, n'), v_a (n'), src_mask (A, Tx) ->
+    (A, K, Tx).  (Beam search keeps K hypotheses per sentence: their source side is stored once, not K times.)
+
+    Computed as e'_ij = 2 v_aᵀ σ(2 W_a s_{i-1} + 2 U_a h_j) = e_ij + v_aᵀ1, since tanh(x) = 2σ(2x) − 1: the constant
+    v_aᵀ1 is the same for every j and cancels in the softmax, so α is the paper's exactly (up to rounding), and
+    sigmoid is several times faster than tanh on CPU (torch 2.13), which matters on an (A, K, Tx, n') tensor per
+    step.  Padding positions get exactly zero weight.
+    """
+    x = torch.add(keys.unsqueeze(1), query.unsqueeze(2)).mul_(2.0).sigmoid_()  # (A, K, Tx, n')
+    e = x @ (2.0 * v_a)  # (A, K, Tx)   e_ij + v_aᵀ1
+    return torch.softmax(e.masked_fill_(~src_mask.unsqueeze(1), float("-inf")), dim=-1)  # (A, K, Tx)

@@ -30,13 +30,15 @@ Speed: everything that does not depend on the recurrence is computed for all ste
 of encoder and decoder, U_a h, and the whole deep output after the loop); the loop does only the recurrent work.
 For teacher forcing (``forward``) the loops run through fused.py, whose hand-written backward batches the recurrent
 weights' gradients over time; ``model.fused = False`` switches to the op-by-op reference code here and in gru.py /
-attention.py (same values; the tests compare the two).  ``decode_step`` always uses the reference pieces.
+attention.py (same values; the tests compare the two).  ``decode_step`` reads C_stack c_i and C_o c_i as
+Σ_j α_ij [C_stack; C_o] h_j from ``source_projections``, computed once per sentence.
 
 API (used by training, search and alignment):
     forward(src, src_lens, tgt_in[, return_attention]) -> logits (B, Ty, V) [, α (B, Ty, Tx) or None]
     nll(src, src_lens, tgt_in, tgt_out) -> summed −log p of the real targets (the training loss; output.py)
     encode(src, src_lens) -> EncoderOut;  init_decoder(enc) -> s_0 (B, n)
-    decode_step(y_prev, state, enc) -> logits (B, V), new state (B, n), α (B, Tx) or None
+    decode_step(y_prev, state, enc) -> logits (B·K, V), new state (B·K, n), α (B·K, Tx) or None, for K states per
+        sentence of enc (beam search); prepare_decoding(enc) precomputes what every step reads of the source
     reorder_encoder_out(enc, index) -> EncoderOut
 """
 
@@ -51,10 +53,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmtkit.models import register_model, register_preset
-from nmtkit.models.attention import AdditiveAttention
+from nmtkit.models.attention import AdditiveAttention, alignment
 from nmtkit.models.encoder import GRU_UNITS, SourceEncoder
 from nmtkit.models.fused import attentive_decoder, gru_sequence
-from nmtkit.models.gru import ConditionalGRU
+from nmtkit.models.gru import ConditionalGRU, gru_step
 from nmtkit.models.init import PAPER_STD, normal_, zeros_
 from nmtkit.models.output import linear_cross_entropy
 
@@ -126,6 +128,7 @@ class EncoderOut(NamedTuple):
     src_mask: Tensor  # (B, Tx) bool, True at real tokens
     init_state: Tensor  # (B, n): s_0
     context: Tensor | None  # (B, n): the fixed c = →h_{T_x} (RNNencdec), None for RNNsearch
+    proj: Tensor | None = None  # [C_stack; C_o] h_j (B, Tx, 3n + 2l) or [C_stack; C_o] c (B, 1, 3n + 2l): decoding
 
 
 # ----------------------------------------------------------------------------------------------------------- models
@@ -221,6 +224,18 @@ class _RNNTranslator(nn.Module):
         """s_0 (B, n)."""
         return enc.init_state
 
+    def source_projections(self, enc: EncoderOut) -> Tensor:
+        """What the decoder reads of the source through C_stack (gates and candidate) and C_o (deep output):
+        [C_stack; C_o] h_j for every position (RNNsearch, (B, Tx, 3n + 2l)) or [C_stack; C_o] c (RNNencdec,
+        (B, 1, 3n + 2l)).  Since c_i = Σ_j α_ij h_j, C c_i = Σ_j α_ij (C h_j): a decoding step then needs a (1 × Tx)
+        weighted sum of these instead of two matmuls with c_i."""
+        source = enc.annotations if enc.context is None else enc.context.unsqueeze(1)  # (B, Tx or 1, ctx)
+        return F.linear(source, torch.cat([self.decoder.C_stack, self.C_o]))
+
+    def prepare_decoding(self, enc: EncoderOut) -> EncoderOut:
+        """The encoder output with ``source_projections`` computed once, for the many steps of a search."""
+        return enc._replace(proj=self.source_projections(enc))
+
     @staticmethod
     def reorder_encoder_out(enc: EncoderOut, index: Tensor) -> EncoderOut:
         """Select (and repeat) batch rows, e.g. for beam search: every tensor ``index_select``-ed along dim 0."""
@@ -282,12 +297,22 @@ class RNNsearch(_RNNTranslator):
         return torch.stack(states, dim=1), torch.stack(contexts, dim=1), torch.stack(alphas, dim=1)
 
     def decode_step(self, y_prev: Tensor, state: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, Tensor]:
-        """y_{i-1} (B,) long, s_{i-1} (B, n) -> logits for y_i (B, V), s_i (B, n), α_i (B, Tx)."""
-        Ey = self.embed_target(y_prev)  # (B, m)
-        c, alpha = self.attention(state, enc.keys, enc.annotations, enc.src_mask)  # (B, 2n), (B, Tx)
-        new_state = self.decoder(self.decoder.input_projections(Ey), state, c)  # (B, n)
-        logits = self.deep_output(state, Ey, F.linear(c, self.C_o))  # (B, V)
-        return logits, new_state, alpha
+        """y_{i-1} (B·K,) long, s_{i-1} (B·K, n) -> logits for y_i (B·K, V), s_i (B·K, n), α_i (B·K, Tx).
+
+        ``enc`` holds B sentences; state rows come K per sentence, in sentence order (K = 1 outside beam search).
+        """
+        A, Tx = enc.src_mask.shape
+        K = state.shape[0] // A  # hypotheses per sentence
+        n3 = 3 * self.config.hidden_dim
+        proj = enc.proj if enc.proj is not None else self.source_projections(enc)  # (A, Tx, 3n + 2l)
+        Ey = self.embed_target(y_prev)  # (A·K, m)
+        query = F.linear(state, self.attention.W_a).view(A, K, -1)  # (A, K, n')   W_a s_{i-1}
+        alpha = alignment(query, enc.keys, self.attention.v_a, enc.src_mask)  # (A, K, Tx)
+        Cc = torch.bmm(alpha, proj).view(A * K, -1)  # (A·K, 3n + 2l)   [C_stack; C_o] c_i
+        gx = self.decoder.input_projections(Ey).add_(Cc[:, :n3])  # (A·K, 3n)   W E y_{i-1} + C c_i + b
+        new_state = gru_step(gx, state, self.decoder.U_zr, self.decoder.U)  # (A·K, n)   s_i
+        logits = self.deep_output(state, Ey, Cc[:, n3:])  # (A·K, V)
+        return logits, new_state, alpha.view(A * K, Tx)
 
 
 @register_model("rnnencdec")
@@ -328,9 +353,16 @@ class RNNencdec(_RNNTranslator):
         return s_prev, Ey, F.linear(enc.context, self.C_o).unsqueeze(1), None
 
     def decode_step(self, y_prev: Tensor, state: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, None]:
-        """y_{i-1} (B,), s_{i-1} (B, n) -> logits (B, V), s_i (B, n), None (no attention)."""
-        Ey = self.embed_target(y_prev)  # (B, m)
-        gx = self.decoder.input_projections(Ey)  # (B, 3n)
-        new_state = self.decoder(gx, state, enc.context)  # (B, n)
-        logits = self.deep_output(state, Ey, F.linear(enc.context, self.C_o))  # (B, V)
+        """y_{i-1} (B·K,), s_{i-1} (B·K, n) -> logits (B·K, V), s_i (B·K, n), None (no attention).
+
+        ``enc`` holds B sentences; state rows come K per sentence, in sentence order (K = 1 outside beam search)."""
+        A = enc.src_mask.shape[0]
+        K = state.shape[0] // A
+        n3 = 3 * self.config.hidden_dim
+        proj = enc.proj if enc.proj is not None else self.source_projections(enc)  # (A, 1, 3n + 2l)
+        Cc = proj.expand(A, K, proj.shape[-1]).reshape(A * K, -1)  # (A·K, 3n + 2l)   [C_stack; C_o] c
+        Ey = self.embed_target(y_prev)  # (A·K, m)
+        gx = self.decoder.input_projections(Ey).add_(Cc[:, :n3])  # (A·K, 3n)
+        new_state = gru_step(gx, state, self.decoder.U_zr, self.decoder.U)  # (A·K, n)
+        logits = self.deep_output(state, Ey, Cc[:, n3:])  # (A·K, V)
         return logits, new_state, None

@@ -15,8 +15,9 @@ Parts:
     nmtkit ``rnnsearch-small`` with the paper's GRU, OpenNMT-py with the README's template; cached in the work
     directory), beam 1 and beam 12, batch 80 sentences, "natural" ending (outputs end when the model says so).
     Sentences per second measured inside each tool, start-up (imports, model loading) excluded as in the README:
-    OpenNMT-py's own ``-report_time`` timer; for nmtkit, a worker process times ``Translator.translate`` on the
-    pre-read lines (``tokenized=True``: words in, words out; batching, search and output conversion included).
+    OpenNMT-py's own ``-report_time`` timer; for nmtkit, a worker process, set up as ``nmt-translate`` sets
+    itself up (``nmtkit.cli.tune_malloc``), times ``Translator.translate`` on the pre-read lines
+    (``tokenized=True``: words in, words out; batching, search and output conversion included).
     nmtkit reads windows of 10 × batch lines and sorts each by length (the tool's default); OpenNMT-py sorts the
     whole input. Peak RSS is that of the whole process (``/usr/bin/time -v``). Runs are interleaved (beam 1: OpenNMT-py,
     nmtkit; beam 12: OpenNMT-py, nmtkit; next repeat in the other order, ...), medians reported. OpenNMT-py's beam 1
@@ -98,6 +99,9 @@ def parse_args(argv):
 def worker(spec: dict) -> None:
     import torch
 
+    from nmtkit.cli import tune_malloc
+
+    tune_malloc()  # as nmt-translate does before it decodes (it keeps freed buffers instead of page-faulting them in)
     if spec["mode"] == "decode":
         from nmtkit.translate import Translator
 
