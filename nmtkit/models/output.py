@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from nmtkit.models.fused import _low, _lowp_dtype, _mm
+from nmtkit.models.fused import _low, _lowp_dtype
 
 CHUNK_ELEMENTS = 1 << 26  # logits per chunk (256 MB in float32): one chunk for a paper-size batch of ~2,000 targets
 MIN_CHUNK_ROWS = 64  # fewer rows make inefficient matmuls
@@ -49,9 +49,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if want_grad:
                 z.div_(total)  # (c, V)   p
                 z.scatter_add_(1, yc.unsqueeze(1), z.new_full((len(yc), 1), -1.0))  # p − onehot(y) = ∂loss/∂z
-                dt[start: start + chunk] = _mm(z, W_l, lowp)  # (c, l)
-                dW += _mm(z.t(), tc, lowp)  # (V, l)
                 db += z.sum(dim=0)  # (V,)
+                z = _low(z, lowp)  # one cast for both products
+                if lowp is None:
+                    torch.mm(z, W_l, out=dt[start: start + chunk])  # (c, l)
+                    dW.addmm_(z.t(), tc)  # (V, l)
+                else:
+                    dt[start: start + chunk] = z @ W_l
+                    dW += z.t() @ tc
         if want_grad:
             ctx.save_for_backward(dt, dW, db)
         return loss.to(t.dtype if t.dtype != torch.bfloat16 else torch.float32)
