@@ -24,6 +24,11 @@ shows up there.
   (``tgt_tokens_per_s`` × window time, windows after the first 50 updates). Both tools run as subprocesses, with
   torch's default thread count, data loading in the training process.
 
+Part ``quality``: "validation quality unchanged" with bf16: ``rnnsearch-small`` trained twice on the synthetic
+corpus with the paper's recipe and the same seed and batches, in fp32 and with ``--bf16``, validated three times
+(cross-entropy on the dev set, greedy BLEU on 500 of its sentences); the goal line asks for the final validation
+loss within 2% of fp32's.
+
 Part ``paper``: ``rnnsearch-50`` (m=620, n=1000, n'=1000, l=500) with 30,000-word shortlists on the first 150,000
 Hansards pairs (pairs of at most 50 tokens a side: realistic lengths), Adadelta, batch 80, in fp32 and with
 ``--bf16`` (CPU autocast): tokens/s over 20 updates after 3 warm-up updates. With it: the model's FLOPs per target
@@ -49,8 +54,6 @@ lengths counting ``</s>``; backward ≈ 2 × forward gives the factor 3. For rnn
 from __future__ import annotations
 
 import argparse
-import math
-import os
 import shutil
 import sys
 import time
@@ -62,13 +65,14 @@ import peers  # noqa: E402
 from peers import BenchError, Goal, log, median, run_measured, spread, table  # noqa: E402
 
 VARIANTS = ("onmt", "nmtkit-adam", "nmtkit-adadelta")
-PARTS = ("small", "paper")
+PARTS = ("small", "paper", "quality")
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog="See the module docstring for what is measured and how.")
-    p.add_argument("--parts", default="small,paper", help="comma list of: small (vs OpenNMT-py), paper (rnnsearch-50)")
+    p.add_argument("--parts", default="small,paper,quality",
+                   help="comma list of: small (vs OpenNMT-py), paper (rnnsearch-50), quality (fp32 vs bf16)")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"small part: comma list of {', '.join(VARIANTS)}")
     p.add_argument("--repeats", type=int, help="interleaved repeats of the small part [3; quick 1]")
     p.add_argument("--adadelta-repeats", type=int, default=1,
@@ -79,6 +83,7 @@ def parse_args(argv):
     p.add_argument("--paper-warmup", type=int, help="warm-up updates at paper size, not counted [3; quick 2]")
     p.add_argument("--paper-repeats", type=int, default=1, help="interleaved fp32/bf16 repeats [1]")
     p.add_argument("--precisions", default="fp32,bf16", help="paper part: fp32, bf16 or both")
+    p.add_argument("--quality-updates", type=int, help="quality part: updates per run [900; quick 60]")
     p.add_argument("--hansards-lines", type=int, default=150000, help="Hansards pairs for the 30k-vocabulary corpus")
     p.add_argument("--matmul-size", type=int, default=2048, help="square matmul size for the GFLOP/s ceiling")
     p.add_argument("--onmt-venv", type=Path, default=peers.DEFAULT_ONMT_VENV)
@@ -96,6 +101,7 @@ def parse_args(argv):
     a.skip = a.skip or (20 if q else 50)
     a.paper_updates = a.paper_updates or (2 if q else 20)
     a.paper_warmup = a.paper_warmup if a.paper_warmup is not None else (2 if q else 3)
+    a.quality_updates = a.quality_updates or (60 if q else 900)
     if q and a.onmt_bucket_size is None:
         a.onmt_bucket_size = 8192
     a.out = a.out or peers.RESULTS_DIR / ("bench_train-quick.txt" if q else "bench_train.txt")
@@ -408,6 +414,49 @@ def paper_part(s: Session, out: list[str], ceilings: dict) -> list[Goal]:
     return goals
 
 
+def quality_part(s: Session, out: list[str]) -> list[Goal]:
+    """fp32 against bf16 autocast: the same run (seed, batches, the paper's recipe) validated along the way."""
+    import json
+
+    a = s.a
+    if getattr(s, "synth_prep", None) is None:
+        s.synth_data = peers.make_synthetic_corpus(s.work)
+        s.synth_prep = peers.prepare_synthetic(s.work, s.synth_data)
+    every = max(a.quality_updates // 3, 1)
+    curves, walls = {}, {}
+    for p in ("fp32", "bf16"):
+        d = s.runs / f"quality-{p}"
+        shutil.rmtree(d, ignore_errors=True)
+        log(f"quality: rnnsearch-small {p}, {a.quality_updates} updates, validation every {every}")
+        m = run_measured(peers.nmtkit_tool("nmt-train") + [
+            s.synth_prep, "--arch", "rnnsearch-small", "--save-dir", d, "--max-updates", a.quality_updates,
+            "--valid-every", every, "--valid-bleu-sentences", 500, "--log-every", every, "--seed", 1, "--force",
+            "--keep-last", 1] + (["--bf16"] if p == "bf16" else []), env=peers.quiet_env(),
+            log_path=d.parent / f"{d.name}.log")
+        with open(d / "train.jsonl", encoding="utf-8") as f:
+            curves[p] = [r for r in map(json.loads, f) if r.get("type") == "valid"]
+        walls[p] = m.wall_s
+        shutil.copyfile(d / "train.jsonl", d.parent / f"{d.name}.jsonl")
+        shutil.rmtree(d, ignore_errors=True)
+    rows = [[f"{x['update']:,}", f"{x['valid_loss']:.4f}", f"{y['valid_loss']:.4f}",
+             f"{100 * (y['valid_loss'] - x['valid_loss']) / x['valid_loss']:+.2f}%",
+             f"{x.get('valid_bleu', float('nan')):.2f}", f"{y.get('valid_bleu', float('nan')):.2f}"]
+            for x, y in zip(curves["fp32"], curves["bf16"])]
+    out += ["", f"Part quality: fp32 against bf16 autocast, rnnsearch-small on the synthetic corpus, the paper's "
+                f"recipe (Adadelta, clip 1), seed 1, {a.quality_updates} updates", "-" * 100,
+            "The same run twice, only the precision differs: validation cross-entropy per token on the whole dev set "
+            "(1,000 pairs) and greedy BLEU (tokenised) on its first 500 sentences. "
+            f"Wall: fp32 {walls['fp32']:.0f} s, bf16 {walls['bf16']:.0f} s.", ""]
+    out += table(["update", "fp32 valid loss", "bf16 valid loss", "difference", "fp32 BLEU", "bf16 BLEU"], rows)
+    if not rows:
+        return []
+    last_x, last_y = curves["fp32"][-1], curves["bf16"][-1]
+    # the goal is stated as "validation quality unchanged": within 2% of fp32's validation loss
+    closeness = 100 - abs(100 * (last_y["valid_loss"] - last_x["valid_loss"]) / last_x["valid_loss"])
+    return [Goal("bf16 validation loss within 2% of fp32's after the same updates (100 − |difference| in %)",
+                 closeness, 98.0)]
+
+
 def main(argv=None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     a.work.mkdir(parents=True, exist_ok=True)
@@ -429,6 +478,8 @@ def main(argv=None) -> int:
                 again = {p: matmul_gflops(a.matmul_size, p) for p in ("fp32", "bf16")}
                 ceilings = {p: again[p] if again[p]["best"] > ceilings[p]["best"] else ceilings[p] for p in again}
             goals += paper_part(s, out, ceilings)
+        if "quality" in a.parts:
+            goals += quality_part(s, out)
     except BenchError as e:
         out += ["", f"FAILED: {e}"]
         peers.write_report(out, a.out)
