@@ -36,9 +36,14 @@ import numpy as np
 import torch
 
 from nmtkit import checkpoint
-from nmtkit.batching import collate, epoch_schedule, eval_batches
+# (every nmtkit module the run needs is imported when it starts, none at its first validation: a package upgraded
+# under a long run must not meet the run's already-loaded modules halfway)
+from nmtkit.batching import collate, collate_source, epoch_schedule, eval_batches
 from nmtkit.errors import InputError
 from nmtkit.manifest import PreparedData
+from nmtkit.models import build_model
+from nmtkit.search import beam_search, greedy
+from nmtkit.text import Preprocessor
 
 log = logging.getLogger("nmtkit.train")
 
@@ -163,8 +168,6 @@ class Trainer:
         return payload
 
     def _build(self, payload: dict | None) -> None:
-        from nmtkit.models import build_model
-
         cfg = self.cfg
         torch.manual_seed(cfg.seed)
         try:
@@ -311,10 +314,6 @@ class Trainer:
 
     def _decode_bleu(self, n: int) -> dict:
         import sacrebleu
-
-        from nmtkit.batching import collate_source
-        from nmtkit.search import beam_search, greedy
-        from nmtkit.text import Preprocessor
 
         vsrc, _ = self.valid
         post = Preprocessor(self.data.text_config(self.data.target_lang))
