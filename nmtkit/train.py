@@ -38,12 +38,13 @@ import torch
 from nmtkit import checkpoint
 # (every nmtkit module the run needs is imported when it starts, none at its first validation: a package upgraded
 # under a long run must not meet the run's already-loaded modules halfway)
-from nmtkit.batching import collate, collate_source, epoch_schedule, eval_batches
+from nmtkit.batching import collate, epoch_schedule
 from nmtkit.errors import InputError
 from nmtkit.manifest import PreparedData
+from nmtkit.progress import Progress
 from nmtkit.models import build_model
-from nmtkit.search import beam_search, greedy
-from nmtkit.text import Preprocessor
+from nmtkit.validation import describe as describe_validation
+from nmtkit.validation import validation_bleu, validation_loss
 
 log = logging.getLogger("nmtkit.train")
 
@@ -293,48 +294,18 @@ class Trainer:
 
     # -- validation --------------------------------------------------------------------------------------------
 
-    @torch.no_grad()
     def validate(self) -> dict:
         """Validation NLL per token and perplexity; BLEU of greedy (or beam) decoding on the first
-        ``valid_bleu_sentences`` sentences."""
-        self.model.eval()
+        ``valid_bleu_sentences`` sentences (nmtkit/validation.py)."""
+        cfg = self.cfg
         vsrc, vtgt = self.valid
-        nll, ntok = 0.0, 0
-        for ids in eval_batches(np.asarray(vsrc.sizes), np.asarray(vtgt.sizes), self.cfg.valid_batch_size):
-            batch = collate(vsrc, vtgt, ids).to(self.device)
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
-                nll += float(self.model.nll(batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out))
-            ntok += batch.num_tokens
-        result = {"update": self.state.update, "valid_loss": nll / max(ntok, 1),
-                  "valid_ppl": math.exp(min(nll / max(ntok, 1), 100))}
-        n = len(vsrc) if self.cfg.valid_bleu_sentences < 0 else min(self.cfg.valid_bleu_sentences, len(vsrc))
+        result = {"update": self.state.update,
+                  **validation_loss(self.model, vsrc, vtgt, self.device, cfg.valid_batch_size, cfg.bf16)}
+        n = len(vsrc) if cfg.valid_bleu_sentences < 0 else min(cfg.valid_bleu_sentences, len(vsrc))
         if n > 0:
-            result.update(self._decode_bleu(n))
+            result.update(validation_bleu(self.model, self.data, vsrc, self.tgt_vocab, n, self.device,
+                                          cfg.valid_beam, cfg.valid_batch_size, cfg.bf16))
         return result
-
-    def _decode_bleu(self, n: int) -> dict:
-        import sacrebleu
-
-        vsrc, _ = self.valid
-        post = Preprocessor(self.data.text_config(self.data.target_lang))
-        hyps: list[str] = [""] * n
-        for ids in eval_batches(np.asarray(vsrc.sizes[:n]), None, self.cfg.valid_batch_size):
-            src, lens = collate_source([vsrc[i] for i in ids])
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
-                if self.cfg.valid_beam == 1:
-                    out = greedy(self.model, src.to(self.device), lens.to(self.device))
-                else:
-                    out = [h[0] for h in beam_search(self.model, src.to(self.device), lens.to(self.device),
-                                                      beam=self.cfg.valid_beam)]
-            for i, h in zip(ids, out):
-                hyps[i] = " ".join(post.merge_subwords(self.tgt_vocab.decode(h.tokens)))
-        with open(self.data.path(f"valid.tok.{self.data.target_lang}"), encoding="utf-8", newline="\n") as f:
-            refs = [line.rstrip("\n") for _, line in zip(range(n), f)]
-        bleu = sacrebleu.metrics.BLEU(tokenize="none", force=True)
-        decoding = "greedy" if self.cfg.valid_beam == 1 else f"beam {self.cfg.valid_beam}"
-        score = bleu.corpus_score(hyps, [refs])
-        return {"valid_bleu": score.score, "valid_bleu_sentences": n,
-                "valid_bleu_signature": f"{bleu.get_signature()} ({decoding}, Moses-tokenised)"}
 
     # -- the loop ----------------------------------------------------------------------------------------------
 
@@ -353,7 +324,7 @@ class Trainer:
         log_path = cfg.log_file or os.path.join(cfg.save_dir, "train.jsonl")
         logf = open(log_path, "a" if cfg.resume else "w", encoding="utf-8") if lead else None
         handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        progress = _Progress(lead, cfg)
+        progress = Progress(lead, cfg)
         window = {"nll": 0.0, "tok": 0, "time": 0.0, "norm": 0.0, "n": 0}
         status, saved_at = "done", (st.update if cfg.resume else -1)  # a resumed state is saved already
         if (cfg.max_updates and st.update >= cfg.max_updates) or (cfg.max_time and st.elapsed >= cfg.max_time):
@@ -439,7 +410,7 @@ class Trainer:
         result.update(epoch=st.epoch + 1, elapsed=round(st.elapsed, 3), best_update=st.best_update)
         st.history.append(result)
         path = self.save(improved)
-        progress.write(_describe_validation(result) + f"; saved {path}")
+        progress.write(describe_validation(result) + f"; saved {path}")
         logf.write(json.dumps({"type": "valid", **result}) + "\n")
         logf.flush()
         if cfg.patience and st.bad_validations >= cfg.patience:
@@ -458,51 +429,6 @@ class Trainer:
         logf.flush()
         for k in w:
             w[k] = 0 if k in ("tok", "n") else 0.0
-
-
-def _describe_validation(r: dict) -> str:
-    text = f"update {r['update']}: valid loss {r.get('valid_loss', float('nan')):.4f} ppl {r.get('valid_ppl', 0):.2f}"
-    if "valid_bleu" in r:
-        text += f", BLEU {r['valid_bleu']:.2f} on {r['valid_bleu_sentences']} sentences ({r['valid_bleu_signature']})"
-    return text
-
-
-class _Progress:
-    """A tqdm bar on a terminal; periodic log lines otherwise."""
-
-    def __init__(self, lead: bool, cfg: TrainConfig):
-        import sys
-
-        self.cfg = cfg
-        self.bar = None
-        self.lead = lead
-        if lead and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=cfg.max_updates or None, unit="upd", dynamic_ncols=True)
-
-    def step(self, st: TrainState, loss: float, tok_s: float) -> None:
-        if not self.lead:
-            return
-        to_valid = self.cfg.valid_every - st.update % self.cfg.valid_every
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix_str(f"epoch {st.epoch + 1} loss {loss:.3f} {tok_s:,.0f} tok/s valid in {to_valid}")
-        elif st.update % self.cfg.log_every == 0:
-            log.info("update %d epoch %d: loss %.4f, %.0f target tokens/s, validation in %d updates", st.update,
-                     st.epoch + 1, loss, tok_s, to_valid)
-
-    def write(self, text: str) -> None:
-        if not self.lead:
-            return
-        if self.bar is not None:
-            self.bar.write(text)
-        else:
-            log.info("%s", text)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 def train(cfg: TrainConfig) -> dict:
