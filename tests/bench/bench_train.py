@@ -83,7 +83,7 @@ def parse_args(argv):
     p.add_argument("--paper-warmup", type=int, help="warm-up updates at paper size, not counted [3; quick 2]")
     p.add_argument("--paper-repeats", type=int, default=1, help="interleaved fp32/bf16 repeats [1]")
     p.add_argument("--precisions", default="fp32,bf16", help="paper part: fp32, bf16 or both")
-    p.add_argument("--quality-updates", type=int, help="quality part: updates per run [900; quick 60]")
+    p.add_argument("--quality-updates", type=int, help="quality part: updates per run [600; quick 60]")
     p.add_argument("--hansards-lines", type=int, default=150000, help="Hansards pairs for the 30k-vocabulary corpus")
     p.add_argument("--matmul-size", type=int, default=2048, help="square matmul size for the GFLOP/s ceiling")
     p.add_argument("--onmt-venv", type=Path, default=peers.DEFAULT_ONMT_VENV)
@@ -101,7 +101,7 @@ def parse_args(argv):
     a.skip = a.skip or (20 if q else 50)
     a.paper_updates = a.paper_updates or (2 if q else 20)
     a.paper_warmup = a.paper_warmup if a.paper_warmup is not None else (2 if q else 3)
-    a.quality_updates = a.quality_updates or (60 if q else 900)
+    a.quality_updates = a.quality_updates or (60 if q else 600)
     if q and a.onmt_bucket_size is None:
         a.onmt_bucket_size = 8192
     a.out = a.out or peers.RESULTS_DIR / ("bench_train-quick.txt" if q else "bench_train.txt")
