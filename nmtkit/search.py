@@ -126,7 +126,8 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
     attn = torch.zeros((B * K, 0, src.shape[1]), device=dev) if need_attention else None  # (A*K, t, Tx)
     y = torch.full((B * K,), BOS, dtype=torch.long, device=dev)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    count = torch.zeros(B, dtype=torch.long, device=dev)
+    count = [0] * B  # finished hypotheses per sentence (Python-side bookkeeping: no tensor op per hypothesis)
+    lens_l = src_lens.tolist()
     for t in range(int(limits.max()) + 1):
         A = alive.numel()
         logp, states, alpha = ens.step(y, states, encs)  # (A*K, V), α (A*K, Tx)
@@ -144,16 +145,19 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
         if need_attention:
             attn = torch.cat([attn, alpha.unsqueeze(1)], dim=1)  # (A*K, t+1, Tx)
         # finish the </s> expansions ranked among the first K
-        for a, j in is_eos[:, :K].nonzero().tolist():
-            sent = int(alive[a])
-            if count[sent] >= K:
-                continue
-            row = a * K + int(src_beam[a, j])
-            toks = tokens[row].tolist()
-            score = float(top_scores[a, j])
-            att = attn[row, :, : int(src_lens[sent])].clone() if need_attention else None
-            finished[sent].append(Hypothesis(toks, score, score / (len(toks) + 1) ** lenpen, att))
-            count[sent] += 1
+        ends = is_eos[:, :K].nonzero().tolist()
+        if ends:
+            alive_l, beams_l, scores_l = alive.tolist(), src_beam[:, :K].tolist(), top_scores[:, :K].tolist()
+            for a, j in ends:
+                sent = alive_l[a]
+                if count[sent] >= K:
+                    continue
+                row = a * K + beams_l[a][j]
+                toks = tokens[row].tolist()
+                score = scores_l[a][j]
+                att = attn[row, :, : lens_l[sent]].clone() if need_attention else None
+                finished[sent].append(Hypothesis(toks, score, score / (len(toks) + 1) ** lenpen, att))
+                count[sent] += 1
         # the first K expansions that are not </s> continue
         positions = torch.arange(top_idx.shape[1], device=dev)
         key = (~(tok == EOS)).float() * (2 * K + 1) - positions  # (A, 2K): non-</s> first, in rank order
@@ -165,7 +169,7 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
         if need_attention:
             attn = attn.index_select(0, rows)
         states = [s.index_select(0, rows) for s in states]
-        done = (count[alive] >= K) | (t >= limits[alive])  # (A,)
+        done = (torch.tensor([count[i] for i in alive.tolist()], device=dev) >= K) | (t >= limits[alive])  # (A,)
         if bool(done.all()):
             break
         if bool(done.any()):  # drop finished sentences from the batch
