@@ -145,9 +145,10 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
         if need_attention:
             attn = torch.cat([attn, alpha.unsqueeze(1)], dim=1)  # (A*K, t+1, Tx)
         # finish the </s> expansions ranked among the first K
+        alive_l = alive.tolist()
         ends = is_eos[:, :K].nonzero().tolist()
         if ends:
-            alive_l, beams_l, scores_l = alive.tolist(), src_beam[:, :K].tolist(), top_scores[:, :K].tolist()
+            beams_l, scores_l = src_beam[:, :K].tolist(), top_scores[:, :K].tolist()
             for a, j in ends:
                 sent = alive_l[a]
                 if count[sent] >= K:
@@ -169,7 +170,7 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
         if need_attention:
             attn = attn.index_select(0, rows)
         states = [s.index_select(0, rows) for s in states]
-        done = (torch.tensor([count[i] for i in alive.tolist()], device=dev) >= K) | (t >= limits[alive])  # (A,)
+        done = (torch.tensor([count[i] for i in alive_l], device=dev) >= K) | (t >= limits[alive])  # (A,)
         if bool(done.all()):
             break
         if bool(done.any()):  # drop finished sentences from the batch

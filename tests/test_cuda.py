@@ -18,41 +18,23 @@ import torch
 import torch.nn.functional as F
 
 from nmtkit import checkpoint
-from nmtkit.models import build_model
 from nmtkit.prepare import PrepareConfig, prepare
 from nmtkit.search import beam_search
 from nmtkit.train import TrainConfig, train
 from nmtkit.translate import Translator
-from nmtkit.vocab import BOS, EOS, PAD
+from nmtkit.vocab import PAD
+from test_models import ARCHS, make_batch, randomize_, tiny  # the CPU tests' tiny models and batches
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="no CUDA device here (CI has none): run on a GPU machine")
-ARCHS = ["rnnsearch", "rnnencdec"]
-V_SRC, V_TGT = 37, 41
 
 
 def _model(arch: str) -> torch.nn.Module:
-    torch.manual_seed(0)
-    model = build_model(f"{arch}-tiny", V_SRC, V_TGT)
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():  # the paper's init makes attention uniform: give every path weight
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return model
+    return randomize_(tiny(arch))  # the paper's init makes attention uniform: give every path weight
 
 
 def _batch(src_lens=(4, 7, 2, 5), tgt_lens=(5, 3, 6, 1)):
-    g = torch.Generator().manual_seed(2)
-    B, Tx, Ty = len(src_lens), max(src_lens), max(tgt_lens) + 1
-    src = torch.full((B, Tx), PAD, dtype=torch.long)
-    tgt = torch.full((B, Ty + 1), PAD, dtype=torch.long)
-    for b, (ls, lt) in enumerate(zip(src_lens, tgt_lens)):
-        src[b, : ls - 1] = torch.randint(4, V_SRC, (ls - 1,), generator=g)
-        src[b, ls - 1] = EOS
-        tgt[b, 0] = BOS
-        tgt[b, 1: lt + 1] = torch.randint(4, V_TGT, (lt,), generator=g)
-        tgt[b, lt + 1] = EOS
-    return src, torch.tensor(src_lens), tgt[:, :-1], tgt[:, 1:]
+    return make_batch(list(src_lens), list(tgt_lens))
 
 
 def _run(model, batch, fused: bool, device: str):

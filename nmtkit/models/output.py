@@ -1,4 +1,4 @@
-"""The output softmax and its cross-entropy in one pass over row chunks, for training speed.
+"""The output softmax and its cross-entropy, fused with their gradient, for training speed.
 
     p(y_i | …) = softmax(W_o t_i + b_y)_{y_i},   loss = −Σ_i log p(y_i | …)   over the real (non-padding) targets
 
@@ -6,10 +6,10 @@ Computed naively this writes and re-reads several (N, V) tensors -- the logits, 
 log-softmax, its gradient -- each of them 190 MB at paper size (N = 1,600 targets, V = 30,000).  Here one buffer of
 logits is turned in place into p = softmax and then into p − onehot(y) = ∂loss/∂logits, and its products with W_o
 and t follow at once; only the real (non-padding) targets are given (``nll`` in rnnsearch.py picks them).  Rows
-are taken in chunks of at most ``CHUNK_ELEMENTS`` logits to bound the memory of very large batches (smaller chunks,
-which would stay in the cache, measured slower here: the matmuls get thin and ∂W_o is re-read once per chunk).  The gradients are
-thus computed in the forward pass and only scaled in the backward pass (the loss is a scalar), which is what a
-training step needs and what evaluation (no gradient) skips.
+are taken in chunks of at most ``CHUNK_ELEMENTS`` logits to bound the memory of very large batches (smaller
+chunks, which would stay in the cache, measured slower here: the matmuls get thin and ∂W_o is re-read once per
+chunk).  The gradients are thus computed in the forward pass and only scaled in the backward pass (the loss is a
+scalar), which is what a training step needs and what evaluation (no gradient) skips.
 
 The values equal ``F.cross_entropy(F.linear(t, W_o, b_y), y, reduction="sum")`` up to rounding (tests compare
 values and gradients).  Under autocast (bf16) the two matmuls run in the autocast dtype; the softmax, the loss and

@@ -481,16 +481,8 @@ def main(argv=None) -> int:
         if "quality" in a.parts:
             goals += quality_part(s, out)
     except BenchError as e:
-        out += ["", f"FAILED: {e}"]
-        peers.write_report(out, a.out)
-        print("\n".join(out))
-        return 1
-    out += ["", "Goals (../shared/peers/README.md, issue 3):"] + [g.line() for g in goals]
-    out.append(f"\nload average at end: {peers.load_average()}; total time {(time.time() - t0) / 60:.1f} min")
-    peers.write_report(out, a.out)
-    print("\n".join(out))
-    log(f"written {a.out}")
-    return 0
+        return peers.fail_report(out, a.out, e)
+    return peers.finish_report(out, goals, 3, a.out, t0)
 
 
 if __name__ == "__main__":

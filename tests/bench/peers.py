@@ -140,6 +140,24 @@ def write_report(lines: list[str], path: Path) -> None:
     os.replace(tmp, path)
 
 
+def finish_report(out: list[str], goals: list, issue: int, path: Path, t0: float) -> int:
+    """The goal lines and the closing load average, then the report written to ``path`` and printed; exit code 0."""
+    out += ["", f"Goals (../shared/peers/README.md, issue {issue}):"] + [g.line() for g in goals]
+    out.append(f"\nload average at end: {load_average()}; total time {(time.time() - t0) / 60:.1f} min")
+    return fail_report(out, path, None)
+
+
+def fail_report(out: list[str], path: Path, error: Exception | None) -> int:
+    """Write (and print) the report, with the error that stopped it if any; the exit code."""
+    if error is not None:
+        out += ["", f"FAILED: {error}"]
+    write_report(out, path)
+    print("\n".join(out))
+    if error is None:
+        log(f"written {path}")
+    return 0 if error is None else 1
+
+
 def table(headers: list[str], rows: list[list], align: str | None = None) -> list[str]:
     """A plain-text table (``align``: one of l/r per column; default: first left, rest right)."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
