@@ -38,3 +38,16 @@ def data_dir() -> Path:
 @pytest.fixture
 def bin_dir() -> Path:
     return REPO / "bin"
+
+
+@pytest.fixture(scope="session")
+def kenlm():
+    """KenLM's Python module (the ``test`` extra), the independent yardstick of nmt-select's language models."""
+    try:
+        import kenlm as module
+    except ImportError:
+        msg = "kenlm is not installed (pip install kenlm, or pip install -e '.[test]')"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(msg + " -- under CI it is part of the test extra")
+        pytest.skip(msg)
+    return module

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import io
 import math
-import os
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -317,20 +316,8 @@ def test_arpa_layout():
     assert body.rstrip("\n").endswith("\\end\\")
 
 
-def kenlm_module():
-    try:
-        import kenlm
-    except ImportError:
-        msg = "kenlm is not installed (pip install kenlm, or pip install -e '.[test]')"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(msg + " -- under CI it is part of the test extra")
-        pytest.skip(msg)
-    return kenlm
-
-
 @pytest.mark.parametrize("order,lang", [(3, "en"), (4, "en"), (4, "fr"), (5, "fr")])
-def test_kenlm_reads_the_arpa_file_and_agrees(data_dir, tmp_path, order, lang):
-    kenlm = kenlm_module()
+def test_kenlm_reads_the_arpa_file_and_agrees(data_dir, tmp_path, order, lang, kenlm):
     sentences = real_sentences(data_dir, "newstest2009", n=1500, lang=lang)
     lm = train(sentences[:1200], order, min_count=2)
     held = [s for s in sentences[1200:] if s]

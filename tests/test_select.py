@@ -76,17 +76,6 @@ def mixture(data_dir, tmp_path_factory):
     return d, str(data_dir / "wmt-news-older" / "newstest2010")
 
 
-def kenlm_module():
-    try:
-        import kenlm
-    except ImportError:
-        msg = "kenlm is not installed (pip install kenlm, or pip install -e '.[test]')"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(msg + " -- under CI it is part of the test extra")
-        pytest.skip(msg)
-    return kenlm
-
-
 def run_select(mixture, out: Path, **kw) -> dict:
     d, in_domain = mixture
     cfg = SelectConfig(source_lang="en", target_lang="fr", in_domain=[in_domain],
@@ -168,10 +157,9 @@ def test_scores_file_and_report(selected):
 
 
 @pytest.mark.slow
-def test_kenlm_agrees_with_the_scores(selected, mixture):
+def test_kenlm_agrees_with_the_scores(selected, mixture, kenlm):
     from nmtkit.text import Preprocessor, TextConfig
 
-    kenlm = kenlm_module()
     out, _ = selected
     d, _ = mixture
     _, _, rows = read_scores(f"{out}.scores")
