@@ -39,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_prepare import _pss_kib, _tree, cpu_model  # the same /proc measuring (this script's directory)
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / "bin" / "nmt-select"
 NEWS_OLDER = ["news-test2008", "newssyscomb2009", "newstest2009", "newstest2010", "newstest2011",
@@ -54,32 +56,7 @@ def data_root() -> Path:
     sys.exit("bench_select: real data not found (set $NMTKIT_DATA or place it at ../shared/data)")
 
 
-# -- measuring a child process (as bench_prepare.py) -------------------------------------------------------------
-
-
-def _tree(root_pid: int) -> list[int]:
-    out, todo = [], [root_pid]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        try:
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    todo.extend(int(c) for c in f.read().split())
-        except OSError:
-            pass
-    return out
-
-
-def _pss_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+# -- measuring a child process (the /proc readers come from bench_prepare.py) ------------------------------------
 
 
 def _busy_jiffies() -> int:
@@ -170,17 +147,6 @@ def lm_scale(path: str, lines: int | None) -> dict:
 
 
 # -- the driver ------------------------------------------------------------------------------------------------------
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def git_commit() -> str:
