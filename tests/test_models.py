@@ -503,3 +503,86 @@ def test_decode_step_with_k_states_per_sentence(arch):
             else:
                 torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     assert model.prepare_decoding(enc).proj.shape[:2] == ((3, src.shape[1]) if arch == "rnnsearch" else (3, 1))
+
+
+@pytest.mark.parametrize("V", [29, 32])  # padded to a multiple of 8 inside, and not
+def test_linear_cross_entropy_for_any_vocabulary_size(V):
+    """The fused loss rounds the vocabulary up to a multiple of 8 for speed (output.padded_vocab): the padding
+    columns must add nothing to the value or the gradients."""
+    from nmtkit.models.output import linear_cross_entropy
+
+    g = torch.Generator().manual_seed(3)
+    t = torch.randn(7, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(V, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(V, generator=g, dtype=torch.float64, requires_grad=True)
+    y = torch.randint(0, V, (7,), generator=g)
+    results = []
+    for fused in (True, False):
+        loss = (linear_cross_entropy(t, W, b, y) if fused
+                else F.cross_entropy(F.linear(t, W, b), y, reduction="sum"))
+        grads = torch.autograd.grad(loss, (t, W, b))
+        results.append((loss.detach(), grads))
+    torch.testing.assert_close(results[0][0], results[1][0])
+    for a, e in zip(results[0][1], results[1][1]):
+        assert a.shape == e.shape
+        torch.testing.assert_close(a, e)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("table", [True, False])
+@pytest.mark.parametrize("tgt_vocab", [V_TGT, 32])
+def test_search_step_weights_give_the_plain_step(arch, table, tgt_vocab, monkeypatch):
+    """Without autograd in eval mode decode_step uses stepweights.py ([W_a; U_z; U_r; U_o] s as one product, the
+    input side looked up from a per-word table or one product, W_o padded to a multiple of 8): the same logits,
+    states and attention as the plain step that training's autograd path uses."""
+    import nmtkit.models.stepweights as sw
+
+    monkeypatch.setattr(sw, "TABLE_MAX_ELEMENTS", sw.TABLE_MAX_ELEMENTS if table else 0)
+    torch.manual_seed(0)
+    model = randomize_(build_model(f"{arch}-tiny", V_SRC, tgt_vocab)).eval()
+    src, lens, tgt_in, _ = make_batch([4, 6, 2], [5, 3, 4])
+    enc = model.prepare_decoding(model.encode(src, lens))
+    state = model.init_decoder(enc)
+    for i in range(tgt_in.shape[1]):  # starts with y_0 = <s>, whose table row is E y_0 = 0
+        y = tgt_in[:, i]
+        plain = model.decode_step(y, state, enc)  # autograd on: the plain path
+        with torch.no_grad():
+            fast = model.decode_step(y, state, enc)
+        assert (model.__dict__["_step_weights"][1].y_table is not None) == table
+        assert fast[0].shape == (3, tgt_vocab) and fast[0].is_contiguous()
+        for a, e in zip(fast, plain):
+            if e is None:
+                assert a is None
+            else:
+                torch.testing.assert_close(a, e.detach(), atol=1e-5, rtol=1e-5)
+        state = plain[1].detach()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_search_step_weights_follow_weight_updates(arch):
+    """The cached step weights are rebuilt after the model's weights change in place (an optimizer step between
+    two validations, load_state_dict)."""
+    model = randomize_(tiny(arch)).eval()
+    src, lens, tgt_in, _ = make_batch([4, 6, 2], [5, 3, 4])
+    y = tgt_in[:, 1]
+
+    def step():
+        enc = model.encode(src, lens)
+        with torch.no_grad():
+            return model.decode_step(y, model.init_decoder(enc), enc)[0]
+
+    before = step()
+    other = randomize_(tiny(arch), seed=7).state_dict()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()
+    after_update = step()
+    enc = model.encode(src, lens)
+    torch.testing.assert_close(after_update, model.decode_step(y, model.init_decoder(enc), enc)[0].detach(),
+                               atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(before, after_update)
+    model.load_state_dict(other)
+    enc = model.encode(src, lens)
+    torch.testing.assert_close(step(), model.decode_step(y, model.init_decoder(enc), enc)[0].detach(),
+                               atol=1e-5, rtol=1e-5)

@@ -45,6 +45,17 @@ def gru_step(gx: Tensor, s: Tensor, U_zr: Tensor, U: Tensor) -> Tensor:
     return torch.lerp(s, s_tilde, z)  # (B, n)   (1 − z) ∘ s + z ∘ s̃
 
 
+def gru_update(gx: Tensor, Us_zr: Tensor, s: Tensor, U: Tensor) -> Tensor:
+    """``gru_step`` with [U_z; U_r] s already computed (decoding computes it in one matmul with other products of s).
+
+    gx: (B, 3n) [z; r; candidate] input side; Us_zr: (B, 2n); s: (B, n).  Returns s' (B, n)."""
+    n = s.shape[-1]
+    gx_zr, gx_h = gx.split([2 * n, n], dim=1)  # (B, 2n), (B, n)
+    z, r = torch.sigmoid(gx_zr + Us_zr).chunk(2, dim=1)  # (B, n) each
+    s_tilde = torch.tanh(torch.addmm(gx_h, r * s, U.t()))  # (B, n)   tanh(W x + U [r ∘ s] + b)
+    return torch.lerp(s, s_tilde.to(s.dtype), z.to(s.dtype))  # (B, n)   (1 − z) ∘ s + z ∘ s̃
+
+
 def gru_recurrence(gx: Tensor, U_zr: Tensor, U: Tensor, s0: Tensor | None = None) -> Tensor:
     """Run the paper's unit over a whole sequence of precomputed input projections.
 

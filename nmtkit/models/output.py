@@ -24,15 +24,31 @@ from torch.autograd.function import once_differentiable
 
 from nmtkit.models.fused import _low, _lowp_dtype
 
+ALIGN = 8  # output layers are computed over V rounded up to a multiple of this (see ``padded_vocab``)
 CHUNK_ELEMENTS = 1 << 26  # logits per chunk (256 MB in float32): one chunk for a paper-size batch of ~2,000 targets
 MIN_CHUNK_ROWS = 64  # fewer rows make inefficient matmuls
+
+
+def padded_vocab(W: Tensor, b: Tensor, b_fill: float) -> tuple[Tensor, Tensor]:
+    """W (V, l), b (V,) -> the same with V rounded up to a multiple of ``ALIGN``: zero rows in W, ``b_fill`` in b.
+
+    Matrix products whose output rows are V wide run at two thirds of the speed when V is not a multiple of 8 on
+    this CPU (measured: (960 × 128)·(128 × V) takes 38 ms for V = 7,897 and 23 ms for V = 7,904; for the paper's
+    V = 30,004 (30,000 words + 4 specials) the forward product 420 → 312 ms); a copy of W with a few zero rows
+    costs far less.  Returned as they are when V is already a multiple."""
+    V = W.shape[0]
+    extra = -V % ALIGN
+    if not extra:
+        return W, b
+    return torch.cat([W, W.new_zeros(extra, W.shape[1])]), torch.cat([b, b.new_full((extra,), b_fill)])
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, lowp, want_grad: bool, t: Tensor, W: Tensor, b: Tensor, y: Tensor) -> Tensor:
         N, V = t.shape[0], W.shape[0]
-        chunk = max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // V)
+        W, b = padded_vocab(W, b, float("-inf"))  # padding columns: exp(−inf) = 0, so they add nothing
+        chunk = max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // W.shape[0])
         W_l, t_l = _low(W, lowp), _low(t, lowp)
         loss = t.new_zeros((), dtype=torch.float64)
         if want_grad:
@@ -58,7 +74,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     dt[start: start + chunk] = z @ W_l
                     dW += z.t() @ tc
         if want_grad:
-            ctx.save_for_backward(dt, dW, db)
+            ctx.save_for_backward(dt, dW[:V], db[:V])
         return loss.to(t.dtype if t.dtype != torch.bfloat16 else torch.float32)
 
     @staticmethod

@@ -31,7 +31,8 @@ of encoder and decoder, U_a h, and the whole deep output after the loop); the lo
 For teacher forcing (``forward``) the loops run through fused.py, whose hand-written backward batches the recurrent
 weights' gradients over time; ``model.fused = False`` switches to the op-by-op reference code here and in gru.py /
 attention.py (same values; the tests compare the two).  ``decode_step`` reads C_stack c_i and C_o c_i as
-Σ_j α_ij [C_stack; C_o] h_j from ``source_projections``, computed once per sentence.
+Σ_j α_ij [C_stack; C_o] h_j from ``source_projections``, computed once per sentence, and in search (no autograd)
+multiplies s_{i-1} and E y_{i-1} through the stacked or tabulated weights of stepweights.py.
 
 API (used by training, search and alignment):
     forward(src, src_lens, tgt_in[, return_attention]) -> logits (B, Ty, V) [, α (B, Ty, Tx) or None]
@@ -56,9 +57,11 @@ from nmtkit.models import register_model, register_preset
 from nmtkit.models.attention import AdditiveAttention, alignment
 from nmtkit.models.encoder import GRU_UNITS, SourceEncoder
 from nmtkit.models.fused import attentive_decoder, gru_sequence
-from nmtkit.models.gru import ConditionalGRU, gru_step
+from nmtkit.models.gru import ConditionalGRU, gru_update
 from nmtkit.models.init import PAPER_STD, normal_, zeros_
 from nmtkit.models.output import linear_cross_entropy
+from nmtkit.models.stepweights import step_weights
+from nmtkit.models.stepweights import usable as usable_step_weights
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
@@ -187,13 +190,53 @@ class _RNNTranslator(nn.Module):
     def maxout(self, s_prev: Tensor, Ey: Tensor, Cc: Tensor) -> Tensor:
         """s_{i-1} (..., n), E y_{i-1} (..., m), C_o c_i (..., 2l) -> t_i (..., l).  The maxout hidden layer."""
         t_tilde = F.linear(s_prev, self.U_o, self.b_o) + F.linear(Ey, self.V_o) + Cc  # (..., 2l)
-        return self.dropout(t_tilde.unflatten(-1, (-1, 2)).amax(dim=-1))  # (..., l)   max over pairs (2j-1, 2j)
+        return self._pairwise_max(t_tilde)
+
+    def _pairwise_max(self, t_tilde: Tensor) -> Tensor:
+        """t̃_i (..., 2l) -> t_i (..., l): t_{i,j} = max(t̃_{i,2j-1}, t̃_{i,2j}), then dropout (if any)."""
+        return self.dropout(t_tilde.unflatten(-1, (-1, 2)).amax(dim=-1))
+
+    def readout(self, t: Tensor) -> Tensor:
+        """t_i (..., l) -> logits W_o t_i + b_y (..., V)."""
+        flat = t.reshape(-1, t.shape[-1])  # (N, l)
+        return torch.addmm(self.b_y, flat, self.W_o.t()).view(*t.shape[:-1], -1)  # (..., V)   one pass
 
     def deep_output(self, s_prev: Tensor, Ey: Tensor, Cc: Tensor) -> Tensor:
         """s_{i-1} (..., n), E y_{i-1} (..., m), C_o c_i (..., 2l) -> logits (..., V).  The maxout deep output."""
-        t = self.maxout(s_prev, Ey, Cc)  # (..., l)
-        flat = t.reshape(-1, t.shape[-1])  # (N, l)
-        return torch.addmm(self.b_y, flat, self.W_o.t()).view(*t.shape[:-1], -1)  # (..., V)   one pass
+        return self.readout(self.maxout(s_prev, Ey, Cc))
+
+    def _step_products(self, y_prev: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+        """What a decoding step multiplies (stepweights.py): y_{i-1} (N,), s_{i-1} (N, n) ->
+        [W_stack E y + b_stack; V_o E y + b_o] (N, 3n + 2l) and [W_a; U_z; U_r; U_o] s (N, n' + 2n + 2l; no W_a rows
+        for the RNNencdec)."""
+        if usable_step_weights(self):
+            w = step_weights(self)
+            if w.y_table is not None:
+                ys = w.y_table.index_select(0, y_prev)  # (N, 3n + 2l)   a row lookup per hypothesis
+            else:
+                ys = torch.addmm(w.y_bias, self.embed_target(y_prev), w.y_stack.t())  # (N, 3n + 2l)
+            return ys, F.linear(state, w.s_stack)
+        dec = self.decoder
+        Ey = self.embed_target(y_prev)  # (N, m)
+        ys = torch.cat([dec.input_projections(Ey), F.linear(Ey, self.V_o, self.b_o)], dim=1)
+        s_side = ([self.attention.W_a] if hasattr(self, "attention") else []) + [dec.U_zr, self.U_o]
+        return ys, F.linear(state, torch.cat(s_side))
+
+    def _step_output(self, ys: Tensor, Cc: Tensor, Us: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+        """The rest of a step, from [W_stack E y + b_stack; V_o E y + b_o] (N, 3n + 2l), [C_stack; C_o] c_i
+        (N, 3n + 2l) and [U_z; U_r; U_o] s_{i-1} (N, 2n + 2l) -> logits (N, V), s_i (N, n)."""
+        n = self.config.hidden_dim
+        pre = ys + Cc  # (N, 3n + 2l)   [W E y + C c + b (GRU input side, 3n); V_o E y + C_o c + b_o (2l)]
+        gx, t_part = pre.split([3 * n, pre.shape[1] - 3 * n], dim=1)
+        Us_zr, Us_o = Us.split([2 * n, Us.shape[1] - 2 * n], dim=1)
+        new_state = gru_update(gx, Us_zr, state, self.decoder.U)  # (N, n)   s_i
+        t = self._pairwise_max(t_part + Us_o)  # (N, l)   from t̃_i = U_o s_{i-1} + V_o E y + C_o c + b_o
+        if not usable_step_weights(self):
+            return self.readout(t), new_state
+        w = step_weights(self)
+        V = self.W_o.shape[0]
+        logits = torch.addmm(w.b_y, t, w.W_o.t())  # (N, V')   W_o t_i + b_y, V rounded up to a multiple of 8
+        return (logits if logits.shape[1] == V else logits[:, :V].contiguous()), new_state
 
     def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, return_attention: bool = False):
         """Teacher-forced logits (B, Ty, V) for tgt_in = <s> y_1 … (B, Ty); return_attention adds α (B, Ty, Tx)
@@ -303,15 +346,12 @@ class RNNsearch(_RNNTranslator):
         """
         A, Tx = enc.src_mask.shape
         K = state.shape[0] // A  # hypotheses per sentence
-        n3 = 3 * self.config.hidden_dim
         proj = enc.proj if enc.proj is not None else self.source_projections(enc)  # (A, Tx, 3n + 2l)
-        Ey = self.embed_target(y_prev)  # (A·K, m)
-        query = F.linear(state, self.attention.W_a).view(A, K, -1)  # (A, K, n')   W_a s_{i-1}
-        alpha = alignment(query, enc.keys, self.attention.v_a, enc.src_mask)  # (A, K, Tx)
+        ys, Us = self._step_products(y_prev, state)  # (A·K, 3n + 2l), (A·K, n' + 2n + 2l)
+        query, Us = Us.split([self.config.attn_dim, Us.shape[1] - self.config.attn_dim], dim=1)  # W_a s_{i-1}
+        alpha = alignment(query.view(A, K, -1), enc.keys, self.attention.v_a, enc.src_mask)  # (A, K, Tx)
         Cc = torch.bmm(alpha, proj).view(A * K, -1)  # (A·K, 3n + 2l)   [C_stack; C_o] c_i
-        gx = self.decoder.input_projections(Ey).add_(Cc[:, :n3])  # (A·K, 3n)   W E y_{i-1} + C c_i + b
-        new_state = gru_step(gx, state, self.decoder.U_zr, self.decoder.U)  # (A·K, n)   s_i
-        logits = self.deep_output(state, Ey, Cc[:, n3:])  # (A·K, V)
+        logits, new_state = self._step_output(ys, Cc, Us, state)  # (A·K, V), (A·K, n)
         return logits, new_state, alpha.view(A * K, Tx)
 
 
@@ -358,11 +398,8 @@ class RNNencdec(_RNNTranslator):
         ``enc`` holds B sentences; state rows come K per sentence, in sentence order (K = 1 outside beam search)."""
         A = enc.src_mask.shape[0]
         K = state.shape[0] // A
-        n3 = 3 * self.config.hidden_dim
         proj = enc.proj if enc.proj is not None else self.source_projections(enc)  # (A, 1, 3n + 2l)
+        ys, Us = self._step_products(y_prev, state)  # (A·K, 3n + 2l), (A·K, 2n + 2l)
         Cc = proj.expand(A, K, proj.shape[-1]).reshape(A * K, -1)  # (A·K, 3n + 2l)   [C_stack; C_o] c
-        Ey = self.embed_target(y_prev)  # (A·K, m)
-        gx = self.decoder.input_projections(Ey).add_(Cc[:, :n3])  # (A·K, 3n)
-        new_state = gru_step(gx, state, self.decoder.U_zr, self.decoder.U)  # (A·K, n)
-        logits = self.deep_output(state, Ey, Cc[:, n3:])  # (A·K, V)
+        logits, new_state = self._step_output(ys, Cc, Us, state)  # (A·K, V), (A·K, n)
         return logits, new_state, None
