@@ -119,7 +119,12 @@ def test_beam_1_equals_greedy(model, data_dir):
     assert np.allclose([h.score for h in g], [h[0].score for h in b], atol=1e-4)
 
 
-def test_batched_beam_equals_the_reference_search(model, data_dir):
+@pytest.mark.parametrize("block", [None, 7])  # the search's top-k: plain topk (V = 800 is narrow), and blocked
+def test_batched_beam_equals_the_reference_search(model, data_dir, block, monkeypatch):
+    import nmtkit.search
+
+    if block is not None:
+        monkeypatch.setattr(nmtkit.search, "BLOCK", block)
     m, _ = model
     sents = _real_batch(data_dir, model)
     src, lens = _batch(sents)
@@ -144,6 +149,29 @@ def test_scores_are_the_models_teacher_forced_log_probabilities(model, data_dir)
         forced = float(logp.gather(1, gold[:, None]).sum())
         assert math.isclose(h.score, forced, abs_tol=1e-3)
         assert math.isclose(h.norm_score, forced / (len(h.tokens) + 1), abs_tol=1e-3)
+
+
+@pytest.mark.parametrize("shape", [(5, 96000), (3, 94764), (4, 1000), (2, 7 * 64 * 8 * 24 + 1)])
+def test_blocked_top_k_equals_topk(shape):
+    """search.top_k (block maxima, best blocks, top-k among their values) = torch.topk: values and indices, for
+    widths that BLOCK divides and that it does not, with -inf entries (masked words, dead hypotheses) and values
+    repeated within a block (neither promises an order among equal values: there the same set of indices)."""
+    from nmtkit.search import top_k
+
+    g = torch.Generator().manual_seed(sum(shape))
+    x = torch.randn(shape, generator=g) * 3
+    x[:, ::97] = -math.inf
+    x[0, 128:140] = x[0].max() + 1.0  # equal values at the top, inside one block
+    x[-1, -3:] = x[-1].max() + 2.0  # the best values in the short last block
+    for k in (1, 24):
+        values, indices = top_k(x, k)
+        expected = x.topk(k, dim=1)
+        assert torch.equal(values, expected.values)
+        assert torch.equal(x.gather(1, indices), values)
+        assert torch.equal(indices.sort(dim=1).values, expected.indices.sort(dim=1).values)
+        untied = torch.cat([values[:, 1:] != values[:, :-1], torch.ones_like(values[:, :1], dtype=torch.bool)], 1)
+        untied &= torch.cat([torch.ones_like(values[:, :1], dtype=torch.bool), values[:, 1:] != values[:, :-1]], 1)
+        assert torch.equal(indices[untied], expected.indices[untied])
 
 
 @torch.no_grad()
