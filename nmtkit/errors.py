@@ -1,4 +1,4 @@
-"""The one error type the tools report to users.
+"""The error types the tools report to users as one line.
 
 Every problem with a user's input becomes an :class:`InputError` that names the file, the line (when there is
 one) and the problem, so that the command-line tools can print it as a single line and exit non-zero::
@@ -29,3 +29,7 @@ class InputError(Exception):
             where = self.path if self.line is None else f"{self.path}:{self.line}"
             where += ": "
         return where + self.message
+
+
+class WorkerError(RuntimeError):
+    """A helper process (``nmt-translate --workers``) died or failed: a one-line message naming it."""

@@ -20,6 +20,7 @@ the mean over its subwords' rows, a source word's the sum over its subwords' col
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -35,6 +36,8 @@ from nmtkit.text import Preprocessor, TextConfig, words_of
 from nmtkit.vocab import UNK, Vocabulary
 
 log = logging.getLogger("nmtkit.translate")
+MAX_AUTO_WORKERS = 4  # workers=0 starts min(threads, this) processes on a CPU
+AHEAD = 1  # windows queued behind the one being decoded, with worker processes
 
 
 @dataclass
@@ -60,6 +63,60 @@ class _Piece:
     tokens: list[str]  # source model tokens
 
 
+@dataclass
+class _Window:
+    lines: list[tuple[int, str]]  # (line number, text)
+    words: list[list[str]]  # each line's source words
+    batches: list[list[_Piece]]  # length-sorted
+    tickets: list[int] = field(default_factory=list)  # the batches' tickets in the decoding pool
+
+
+def _windows(lines: Iterable[tuple[int, str]], size: int) -> Iterator[list[tuple[int, str]]]:
+    window: list[tuple[int, str]] = []
+    for item in lines:
+        window.append(item)
+        if len(window) >= size:
+            yield window
+            window = []
+    if window:
+        yield window
+
+
+def load_checkpoints(paths: list[str]) -> list[dict]:
+    """The checkpoints' payloads; an ensemble's vocabularies and preprocessing must be identical."""
+    payloads = [checkpoint.load(p) for p in paths]
+    for path, p in zip(paths[1:], payloads[1:]):
+        for key in ("vocab", "preprocessing"):
+            if p[key] != payloads[0][key]:
+                raise InputError(f"its {key} differs from that of {paths[0]}: an ensemble needs "
+                                 "identical vocabularies and preprocessing", path)
+    return payloads
+
+
+def build_models(paths: list[str], device: str = "cpu", payloads: list[dict] | None = None) -> list:
+    """The checkpoints' models, in eval mode on ``device``."""
+    payloads = payloads if payloads is not None else load_checkpoints(paths)
+    try:
+        return [checkpoint.build_model(p).to(torch.device(device)).eval() for p in payloads]
+    except (ValueError, RuntimeError) as e:
+        raise InputError(f"cannot rebuild the model: {str(e).splitlines()[0]}", paths[0]) from None
+
+
+def decode_batch(models: list, sources: list[np.ndarray], device, bf16: bool = False,
+                 **search) -> list[list[Hypothesis]]:
+    """Beam search (``nmtkit.search.beam_search(**search)``) over source id arrays (without ``</s>``): each
+    sentence's hypotheses, with attention (if asked for) as float32 numpy arrays (len(tokens) + 1, Tx)."""
+    device = torch.device(device)
+    src, lens = collate_source(sources)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        hyps = beam_search(models, src.to(device), lens.to(device), **search)
+    for sentence in hyps:
+        for h in sentence:
+            if h.attention is not None:
+                h.attention = h.attention.float().cpu().numpy()
+    return hyps
+
+
 class Translator:
     """Checkpoint(s) + decoding settings → :meth:`translate` over lines."""
 
@@ -67,25 +124,19 @@ class Translator:
                  lenpen: float = 1.0, max_len_a: float = 2.0, max_len_b: int = 10, no_unk: bool = False,
                  replace_unk: bool = False, unk_dict: dict[str, str] | None = None, batch_size: int = 64,
                  window: int | None = None, tokenized: bool = False, max_source_len: int = 250,
-                 need_attention: bool = False, bf16: bool = False):
+                 need_attention: bool = False, bf16: bool = False, workers: int = 1, threads: int = 0):
         if not checkpoints:
             raise InputError("no checkpoint given (-m CHECKPOINT)")
         if beam < 1 or not 1 <= nbest <= beam:
             raise InputError(f"need beam >= 1 and 1 <= nbest <= beam (got beam {beam}, nbest {nbest})")
         if batch_size < 1 or max_source_len < 1:
             raise InputError("--batch-size and --max-source-len must be at least 1")
+        if workers < 0 or threads < 0:
+            raise InputError("--workers and --threads must be at least 0 (0 = automatic)")
         self.device = torch.device(device)
-        payloads = [checkpoint.load(p) for p in checkpoints]
+        payloads = load_checkpoints(checkpoints)
         first = payloads[0]
-        for path, p in zip(checkpoints[1:], payloads[1:]):
-            for key in ("vocab", "preprocessing"):
-                if p[key] != first[key]:
-                    raise InputError(f"its {key} differs from that of {checkpoints[0]}: an ensemble needs "
-                                     "identical vocabularies and preprocessing", path)
-        try:
-            self.models = [checkpoint.build_model(p).to(self.device).eval() for p in payloads]
-        except (ValueError, RuntimeError) as e:
-            raise InputError(f"cannot rebuild the model: {str(e).splitlines()[0]}", checkpoints[0]) from None
+        self.models = build_models(checkpoints, device, payloads)
         self.src_vocab = Vocabulary(first["vocab"]["src"])
         self.tgt_vocab = Vocabulary(first["vocab"]["tgt"])
         self.src_pre = Preprocessor(TextConfig.from_dict(first["preprocessing"]["src"]))
@@ -100,6 +151,39 @@ class Translator:
         if self.need_attention and not self.has_attention:
             raise InputError("alignments, attention and --replace-unk need an attention model (rnnsearch); "
                              f"this checkpoint is {self.models[0].arch}", checkpoints[0])
+        self._options = dict(beam=beam, nbest=nbest, max_len_a=max_len_a, max_len_b=max_len_b, lenpen=lenpen,
+                             no_unk=no_unk, need_attention=self.need_attention, bf16=bf16)
+        threads = threads or torch.get_num_threads()
+        if workers == 0:  # automatic: processes rather than threads on a CPU (see nmtkit.decodepool)
+            workers = min(threads, MAX_AUTO_WORKERS) if self.device.type == "cpu" else 1
+        if workers > 1 and self.device.type != "cpu":
+            raise InputError(f"--workers {workers} needs --device cpu (one process drives a {self.device.type} device)")
+        self.workers = workers
+        self._pool = None
+        if workers > 1:
+            from nmtkit.decodepool import DecodePool
+
+            self.models = []  # the workers hold the models; the parent only checked that they build
+            self._pool = DecodePool(checkpoints, workers, max(1, threads // workers), device, self._options)
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """The process ids of the decoding workers (none when decoding in this process)."""
+        return self._pool.pids if self._pool is not None else []
+
+    def close(self) -> None:
+        """Stop the decoding workers, if any (also done by ``with Translator(...) as t:``)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> Translator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.close(kill=exc[0] is not None)
+            self._pool = None
 
     # -- preprocessing -----------------------------------------------------------------------------------------
 
@@ -124,21 +208,34 @@ class Translator:
     # -- translation -------------------------------------------------------------------------------------------
 
     def translate(self, lines: Iterable[tuple[int, str]]) -> Iterator[Translation]:
-        """(line number, text) pairs → one :class:`Translation` per line, in order, window by window."""
-        window: list[tuple[int, str]] = []
-        for item in lines:
-            window.append(item)
-            if len(window) >= self.window:
-                yield from self._translate_window(window)
-                window = []
-        if window:
-            yield from self._translate_window(window)
+        """(line number, text) pairs → one :class:`Translation` per line, in order, window by window.
+
+        With worker processes, a window's batches are submitted as soon as it is read and the next window is read
+        while they decode; at most ``AHEAD`` windows are in flight, so memory stays bounded."""
+        pending: deque[_Window] = deque()
+        for window in _windows(lines, self.window):
+            w = self._prepare(window)
+            if self._pool is None:
+                yield from self._assemble(w, [self._decode(b) for b in w.batches])
+                continue
+            w.tickets = [self._pool.submit([p.ids for p in b]) for b in w.batches]
+            pending.append(w)
+            while pending and (len(pending) > AHEAD or all(self._pool.ready(t) for t in pending[0].tickets)):
+                w = pending.popleft()
+                yield from self._assemble(w, [self._pool.result(t) for t in w.tickets])
+        while pending:
+            w = pending.popleft()
+            yield from self._assemble(w, [self._pool.result(t) for t in w.tickets])
 
     def translate_lines(self, texts: Iterable[str]) -> list[str]:
         """Convenience: a list of raw lines → a list of translations."""
         return [t.text for t in self.translate(enumerate(texts, start=1))]
 
-    def _translate_window(self, window: list[tuple[int, str]]) -> list[Translation]:
+    def _decode(self, batch: list[_Piece]) -> list[list[Hypothesis]]:
+        return decode_batch(self.models, [p.ids for p in batch], self.device, **self._options)
+
+    def _prepare(self, window: list[tuple[int, str]]) -> _Window:
+        """Words, model-token pieces and length-sorted batches of a window of lines."""
         words = [self.source_words(text) for _, text in window]
         pieces: list[_Piece] = []
         for k, (lineno, _) in enumerate(window):
@@ -148,20 +245,20 @@ class Translator:
                 log.warning("line %d: %d source tokens, more than --max-source-len %d: translated in %d pieces",
                             lineno, len(tokens), self.max_source_len, len(parts))
             pieces.extend(_Piece(k, n, self.src_vocab.encode(p), p) for n, p in enumerate(parts))
-        results: list[list[tuple[_Piece, list[Hypothesis]]]] = [[] for _ in window]
         order = sorted(range(len(pieces)), key=lambda i: len(pieces[i].ids))
-        for start in range(0, len(order), self.batch_size):
-            batch = [pieces[i] for i in order[start: start + self.batch_size]]
-            src, lens = collate_source([p.ids for p in batch])
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-                hyps = beam_search(self.models, src.to(self.device), lens.to(self.device), beam=self.beam,
-                                   nbest=self.nbest, max_len_a=self.max_len_a, max_len_b=self.max_len_b,
-                                   lenpen=self.lenpen, no_unk=self.no_unk, need_attention=self.need_attention)
-            for p, h in zip(batch, hyps):
+        batches = [[pieces[i] for i in order[start: start + self.batch_size]]
+                   for start in range(0, len(order), self.batch_size)]
+        return _Window(window, words, batches)
+
+    def _assemble(self, w: _Window, hyps: list[list[list[Hypothesis]]]) -> list[Translation]:
+        """The window's translations in input order, from each batch's hypotheses."""
+        results: list[list[tuple[_Piece, list[Hypothesis]]]] = [[] for _ in w.lines]
+        for batch, batch_hyps in zip(w.batches, hyps):
+            for p, h in zip(batch, batch_hyps):
                 results[p.index].append((p, h))
         for r in results:  # pieces of a line were sorted by length: restore their order
             r.sort(key=lambda ph: ph[0].order)
-        return [self._finish(lineno, words[k], results[k]) for k, (lineno, _) in enumerate(window)]
+        return [self._finish(lineno, w.words[k], results[k]) for k, (lineno, _) in enumerate(w.lines)]
 
     def _finish(self, lineno: int, src_words: list[str], parts: list[tuple[_Piece, list[Hypothesis]]]) -> Translation:
         if not parts:
@@ -178,7 +275,7 @@ class Translator:
             best_tokens += toks
             src_tokens += piece.tokens
             if self.need_attention:
-                alphas.append((piece.tokens, toks, h.attention.float().cpu().numpy()))
+                alphas.append((piece.tokens, toks, h.attention))
         target_words = self.tgt_pre.merge_subwords(best_tokens)
         score = sum(hyps[0].score for _, hyps in parts)
         nbest = []

@@ -270,10 +270,12 @@ def test_ensemble_of_one_model_twice_equals_the_model(trained, data_dir):
     assert single == double
 
 
-def test_output_streams_before_input_ends(trained, data_dir):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_output_streams_before_input_ends(trained, data_dir, workers):
     _, ckpt = trained
     lines = _lines(data_dir / "multi30k" / "val.en", 30)
-    proc = subprocess.Popen(TRANSLATE + ["-m", ckpt, "--beam", "2", "--batch-size", "2", "--window", "4"],
+    proc = subprocess.Popen(TRANSLATE + ["-m", ckpt, "--beam", "2", "--batch-size", "2", "--window", "4",
+                                         "--workers", str(workers), "--threads", str(workers)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
     try:
         proc.stdin.write(("\n".join(lines[:10]) + "\n").encode())
@@ -286,6 +288,49 @@ def test_output_streams_before_input_ends(trained, data_dir):
         rest = proc.stdout.read()
         proc.wait(timeout=120)
     assert len((first + rest).decode().split("\n")) == 11
+
+
+def test_worker_processes_change_nothing_in_the_output(trained, data_dir, tmp_path):
+    """--workers 2: batches decoded in two processes (one thread each), results put back in input order; the
+    translation and every side file are those of one process with one thread."""
+    _, ckpt = trained
+    lines = _lines(data_dir / "multi30k" / "val.en", 40)
+    lines[5:5] = ["", "... !!! ???"]
+    inp = tmp_path / "in.en"
+    inp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    outputs = []
+    for workers in (1, 2):
+        d = tmp_path / f"w{workers}"
+        d.mkdir()
+        run_translate(["-m", ckpt, "-i", str(inp), "-o", str(d / "out"), "--beam", "4", "--nbest", "2",
+                       "--nbest-file", str(d / "nbest"), "--alignments", str(d / "align"), "--scores",
+                       str(d / "scores"), "--batch-size", "3", "--window", "7", "--workers", str(workers),
+                       "--threads", str(workers)], b"")
+        outputs.append({f: (d / f).read_text(encoding="utf-8") for f in ("out", "nbest", "align", "scores")})
+    assert len(outputs[0]["out"].split("\n")) == len(lines) + 1
+    assert outputs[0] == outputs[1]
+
+
+def test_worker_processes_stop_with_the_translator_and_a_dead_one_is_an_error(trained, data_dir):
+    import signal
+
+    from nmtkit.errors import WorkerError
+    from nmtkit.translate import Translator
+
+    _, ckpt = trained
+    lines = list(enumerate(_lines(data_dir / "multi30k" / "val.en", 30), start=1))
+    with Translator([ckpt], beam=2, batch_size=4, window=8, workers=2, threads=2) as tr:
+        procs = [w.proc for w in tr._pool._workers]
+        assert len(procs) == 2 and all(p.poll() is None for p in procs)
+        expected = [t.text for t in tr.translate(lines)]
+        stream = tr.translate(lines)
+        next(stream)  # the reader stops early, batches still pending: the workers are killed, not waited for
+    assert all(p.poll() is not None for p in procs)
+    with Translator([ckpt], beam=2, batch_size=4, window=8, workers=2, threads=2) as tr:
+        assert [t.text for t in tr.translate(lines)] == expected
+        os.kill(tr._pool._workers[1].proc.pid, signal.SIGKILL)
+        with pytest.raises(WorkerError, match=r"decoding worker 1 \(pid \d+\) stopped unexpectedly"):
+            list(tr.translate(lines))
 
 
 def test_empty_input_gives_empty_output(trained):

@@ -55,12 +55,12 @@ def _sigterm(signum, frame):
 
 def run(tool: str, body: Callable[[], object]) -> None:
     """Run a command body with the tools' error conventions (see the module docstring)."""
-    from nmtkit.errors import InputError
+    from nmtkit.errors import InputError, WorkerError
 
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         body()
-    except InputError as e:
+    except (InputError, WorkerError) as e:
         click.echo(f"{tool}: error: {e}", err=True)
         sys.exit(1)
     except KeyboardInterrupt:

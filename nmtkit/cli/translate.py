@@ -66,12 +66,14 @@ def _output(path: str | None):
 @click.option("--max-source-len", default=250, show_default=True,
               help="Longer lines are translated in pieces of at most this many tokens (with a warning).")
 @click.option("--device", default="cpu", show_default=True)
-@click.option("--threads", default=0, help="Torch threads (0 = torch's default).")
+@click.option("--threads", default=0, help="Torch threads in all (0 = torch's default: one per core).")
+@click.option("--workers", default=0, show_default=True,
+              help="Decoding processes sharing the threads (0 = on CPU min(threads, 4), else 1).")
 @click.option("--bf16", is_flag=True, help="bfloat16 autocast.")
 @click.option("--quiet", "-q", is_flag=True)
 def main(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, no_unk, replace_unk, unk_dict, nbest,
          nbest_file, alignments, attention, scores, tokenized, batch_size, window, max_source_len, device, threads,
-         bf16, quiet):
+         workers, bf16, quiet):
     """Translate text with one or more checkpoints: exactly one output line per input line, in order.
 
     \b
@@ -86,7 +88,7 @@ def main(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, no
 
 def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, no_unk, replace_unk, unk_dict,
                nbest, nbest_file, alignments, attention, scores, tokenized, batch_size, window, max_source_len,
-               device, threads, bf16, quiet):
+               device, threads, workers, bf16, quiet):
     import json
 
     import torch
@@ -98,11 +100,6 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
         torch.set_num_threads(threads)
     if nbest > 1 and nbest_file is None and output_path in (None, "-"):
         nbest_file = "-"
-    translator = Translator(list(models), device=device, beam=beam, nbest=nbest, lenpen=lenpen, max_len_a=max_len_a,
-                            max_len_b=max_len_b, no_unk=no_unk, replace_unk=replace_unk,
-                            unk_dict=load_unk_dict(unk_dict) if unk_dict else None, batch_size=batch_size,
-                            window=window or None, tokenized=tokenized, max_source_len=max_source_len,
-                            need_attention=bool(alignments or attention), bf16=bf16)
     if input_path == "-":
         stream, name = sys.stdin.buffer, "<stdin>"
     else:
@@ -110,12 +107,19 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
             stream, name = open(input_path, "rb"), input_path
         except OSError as e:
             raise InputError(f"cannot open: {e.strerror}", input_path) from None
+    translator = Translator(list(models), device=device, beam=beam, nbest=nbest, lenpen=lenpen, max_len_a=max_len_a,
+                            max_len_b=max_len_b, no_unk=no_unk, replace_unk=replace_unk,
+                            unk_dict=load_unk_dict(unk_dict) if unk_dict else None, batch_size=batch_size,
+                            window=window or None, tokenized=tokenized, max_source_len=max_source_len,
+                            need_attention=bool(alignments or attention), bf16=bf16, workers=workers,
+                            threads=threads)
     progress = None
     if sys.stderr.isatty() and not quiet:
         from tqdm import tqdm
 
         progress = tqdm(unit="line", dynamic_ncols=True)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(translator)  # stops its worker processes however this ends
         main_out = None if nbest_file == "-" else stack.enter_context(_output(output_path))
         nbest_out = stack.enter_context(_output(nbest_file)) if nbest_file else None
         align_out = stack.enter_context(_output(alignments)) if alignments else None

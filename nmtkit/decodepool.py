@@ -1,0 +1,240 @@
+"""Decoding in worker processes (``nmt-translate --workers N``, on CPU).
+
+On a CPU, N processes with T/N threads each decode more sentences per second than one process with T threads: a
+step of beam search is many small operations (the attention's, the GRU's, top-k, the bookkeeping) that do not
+split well over threads, while separate batches in separate processes keep every core busy (measured on two
+cores: tests/bench/results/bench_translate.txt).
+
+:class:`DecodePool` starts N worker processes (``python -c`` running :func:`worker_main`: a fresh interpreter,
+nothing inherited from the parent's torch thread pools, and no re-import of the caller's main script as
+multiprocessing's ``spawn`` would do); each loads the checkpoints itself. The parent submits batches (source id
+arrays) and collects each batch's hypotheses by ticket, so the caller decides the order:
+:class:`nmtkit.translate.Translator` submits whole windows ahead and gives results back in input order. Each
+worker gets at most ``DEPTH`` batches at a time, so a fast worker takes more of them.
+
+Protocol: length-prefixed pickles over the worker's stdin and a duplicate of its stdout (its own stdout and
+prints go to stderr). Only the parent and its own children speak it. Workers run in their own session, so Ctrl-C
+in a terminal reaches only the parent, which stops them; a worker whose parent dies reads end-of-file and exits.
+A worker that dies (killed, out of memory) is reported as an error naming it, never waited for forever.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nmtkit.errors import InputError, WorkerError
+
+DEPTH = 2  # batches handed to one worker at a time
+_HEADER = struct.Struct(">Q")
+
+
+def _send(fd: int, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_HEADER.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exactly(fd: int, n: int) -> bytes | None:
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None  # end of file: the other side is gone
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _receive(fd: int) -> Any:
+    """One message, or EOFError when the other side has closed (or died)."""
+    header = _read_exactly(fd, _HEADER.size)
+    data = None if header is None else _read_exactly(fd, _HEADER.unpack(header)[0])
+    if data is None:
+        raise EOFError
+    return pickle.loads(data)
+
+
+# -- the worker side --------------------------------------------------------------------------------------------------
+
+def worker_main() -> None:
+    """Run in a worker process: read the set-up, load the models, then decode batches until end of input."""
+    out_fd = os.dup(1)
+    os.dup2(2, 1)  # anything printed goes to stderr, not into the protocol
+    in_fd = 0
+    import torch
+
+    from nmtkit.cli import tune_malloc
+    from nmtkit.translate import build_models, decode_batch
+
+    tune_malloc()
+    try:
+        setup = _receive(in_fd)
+    except EOFError:
+        return
+    torch.set_num_threads(setup["threads"])
+    try:
+        models = build_models(setup["checkpoints"], setup["device"])
+    except Exception as e:  # noqa: BLE001   reported by the parent as its own error
+        _send(out_fd, ("error", None, f"{type(e).__name__}: {e}"))
+        return
+    _send(out_fd, ("ready", None, None))
+    tasks: deque = deque()
+    arrived = threading.Condition()
+
+    def read_tasks() -> None:  # always drain stdin, so the parent never blocks writing to us
+        while True:
+            try:
+                task = _receive(in_fd)
+            except EOFError:
+                task = None
+            with arrived:
+                tasks.append(task)
+                arrived.notify()
+            if task is None:
+                return
+
+    threading.Thread(target=read_tasks, daemon=True).start()
+    while True:
+        with arrived:
+            arrived.wait_for(lambda: tasks)
+            task = tasks.popleft()
+        if task is None:
+            return
+        ticket, sources = task
+        try:
+            reply = ("done", ticket, decode_batch(models, sources, setup["device"], **setup["options"]))
+        except Exception as e:  # noqa: BLE001
+            reply = ("failed", ticket, f"{type(e).__name__}: {e}")
+        try:
+            _send(out_fd, reply)
+        except BrokenPipeError:
+            return
+
+
+# -- the parent side --------------------------------------------------------------------------------------------------
+
+class _Worker:
+    def __init__(self, rank: int, setup: dict):
+        package_root = str(Path(__file__).resolve().parent.parent)  # the same nmtkit as the parent's
+        code = f"import sys; sys.path.insert(0, {package_root!r}); import nmtkit.decodepool as d; d.worker_main()"
+        self.name = f"decoding worker {rank}"
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     start_new_session=True)
+        self.in_fd, self.out_fd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        self.outstanding = 0
+        _send(self.in_fd, setup)
+
+    def died(self) -> WorkerError:
+        code = self.proc.wait()
+        return WorkerError(f"{self.name} (pid {self.proc.pid}) stopped unexpectedly with exit code {code} "
+                            "(killed, or out of memory?)")
+
+
+class DecodePool:
+    """``workers`` processes of ``threads`` torch threads each, decoding batches with
+    ``nmtkit.translate.decode_batch(models, sources, device, **options)``."""
+
+    def __init__(self, checkpoints: list[str], workers: int, threads: int, device: str, options: dict[str, Any]):
+        setup = {"checkpoints": [str(p) for p in checkpoints], "device": str(device), "threads": threads,
+                 "options": options}
+        self._workers: list[_Worker] = []
+        self._queue: deque[tuple[int, list[np.ndarray]]] = deque()
+        self._done: dict[int, Any] = {}
+        self._next = self._collected = 0
+        try:
+            self._workers = [_Worker(k, setup) for k in range(workers)]
+            for w in self._workers:  # every worker has loaded the checkpoints, or says why it could not
+                try:
+                    kind, _, message = _receive(w.out_fd)
+                except EOFError:
+                    raise w.died() from None
+                if kind == "error":
+                    raise InputError(f"{w.name} could not load the checkpoint(s): {message}")
+        except BaseException:
+            self.close(kill=True)
+            raise
+
+    @property
+    def pids(self) -> list[int]:
+        """The worker processes' ids."""
+        return [w.proc.pid for w in self._workers]
+
+    @property
+    def pending(self) -> int:
+        """Batches submitted whose results have not been collected."""
+        return self._next - self._collected
+
+    def submit(self, sources: list[np.ndarray]) -> int:
+        """Queue one batch (source id arrays without ``</s>``); returns its ticket for :meth:`result`."""
+        ticket, self._next = self._next, self._next + 1
+        self._queue.append((ticket, sources))
+        self._dispatch()
+        return ticket
+
+    def ready(self, ticket: int) -> bool:
+        """Whether the batch's result has arrived (collects what has, without waiting)."""
+        if ticket not in self._done:
+            self._collect(block=False)
+        return ticket in self._done
+
+    def result(self, ticket: int):
+        """The batch's hypotheses (as ``decode_batch`` returns them), waiting for them if need be."""
+        while ticket not in self._done:
+            self._collect(block=True)
+        self._collected += 1
+        return self._done.pop(ticket)
+
+    def _dispatch(self) -> None:
+        for w in sorted(self._workers, key=lambda w: w.outstanding):
+            while self._queue and w.outstanding < DEPTH:
+                _send(w.in_fd, self._queue.popleft())
+                w.outstanding += 1
+
+    def _collect(self, block: bool) -> None:
+        busy = {w.out_fd: w for w in self._workers if w.outstanding}
+        if not busy:
+            return
+        readable, _, _ = select.select(list(busy), [], [], None if block else 0)
+        for fd in readable:
+            w = busy[fd]
+            try:
+                kind, ticket, payload = _receive(fd)
+            except EOFError:
+                raise w.died() from None
+            if kind == "failed":
+                raise WorkerError(f"decoding failed in {w.name}: {payload}")
+            w.outstanding -= 1
+            self._done[ticket] = payload
+        self._dispatch()
+
+    def close(self, kill: bool = False) -> None:
+        """Stop the workers: let idle ones exit, or kill them (``kill``, or with batches still pending, e.g. after
+        Ctrl-C or when the reader stopped early)."""
+        kill = kill or self.pending > 0
+        for w in self._workers:
+            if kill:
+                w.proc.kill()
+            try:
+                w.proc.stdin.close()  # end of input: an idle worker exits
+            except OSError:
+                pass
+        for w in self._workers:
+            try:
+                w.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                w.proc.wait()
+            w.proc.stdout.close()
+        self._workers = []
