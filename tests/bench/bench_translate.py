@@ -15,8 +15,10 @@ Parts:
     nmtkit ``rnnsearch-small`` with the paper's GRU, OpenNMT-py with the README's template; cached in the work
     directory), beam 1 and beam 12, batch 80 sentences, "natural" ending (outputs end when the model says so).
     Sentences per second measured inside each tool, start-up (imports, model loading) excluded as in the README:
-    OpenNMT-py's own ``-report_time`` timer; for nmtkit, a worker process, set up as ``nmt-translate`` sets
-    itself up (``nmtkit.cli.tune_malloc``), times ``Translator.translate`` on the pre-read lines
+    OpenNMT-py's own ``-report_time`` timer; for nmtkit, a process set up as ``nmt-translate`` sets itself up
+    (``nmtkit.cli.tune_malloc``; by default its decoding worker processes, 2 × 1 thread on two cores, started and
+    loaded before the clock starts, as the tools' start-up is excluded) times ``Translator.translate`` on the
+    pre-read lines; a second nmtkit row decodes in one process with the same threads (``--workers 1``)
     (``tokenized=True``: words in, words out; batching, search and output conversion included).
     nmtkit reads windows of 10 × batch lines and sorts each by length (the tool's default); OpenNMT-py sorts the
     whole input. Peak RSS is that of the whole process (``/usr/bin/time -v``). Runs are interleaved (beam 1: OpenNMT-py,
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import sys
@@ -106,18 +109,23 @@ def worker(spec: dict) -> None:
         from nmtkit.translate import Translator
 
         t0 = time.perf_counter()
-        tr = Translator([spec["checkpoint"]], beam=spec["beam"], batch_size=spec["batch_size"], tokenized=True)
+        tr = Translator([spec["checkpoint"]], beam=spec["beam"], batch_size=spec["batch_size"], tokenized=True,
+                        workers=spec.get("workers", 0))  # 0: nmt-translate's default (worker processes on a CPU)
         load_s = time.perf_counter() - t0
         lines = peers.read_lines(Path(spec["input"]), spec.get("limit"))
         t0 = time.perf_counter()
         results = list(tr.translate(enumerate(lines, start=1)))
         decode_s = time.perf_counter() - t0
+        pids = [os.getpid()] + tr.worker_pids
+        tree_hwm_kb = sum(peers.peak_rss_kb(pid) or 0 for pid in pids)  # before the workers exit
+        tr.close()
         with open(spec["output"], "w", encoding="utf-8", newline="\n") as f:
             f.writelines(r.text + "\n" for r in results)
         with open(spec["output"] + ".scores", "w", encoding="utf-8") as f:
             f.writelines(f"{r.score!r}\n" for r in results)
         print("RESULT " + json.dumps({
             "sentences": len(lines), "decode_s": decode_s, "load_s": load_s, "threads": torch.get_num_threads(),
+            "processes": len(pids), "tree_hwm_kb": tree_hwm_kb,
             "out_tokens": sum(len(r.target_words) for r in results),
             "src_tokens": sum(len(r.source_words) for r in results)}), flush=True)
     elif spec["mode"] == "refcheck":
@@ -236,12 +244,13 @@ class Session:
 
     # -- one decode each ------------------------------------------------------------------------------------------
     def nmtkit_decode(self, ckpt: Path, input_file: Path, beam: int, batch: int, name: str,
-                      limit: int | None = None) -> dict:
+                      limit: int | None = None, workers: int = 0) -> dict:
         out = self.out_dir / f"{name}.txt"
         res, m = call_worker({"mode": "decode", "checkpoint": str(ckpt), "input": str(input_file), "beam": beam,
-                              "batch_size": batch, "output": str(out), "limit": limit},
+                              "batch_size": batch, "output": str(out), "limit": limit, "workers": workers},
                              self.logs / f"{name}.log")
-        res.update(sent_s=res["sentences"] / res["decode_s"], rss_kb=m.max_rss_kb, wall_s=m.wall_s, output=out)
+        rss = m.max_rss_kb if res["processes"] == 1 else max(m.max_rss_kb or 0, res["tree_hwm_kb"])
+        res.update(sent_s=res["sentences"] / res["decode_s"], rss_kb=rss, wall_s=m.wall_s, output=out)
         return res
 
     def onmt_decode(self, input_file: Path, beam: int, batch: int, name: str) -> dict:
@@ -264,9 +273,13 @@ class Session:
 
 # -- parts --------------------------------------------------------------------------------------------------------
 
+LABELS = {"onmt": "OpenNMT-py 3.5.1", "nmtkit": "nmtkit", "nmtkit-1p": "nmtkit 1 process"}
+WORKERS_NOTE = "min(threads, 4) worker processes of threads / workers threads each (2 × 1 on two cores)"
+
+
 def peer_part(s: Session, out: list[str]) -> list[Goal]:
     a = s.a
-    tools = ["onmt", "nmtkit"] if s.onmt_bin is not None else ["nmtkit"]
+    tools = (["onmt"] if s.onmt_bin is not None else []) + ["nmtkit", "nmtkit-1p"]
     res: dict[tuple[str, int], list[dict]] = {(t, b): [] for t in tools for b in a.beams}
     for r in range(a.repeats):
         for b in a.beams:
@@ -275,7 +288,8 @@ def peer_part(s: Session, out: list[str]) -> list[Goal]:
                     f"{a.batch_size}")
                 name = f"synth-{t}-b{b}-r{r}"
                 x = (s.onmt_decode(s.test_file, b, a.batch_size, name) if t == "onmt" else
-                     s.nmtkit_decode(s.nmtkit_ckpt, s.test_file, b, a.batch_size, name))
+                     s.nmtkit_decode(s.nmtkit_ckpt, s.test_file, b, a.batch_size, name,
+                                     workers=1 if t == "nmtkit-1p" else 0))
                 res[(t, b)].append(x)
                 log(f"  → {x['sent_s']:,.1f} sentences/s, peak RSS {peers.fmt_mb(x['rss_kb'])}")
     s.batched_b12 = res.get(("nmtkit", 12), [{}])[0].get("output") if ("nmtkit", 12) in res else None
@@ -291,7 +305,7 @@ def peer_part(s: Session, out: list[str]) -> list[Goal]:
     for (t, b), xs in res.items():
         first = xs[0]
         hyps = peers.read_lines(first["output"])
-        rows.append([{"onmt": "OpenNMT-py 3.5.1", "nmtkit": "nmtkit"}[t], b,
+        rows.append([LABELS[t], b,
                      f"{median([x['sent_s'] for x in xs]):,.1f}", spread([x["sent_s"] for x in xs]),
                      f"{median([x['out_tokens'] / x['decode_s'] for x in xs]):,.0f}",
                      f"{first['out_tokens'] / max(first['sentences'], 1):.1f}", f"{peers.bleu(hyps, s.refs):.1f}",
@@ -302,7 +316,10 @@ def peer_part(s: Session, out: list[str]) -> list[Goal]:
             f"{sum(len(x.split()) for x in s.refs) / len(s.refs):.1f} tokens. With natural ending the tool whose "
             "model stops earlier does less work: out tok/s, output tokens per second of decoding, is less "
             "sensitive to that. Models of a few hundred updates end their outputs at realistic lengths but "
-            "translate poorly; --train-updates N trains better ones, cached.)"]
+            "translate poorly; --train-updates N trains better ones, cached.)",
+            f"nmtkit: as nmt-translate runs by default here, {WORKERS_NOTE}; nmtkit 1 process: --workers 1, the "
+            "same threads in one process. Peak RSS with worker processes: the sum of the processes' peaks (VmHWM; "
+            "the shared torch libraries counted in each)."]
     goals = []
     for b in a.beams:
         if ("onmt", b) in res and res[("onmt", b)] and res[("nmtkit", b)]:
@@ -310,6 +327,10 @@ def peer_part(s: Session, out: list[str]) -> list[Goal]:
             pairs = [n["sent_s"] / o["sent_s"] for n, o in zip(res[("nmtkit", b)], res[("onmt", b)])]
             out.append(f"beam {b}: nmtkit / OpenNMT-py = {ratio:.2f}× (ratio of medians); per repeat "
                        + ", ".join(f"{p:.2f}×" for p in pairs))
+            if res.get(("nmtkit-1p", b)):
+                one = median([x["sent_s"] for x in res[("nmtkit-1p", b)]]) / median(
+                    [x["sent_s"] for x in res[("onmt", b)]])
+                out.append(f"beam {b}: nmtkit 1 process / OpenNMT-py = {one:.2f}×")
             if b == 12:
                 goals.append(Goal("decoding at beam 12, small model: nmtkit / OpenNMT-py 3.5.1 sentences/s", ratio,
                                   2.0, "×"))
@@ -339,7 +360,8 @@ def newstest_part(s: Session, out: list[str]) -> None:
     out += ["", "Part newstest: news-test-2014 (Moses-tokenised by nmt-prepare), nmtkit, batch "
                 f"{a.batch_size}, 30,000-word shortlists, RANDOM weights", "-" * 100,
             "Random weights never end a sentence early: every output runs to the length limit (2 × source + 10 "
-            "tokens), the worst case; trained models stop much earlier. One run each."]
+            "tokens), the worst case; trained models stop much earlier. One run each. nmtkit as nmt-translate "
+            f"runs by default: {WORKERS_NOTE}."]
     subsets = [f"{arch} the first {n:,}" for arch, n in (("rnnsearch-small", a.newstest_sentences),
                                                           ("rnnsearch-50", a.paper_sentences)) if n < n_all]
     if subsets:
@@ -357,7 +379,7 @@ def batch_part(s: Session, out: list[str]) -> None:
         log(f"  → {x['sent_s']:,.1f} sentences/s")
         rows.append([bs, f"{x['sent_s']:,.1f}", f"{x['out_tokens'] / x['decode_s']:,.0f}", peers.fmt_mb(x["rss_kb"])])
     out += ["", f"Part batch: nmtkit rnnsearch-small (trained), beam 12, the first {a.sweep_sentences} synthetic test "
-                "sentences, by batch size (one run each)", "-" * 100, ""]
+                f"sentences, by batch size (one run each; {WORKERS_NOTE})", "-" * 100, ""]
     out += table(["batch size", "sent/s", "out tok/s", "peak RSS"], rows)
 
 

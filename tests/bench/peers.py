@@ -249,6 +249,18 @@ def quiet_env() -> dict:
 
 # -- the synthetic corpus -----------------------------------------------------------------------------------------
 
+def peak_rss_kb(pid: int) -> float | None:
+    """A live process's peak resident set size so far (VmHWM, KiB; Linux), or None where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
 def _line_count(path: Path) -> int:
     with open(path, "rb") as f:
         return sum(1 for _ in f)
