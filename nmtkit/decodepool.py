@@ -7,7 +7,8 @@ cores: tests/bench/results/bench_translate.txt).
 
 :class:`DecodePool` starts N worker processes (``python -c`` running :func:`worker_main`: a fresh interpreter,
 nothing inherited from the parent's torch thread pools, and no re-import of the caller's main script as
-multiprocessing's ``spawn`` would do); each loads the checkpoints itself. The parent submits batches (source id
+multiprocessing's ``spawn`` would do; ``nmtkit.parallel.Mapper``, which serves nmt-prepare and nmt-select, forks,
+which is not safe once torch's thread pools run); each loads the checkpoints itself. The parent submits batches (source id
 arrays) and collects each batch's hypotheses by ticket, so the caller decides the order:
 :class:`nmtkit.translate.Translator` submits whole windows ahead and gives results back in input order. Each
 worker gets at most ``DEPTH`` batches at a time, so a fast worker takes more of them.
