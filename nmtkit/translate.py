@@ -31,6 +31,7 @@ from nmtkit import checkpoint
 from nmtkit.align import hard_links, word_matrix
 from nmtkit.batching import collate_source
 from nmtkit.errors import InputError
+from nmtkit.parallel import chunks
 from nmtkit.search import Hypothesis, beam_search
 from nmtkit.text import Preprocessor, TextConfig, words_of
 from nmtkit.vocab import UNK, Vocabulary
@@ -69,17 +70,6 @@ class _Window:
     words: list[list[str]]  # each line's source words
     batches: list[list[_Piece]]  # length-sorted
     tickets: list[int] = field(default_factory=list)  # the batches' tickets in the decoding pool
-
-
-def _windows(lines: Iterable[tuple[int, str]], size: int) -> Iterator[list[tuple[int, str]]]:
-    window: list[tuple[int, str]] = []
-    for item in lines:
-        window.append(item)
-        if len(window) >= size:
-            yield window
-            window = []
-    if window:
-        yield window
 
 
 def load_checkpoints(paths: list[str]) -> list[dict]:
@@ -171,19 +161,17 @@ class Translator:
         """The process ids of the decoding workers (none when decoding in this process)."""
         return self._pool.pids if self._pool is not None else []
 
-    def close(self) -> None:
-        """Stop the decoding workers, if any (also done by ``with Translator(...) as t:``)."""
+    def close(self, kill: bool = False) -> None:
+        """Stop the decoding workers, if any (also done by ``with Translator(...) as t:``; killed on an error)."""
         if self._pool is not None:
-            self._pool.close()
+            self._pool.close(kill=kill)
             self._pool = None
 
     def __enter__(self) -> Translator:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._pool is not None:
-            self._pool.close(kill=exc[0] is not None)
-            self._pool = None
+        self.close(kill=exc[0] is not None)
 
     # -- preprocessing -----------------------------------------------------------------------------------------
 
@@ -213,7 +201,7 @@ class Translator:
         With worker processes, a window's batches are submitted as soon as it is read and the next window is read
         while they decode; at most ``AHEAD`` windows are in flight, so memory stays bounded."""
         pending: deque[_Window] = deque()
-        for window in _windows(lines, self.window):
+        for window in chunks(lines, self.window):
             w = self._prepare(window)
             if self._pool is None:
                 yield from self._assemble(w, [self._decode(b) for b in w.batches])

@@ -38,11 +38,7 @@ def gru_step(gx: Tensor, s: Tensor, U_zr: Tensor, U: Tensor) -> Tensor:
 
     gx: (B, 3n) in the order [z; r; candidate]; s: (B, n) the previous state.  Returns s' (B, n).
     """
-    n = s.shape[-1]
-    gx_zr, gx_h = gx.split([2 * n, n], dim=1)  # (B, 2n), (B, n)   split, not slicing: its backward is one cat
-    z, r = torch.sigmoid(torch.addmm(gx_zr, s, U_zr.t())).chunk(2, dim=1)  # (B, n) each
-    s_tilde = torch.tanh(torch.addmm(gx_h, r * s, U.t()))  # (B, n)   tanh(W x + U [r ∘ s] + b)
-    return torch.lerp(s, s_tilde, z)  # (B, n)   (1 − z) ∘ s + z ∘ s̃
+    return gru_update(gx, F.linear(s, U_zr), s, U)
 
 
 def gru_update(gx: Tensor, Us_zr: Tensor, s: Tensor, U: Tensor) -> Tensor:
@@ -50,10 +46,10 @@ def gru_update(gx: Tensor, Us_zr: Tensor, s: Tensor, U: Tensor) -> Tensor:
 
     gx: (B, 3n) [z; r; candidate] input side; Us_zr: (B, 2n); s: (B, n).  Returns s' (B, n)."""
     n = s.shape[-1]
-    gx_zr, gx_h = gx.split([2 * n, n], dim=1)  # (B, 2n), (B, n)
+    gx_zr, gx_h = gx.split([2 * n, n], dim=1)  # (B, 2n), (B, n)   split, not slicing: its backward is one cat
     z, r = torch.sigmoid(gx_zr + Us_zr).chunk(2, dim=1)  # (B, n) each
     s_tilde = torch.tanh(torch.addmm(gx_h, r * s, U.t()))  # (B, n)   tanh(W x + U [r ∘ s] + b)
-    return torch.lerp(s, s_tilde.to(s.dtype), z.to(s.dtype))  # (B, n)   (1 − z) ∘ s + z ∘ s̃
+    return torch.lerp(s, s_tilde.to(s.dtype), z.to(s.dtype))  # (B, n)   (1 − z) ∘ s + z ∘ s̃ (dtypes: autocast)
 
 
 def gru_recurrence(gx: Tensor, U_zr: Tensor, U: Tensor, s0: Tensor | None = None) -> Tensor:

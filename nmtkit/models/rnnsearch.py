@@ -60,7 +60,7 @@ from nmtkit.models.fused import attentive_decoder, gru_sequence
 from nmtkit.models.gru import ConditionalGRU, gru_update
 from nmtkit.models.init import PAPER_STD, normal_, zeros_
 from nmtkit.models.output import linear_cross_entropy
-from nmtkit.models.stepweights import step_weights
+from nmtkit.models.stepweights import StepWeights, step_weights
 from nmtkit.models.stepweights import usable as usable_step_weights
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -205,35 +205,36 @@ class _RNNTranslator(nn.Module):
         """s_{i-1} (..., n), E y_{i-1} (..., m), C_o c_i (..., 2l) -> logits (..., V).  The maxout deep output."""
         return self.readout(self.maxout(s_prev, Ey, Cc))
 
-    def _step_products(self, y_prev: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+    def _step_products(self, y_prev: Tensor, state: Tensor) -> tuple[Tensor, Tensor, StepWeights | None]:
         """What a decoding step multiplies (stepweights.py): y_{i-1} (N,), s_{i-1} (N, n) ->
-        [W_stack E y + b_stack; V_o E y + b_o] (N, 3n + 2l) and [W_a; U_z; U_r; U_o] s (N, n' + 2n + 2l; no W_a rows
-        for the RNNencdec)."""
+        [W_stack E y + b_stack; V_o E y + b_o] (N, 3n + 2l), [W_a; U_z; U_r; U_o] s (N, n' + 2n + 2l; no W_a rows
+        for the RNNencdec), and the step weights used (None with autograd or dropout: then from the parameters)."""
         if usable_step_weights(self):
             w = step_weights(self)
             if w.y_table is not None:
                 ys = w.y_table.index_select(0, y_prev)  # (N, 3n + 2l)   a row lookup per hypothesis
             else:
                 ys = torch.addmm(w.y_bias, self.embed_target(y_prev), w.y_stack.t())  # (N, 3n + 2l)
-            return ys, F.linear(state, w.s_stack)
+            return ys, F.linear(state, w.s_stack), w
         dec = self.decoder
         Ey = self.embed_target(y_prev)  # (N, m)
         ys = torch.cat([dec.input_projections(Ey), F.linear(Ey, self.V_o, self.b_o)], dim=1)
         s_side = ([self.attention.W_a] if hasattr(self, "attention") else []) + [dec.U_zr, self.U_o]
-        return ys, F.linear(state, torch.cat(s_side))
+        return ys, F.linear(state, torch.cat(s_side)), None
 
-    def _step_output(self, ys: Tensor, Cc: Tensor, Us: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+    def _step_output(self, ys: Tensor, Cc: Tensor, Us: Tensor, state: Tensor,
+                     w: StepWeights | None) -> tuple[Tensor, Tensor]:
         """The rest of a step, from [W_stack E y + b_stack; V_o E y + b_o] (N, 3n + 2l), [C_stack; C_o] c_i
-        (N, 3n + 2l) and [U_z; U_r; U_o] s_{i-1} (N, 2n + 2l) -> logits (N, V), s_i (N, n)."""
+        (N, 3n + 2l), [U_z; U_r; U_o] s_{i-1} (N, 2n + 2l) and ``_step_products``' step weights -> logits (N, V),
+        s_i (N, n)."""
         n = self.config.hidden_dim
         pre = ys + Cc  # (N, 3n + 2l)   [W E y + C c + b (GRU input side, 3n); V_o E y + C_o c + b_o (2l)]
         gx, t_part = pre.split([3 * n, pre.shape[1] - 3 * n], dim=1)
         Us_zr, Us_o = Us.split([2 * n, Us.shape[1] - 2 * n], dim=1)
         new_state = gru_update(gx, Us_zr, state, self.decoder.U)  # (N, n)   s_i
         t = self._pairwise_max(t_part + Us_o)  # (N, l)   from t̃_i = U_o s_{i-1} + V_o E y + C_o c + b_o
-        if not usable_step_weights(self):
+        if w is None:
             return self.readout(t), new_state
-        w = step_weights(self)
         V = self.W_o.shape[0]
         logits = torch.addmm(w.b_y, t, w.W_o.t())  # (N, V')   W_o t_i + b_y, V rounded up to a multiple of 8
         return (logits if logits.shape[1] == V else logits[:, :V].contiguous()), new_state
@@ -347,11 +348,11 @@ class RNNsearch(_RNNTranslator):
         A, Tx = enc.src_mask.shape
         K = state.shape[0] // A  # hypotheses per sentence
         proj = enc.proj if enc.proj is not None else self.source_projections(enc)  # (A, Tx, 3n + 2l)
-        ys, Us = self._step_products(y_prev, state)  # (A·K, 3n + 2l), (A·K, n' + 2n + 2l)
+        ys, Us, w = self._step_products(y_prev, state)  # (A·K, 3n + 2l), (A·K, n' + 2n + 2l)
         query, Us = Us.split([self.config.attn_dim, Us.shape[1] - self.config.attn_dim], dim=1)  # W_a s_{i-1}
         alpha = alignment(query.view(A, K, -1), enc.keys, self.attention.v_a, enc.src_mask)  # (A, K, Tx)
         Cc = torch.bmm(alpha, proj).view(A * K, -1)  # (A·K, 3n + 2l)   [C_stack; C_o] c_i
-        logits, new_state = self._step_output(ys, Cc, Us, state)  # (A·K, V), (A·K, n)
+        logits, new_state = self._step_output(ys, Cc, Us, state, w)  # (A·K, V), (A·K, n)
         return logits, new_state, alpha.view(A * K, Tx)
 
 
@@ -399,7 +400,7 @@ class RNNencdec(_RNNTranslator):
         A = enc.src_mask.shape[0]
         K = state.shape[0] // A
         proj = enc.proj if enc.proj is not None else self.source_projections(enc)  # (A, 1, 3n + 2l)
-        ys, Us = self._step_products(y_prev, state)  # (A·K, 3n + 2l), (A·K, 2n + 2l)
+        ys, Us, w = self._step_products(y_prev, state)  # (A·K, 3n + 2l), (A·K, 2n + 2l)
         Cc = proj.expand(A, K, proj.shape[-1]).reshape(A * K, -1)  # (A·K, 3n + 2l)   [C_stack; C_o] c
-        logits, new_state = self._step_output(ys, Cc, Us, state)  # (A·K, V), (A·K, n)
+        logits, new_state = self._step_output(ys, Cc, Us, state, w)  # (A·K, V), (A·K, n)
         return logits, new_state, None

@@ -33,8 +33,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmtkit.models.output import padded_vocab
+from nmtkit.vocab import BOS
 
-BOS = 2
 TABLE_MAX_ELEMENTS = 32 * 2**20  # 128 MB of float32
 
 
