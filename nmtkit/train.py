@@ -43,7 +43,6 @@ from nmtkit.errors import InputError
 from nmtkit.manifest import PreparedData
 from nmtkit.progress import Progress
 from nmtkit.models import build_model
-from nmtkit.optim import Adadelta
 from nmtkit.validation import describe as describe_validation
 from nmtkit.validation import validation_bleu, validation_loss
 
@@ -187,7 +186,7 @@ class Trainer:
         self.model.to(self.device)
         params = list(self.model.parameters())
         if cfg.optimizer == "adadelta":
-            self.optimizer = Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps)  # torch's, sliced (optim.py)
+            self.optimizer = torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps)
         elif cfg.optimizer == "adam":
             try:  # one fused kernel per tensor (torch >= 2.4 on CPU): ~2.5x faster steps, the same update rule
                 self.optimizer = torch.optim.Adam(params, lr=cfg.lr, fused=True)
