@@ -32,10 +32,10 @@ MIN_CHUNK_ROWS = 64  # fewer rows make inefficient matmuls
 def padded_vocab(W: Tensor, b: Tensor, b_fill: float) -> tuple[Tensor, Tensor]:
     """W (V, l), b (V,) -> the same with V rounded up to a multiple of ``ALIGN``: zero rows in W, ``b_fill`` in b.
 
-    Matrix products whose output rows are V wide run at two thirds of the speed when V is not a multiple of 8 on
-    this CPU (measured: (960 × 128)·(128 × V) takes 38 ms for V = 7,897 and 23 ms for V = 7,904; for the paper's
-    V = 30,004 (30,000 words + 4 specials) the forward product 420 → 312 ms); a copy of W with a few zero rows
-    costs far less.  Returned as they are when V is already a multiple."""
+    Matrix products whose output rows are V wide are slower on this CPU when V is not a multiple of 8, as with the
+    peers' 7,897 words or the paper's 30,000 + 4 specials (tests/bench/results/bench_kernels.txt: a beam-12 step's
+    W_o product ~1.4× faster padded, the paper-size training forward product 1.1–1.2×); a copy of W with a few zero
+    rows costs far less.  Returned as they are when V is already a multiple."""
     V = W.shape[0]
     extra = -V % ALIGN
     if not extra:

@@ -11,7 +11,7 @@ A step of search reads s_{i-1} through four matrices and y_{i-1} through two (Ap
   instead of three (the GRU's U [r ∘ s] must wait for r, so U stays apart);
 - ``y_table`` = [W_stack E y + b_stack; V_o E y + b_o] for every target word y (V, 3n + 2l): E y_{i-1} takes only
   V values, so the whole input side of a step becomes a row lookup instead of two matmuls (a sixth of the small
-  model's work per hypothesis).  Row ``<s>`` is built from E y_0 = 0 (the model's first-word convention).  The table
+  model's multiply-adds per hypothesis).  Row ``<s>`` is built from E y_0 = 0 (the model's first-word convention).  The table
   costs V × (3n + 2l) floats: it is built when that is at most ``TABLE_MAX_ELEMENTS`` (the small preset's 8,000 ×
   1,024 is; the paper's 30,000 × 4,000 = 480 MB is not, and there the input side is a tenth of the work); otherwise
   ``y_stack`` = [W_stack; V_o] (3n + 2l, m) and ``y_bias`` give the same values from one matmul;

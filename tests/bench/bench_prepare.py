@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import peers  # this script's directory
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / "bin" / "nmt-prepare"
 NEWS_OLDER = ["news-test2008", "newssyscomb2009", "newstest2009", "newstest2010", "newstest2011",
@@ -68,14 +70,7 @@ def _tree(root_pid: int) -> list[int]:
 
 
 def _pss_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+    return int(peers.proc_kib(pid, "smaps_rollup", "Pss") or 0)
 
 
 def measure(args: list[str]) -> dict:

@@ -249,16 +249,21 @@ def quiet_env() -> dict:
 
 # -- the synthetic corpus -----------------------------------------------------------------------------------------
 
-def peak_rss_kb(pid: int) -> float | None:
-    """A live process's peak resident set size so far (VmHWM, KiB; Linux), or None where /proc cannot tell."""
+def proc_kib(pid: int, file: str, field: str) -> float | None:
+    """A ``field: N kB`` value of /proc/PID/FILE (Linux), or None where /proc cannot tell."""
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(f"/proc/{pid}/{file}") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return float(line.split()[1])
     except OSError:
         pass
     return None
+
+
+def peak_rss_kb(pid: int) -> float | None:
+    """A live process's peak resident set size so far (VmHWM, KiB)."""
+    return proc_kib(pid, "status", "VmHWM")
 
 
 def _line_count(path: Path) -> int:

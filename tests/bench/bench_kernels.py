@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""The pieces behind this project's speed notes, each against what it replaced (under a minute)::
+
+    python tests/bench/bench_kernels.py        # writes tests/bench/results/bench_kernels.txt
+
+1. Output-layer products with V not a multiple of 8 against V padded to one (``nmtkit.models.output.padded_vocab``):
+   a beam-12 step of the small model (960 hypotheses × 128 → V = 7,897, one thread) and the paper-size training
+   forward product (1,511 targets × 500 → V = 30,004, torch's default threads).
+2. ``nmtkit.search.top_k`` against ``torch.topk`` over beam search's candidates (80 sentences × 12 · 7,897, k = 24,
+   one thread).
+
+Each figure is the median of interleaved repeats (milliseconds per call); the machine should be quiet.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peers  # noqa: E402
+
+REPEATS = 7
+
+
+def timed(fn, repeats: int = REPEATS) -> list[float]:
+    fn()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def interleaved(cases: dict, rounds: int = 3) -> dict[str, float]:
+    """Median ms per call of each case, the cases alternating round by round."""
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(rounds):
+        for k, fn in cases.items():
+            times[k] += timed(fn)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def main() -> int:
+    import torch
+
+    from nmtkit.cli import tune_malloc
+    from nmtkit.models.output import padded_vocab
+    from nmtkit.search import top_k
+
+    tune_malloc()
+    t0 = time.time()
+    out = peers.system_header("nmtkit kernel benchmark", ["tests/bench/bench_kernels.py"])
+    default_threads = torch.get_num_threads()
+    g = torch.Generator().manual_seed(0)
+    rows = []
+
+    def product_case(name, N, l, V, threads):
+        torch.set_num_threads(threads)
+        t = torch.randn(N, l, generator=g)
+        W, b = torch.randn(V, l, generator=g) * 0.1, torch.zeros(V)
+        Wp, bp = padded_vocab(W, b, 0.0)
+        peers.log(f"{name}: V = {V} against {Wp.shape[0]}")
+        r = interleaved({"plain": lambda: torch.addmm(b, t, W.t()),
+                         "padded": lambda: torch.addmm(bp, t, Wp.t())[:, :V].contiguous()})
+        rows.append([name, f"{threads}", f"V = {V:,}: {r['plain']:.1f}", f"V' = {Wp.shape[0]:,} (+ copy to V): "
+                     f"{r['padded']:.1f}", f"{r['plain'] / r['padded']:.2f}×"])
+
+    product_case("beam-12 step W_o t (960 × 128)", 960, 128, 7897, 1)
+    product_case("training W_o t (1,511 × 500)", 1511, 500, 30004, default_threads)
+
+    torch.set_num_threads(1)
+    x = torch.log_softmax(torch.randn(80 * 12, 7897, generator=g) * 3, -1).view(80, -1)
+    x += torch.randn(80, 1, generator=g)
+    peers.log("top-k over (80, 12 · 7,897)")
+    r = interleaved({"topk": lambda: x.topk(24, dim=1), "top_k": lambda: top_k(x, 24)})
+    assert torch.equal(top_k(x, 24)[0], x.topk(24, dim=1).values)
+    rows.append(["top 24 of (80, 12 · 7,897)", "1", f"torch.topk: {r['topk']:.1f}", f"search.top_k: {r['top_k']:.1f}",
+                 f"{r['topk'] / r['top_k']:.2f}×"])
+
+    out += ["", f"Median milliseconds per call over interleaved repeats ({REPEATS} per round).", ""]
+    out += peers.table(["what", "threads", "before", "now", "speed-up"], rows, align="lrrrr")
+    out.append(f"\nload average at end: {peers.load_average()}; total time {(time.time() - t0) / 60:.1f} min")
+    return peers.fail_report(out, peers.RESULTS_DIR / "bench_kernels.txt", None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
