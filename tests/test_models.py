@@ -25,6 +25,7 @@ from nmtkit.models import (
 )
 from nmtkit.models.gru import PaperGRU, gru_recurrence
 from nmtkit.models.fused import gru_sequence
+from nmtkit.models.packed import gru_packed, packing, unpack
 from nmtkit.models.rnnsearch import RNNsearchConfig
 
 ARCHS = ["rnnsearch", "rnnencdec"]
@@ -225,6 +226,54 @@ def test_fused_gru_equals_reference():
     gx, s0 = torch.randn(6, 3, 15, dtype=torch.float64), torch.randn(3, 5, dtype=torch.float64)
     U_zr, U = torch.randn(10, 5, dtype=torch.float64), torch.randn(5, 5, dtype=torch.float64)
     torch.testing.assert_close(gru_sequence(gx, U_zr, U, s0), gru_recurrence(gx, U_zr, U, s0))
+
+
+def test_packing_layout():
+    """Sentences by decreasing length (stable), step t = the first b_t of them; the backward direction reads each
+    sentence from its own last token."""
+    lens, Tx = torch.tensor([2, 4, 1, 4]), 5  # width 5 > longest: extra padding column
+    pack = packing(lens, Tx)
+    assert pack.batch_sizes == [4, 3, 2, 2] and pack.offsets == [0, 4, 7, 9] and pack.shape == (4, 5)
+    rank = [1, 3, 0, 2]  # the order: lengths 4, 4 (stable: sentence 1 before 3), 2, 1
+    expect_fwd = [b * Tx + t for t in range(4) for b in rank if t < lens[b]]
+    assert pack.fwd_index.tolist() == expect_fwd
+    # the backward direction's packed row k reads position L_b − 1 − t of the same sentence
+    expect_bwd = [b * Tx + int(lens[b]) - 1 - t for t in range(4) for b in rank if t < lens[b]]
+    assert pack.fwd_index[pack.fwd_of_bwd].tolist() == expect_bwd
+    assert torch.equal(pack.bwd_of_fwd[pack.fwd_of_bwd], torch.arange(len(expect_fwd)))
+    # the previous step of each row t ≥ 1 is the same sentence's position t − 1
+    assert (pack.fwd_index[pack.prev_rows] + 1).tolist() == expect_fwd[4:]
+    # each sentence's last reading step is at its last position
+    assert pack.fwd_index[pack.last_rows].tolist() == [b * Tx + int(lens[b]) - 1 for b in range(4)]
+    values = torch.arange(len(expect_fwd), dtype=torch.float32).unsqueeze(1)
+    grid = unpack(values, pack)  # (4, 5, 1)
+    assert grid.shape == (4, 5, 1) and grid.flatten()[expect_fwd].tolist() == values.squeeze(1).tolist()
+    assert int((grid != 0).sum()) == len(expect_fwd) - 1  # only padding is zero (and row 0 holds the value 0)
+
+
+@pytest.mark.parametrize("lens", [[3, 1, 5, 3, 2], [4, 4], [1]])
+def test_packed_grus_equal_the_reference_and_gradcheck(lens):
+    """Both directions over packed sentences = the reference recurrence over each sentence alone (forward order
+    and read backwards), values and float64 gradients."""
+    torch.manual_seed(6)
+    n, dt = 4, torch.float64
+    lens_t = torch.tensor(lens)
+    pack = packing(lens_t, max(lens))
+    N = sum(lens)
+    x = torch.randn(len(lens), max(lens), 3 * n, dtype=dt)  # gx at every (sentence, position)
+    U_zr, U = torch.randn(2, 2 * n, n, dtype=dt) * 0.5, torch.randn(2, n, n, dtype=dt) * 0.5
+    flat = x.view(-1, 3 * n)
+    gx = torch.stack([flat[pack.fwd_index], flat[pack.fwd_index[pack.fwd_of_bwd]]])  # (2, N, 3n)
+    H = gru_packed(gx, U_zr, U, pack)  # (2, N, n)
+    for b, L in enumerate(lens):
+        fwd = gru_recurrence(x[b, :L].unsqueeze(1), U_zr[0], U[0])[:, 0]  # (L, n)
+        bwd = gru_recurrence(x[b, :L].flip(0).unsqueeze(1), U_zr[1], U[1])[:, 0]  # (L, n)   in reading order
+        rows_f = [k for k in range(N) if pack.fwd_index[k] // max(lens) == b]
+        rows_b = [k for k in range(N) if pack.fwd_index[pack.fwd_of_bwd[k]] // max(lens) == b]
+        torch.testing.assert_close(H[0, rows_f], fwd)
+        torch.testing.assert_close(H[1, rows_b], bwd)
+    args = (gx.clone().requires_grad_(), U_zr.clone().requires_grad_(), U.clone().requires_grad_())
+    assert torch.autograd.gradcheck(lambda g, a, u: gru_packed(g, a, u, pack), args, eps=1e-6, atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------------------- decoder

@@ -4,6 +4,9 @@ Batches are right-padded.  The forward direction simply runs on over the padding
 annotations at padding are zeroed and →h_{T_x} is taken at each sentence's own last token).  The backward direction
 must start at each sentence's own last token, so its input is reversed *within each sentence's length* before the
 recurrence and its states are put back in source order afterwards; ←h_1 is then the state at position 0.
+
+That is the reference (``forward``).  ``forward_packed`` computes the same for the paper's unit over packed
+sentences (packed.py): nothing is computed at padding, and both directions step in one loop.
 """
 
 from __future__ import annotations
@@ -11,11 +14,13 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmtkit.models.gru import PaperGRU
 from nmtkit.models.init import normal_, orthogonal_blocks_, zeros_
+from nmtkit.models.packed import Packing, gru_packed, unpack
 
 GRU_UNITS = ("paper", "torch")
 
@@ -24,6 +29,7 @@ class EncoderStates(NamedTuple):
     annotations: Tensor  # (B, Tx, D·n): [→h_j; ←h_j] (D = 2) or →h_j (D = 1), zero at padding
     last_forward: Tensor  # (B, n): →h_{T_x}, the forward state at each sentence's own last token
     first_backward: Tensor | None  # (B, n): ←h_1, or None without a backward direction
+    packed: Tensor | None = None  # (N, D·n): the annotations at the real positions, forward-packed (forward_packed)
 
 
 def reversal_index(src_lens: Tensor, max_len: int) -> Tensor:
@@ -89,6 +95,27 @@ class SourceEncoder(nn.Module):
         h_bwd = h_rev.gather(0, rev.expand_as(h_rev))  # (Tx, B, n)   ←h_j, back in source order
         annotations = (torch.cat([h_fwd, h_bwd], dim=-1) * mask).transpose(0, 1).contiguous()  # (B, Tx, 2n)
         return EncoderStates(annotations, last_forward, h_bwd[0])
+
+    def forward_packed(self, x: Tensor, pack: Packing) -> EncoderStates:
+        """The paper's unit over packed sentences: x (N, m), the embedded source at its real positions in
+        forward-packed order (``packed.packing``).  Same values as ``forward``."""
+        if self.unit != "paper":
+            raise ValueError("forward_packed runs the paper's unit only")
+        grus = [self.fwd] if self.bwd is None else [self.fwd, self.bwd]
+        D, n = len(grus), self.hidden_dim
+        gx = F.linear(x, torch.cat([g.W_stack for g in grus]), torch.cat([g.b_stack for g in grus]))  # (N, D·3n)
+        if D == 1:
+            gx = gx.unsqueeze(0)  # (1, N, 3n)
+        else:  # the backward direction's rows in its own reading order
+            gx = torch.stack([gx[:, : 3 * n], gx[:, 3 * n:].index_select(0, pack.fwd_of_bwd)])  # (2, N, 3n)
+        H = gru_packed(gx, torch.stack([g.U_zr for g in grus]), torch.stack([g.U for g in grus]), pack)  # (D, N, n)
+        last_forward = H[0].index_select(0, pack.last_rows)  # (B, n)   →h_{T_x}
+        if D == 1:
+            packed, first_backward = H[0], None
+        else:
+            packed = torch.cat([H[0], H[1].index_select(0, pack.bwd_of_fwd)], dim=1)  # (N, 2n)   [→h_j; ←h_j]
+            first_backward = H[1].index_select(0, pack.last_rows)  # (B, n)   ←h_1: after reading position 0
+        return EncoderStates(unpack(packed, pack), last_forward, first_backward, packed)
 
     def _forward_torch(self, x: Tensor, src_lens: Tensor, src_mask: Tensor) -> EncoderStates:
         Tx = x.shape[0]

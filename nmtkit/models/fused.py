@@ -139,14 +139,20 @@ def gru_sequence(gx: Tensor, U_zr: Tensor, U: Tensor, s0: Tensor | None = None) 
 
 class _AttentiveDecoder(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, keep, lowp, gx, s0, H, keys, src_mask, W_a, v_a, U_zr, U, C_stack):
+    def forward(ctx, keep, lowp, real, gx, s0, H, keys, src_mask, W_a, v_a, U_zr, U, C_stack):
         Ty, B, _ = gx.shape
         n, Tx, ctx_dim, n_a = U.shape[0], H.shape[1], H.shape[2], keys.shape[2]
         keys2, v_a2 = 2.0 * keys, 2.0 * v_a  # tanh(x) = 2σ(2x) − 1; see attention.attend
         Wcat = torch.cat([2.0 * W_a, U_zr])  # (n' + 2n, n)   [2 W_a; U_z; U_r]: both read s_{i-1}
         WcatT, UT = _low(Wcat, lowp).t(), _low(U, lowp).t()
-        # [C_stack h_j ; h_j] for every source position: (B, Tx, 3n + 2n); one matmul per call
-        HC = torch.cat([_mm(H.view(B * Tx, ctx_dim), _low(C_stack, lowp).t(), lowp).view(B, Tx, 3 * n), H], dim=2)
+        # [C_stack h_j ; h_j] for every source position: (B, Tx, 3n + 2n); one matmul per call, over the real
+        # positions ``real`` (flat indices into B·Tx) when given (C_stack h_j = 0 at padding, where h_j = 0)
+        C_lT = _low(C_stack, lowp).t()  # (2n, 3n)
+        if real is None:
+            CH = _mm(H.view(B * Tx, ctx_dim), C_lT, lowp)  # (B·Tx, 3n)
+        else:
+            CH = H.new_zeros(B * Tx, 3 * n).index_copy_(0, real, _mm(H.view(B * Tx, ctx_dim)[real], C_lT, lowp))
+        HC = torch.cat([CH.view(B, Tx, 3 * n), H], dim=2)
         CH = HC[:, :, : 3 * n]  # (B, Tx, 3n)
         pad = ~src_mask  # (B, Tx)
         S = gx.new_empty(Ty, B, n)  # (Ty, B, n)    s_{i-1}
@@ -167,7 +173,7 @@ class _AttentiveDecoder(torch.autograd.Function):
             if i + 1 < Ty:
                 torch.baddbmm(gx[i].unsqueeze(1), A[i].unsqueeze(1), CH, out=g.unsqueeze(1))  # (B, 3n)  + C_stack c_i
                 _gru_forward_step(g, S[i], None, UT, ZR[i], Hc[i], RS[i], S[i + 1], lowp, pre_zr=P[:, n_a:])
-        ctx.lowp = lowp
+        ctx.lowp, ctx.real = lowp, real
         ctx.save_for_backward(H, HC, Wcat, v_a2, U, C_stack, S, SIG, A, ZR, Hc, RS)
         return S, CTX, A
 
@@ -216,26 +222,34 @@ class _AttentiveDecoder(torch.autograd.Function):
         DG = D[:, :, n_a : n_a + 3 * n].transpose(0, 1)  # (B, Ty, 3n)   ∂L/∂g_i (0 at the last step)
         dCH = torch.bmm(At, DG)  # (B, Tx, 3n)   Σ_i α_ijᵀ ∂L/∂g_i = ∂L/∂(C_stack h_j)
         dH = torch.bmm(At, D[:, :, n_a + 3 * n :].transpose(0, 1))  # (B, Tx, 2n)   Σ_i α_iᵀ ∂L/∂c_i
-        dCH_flat = dCH.view(B * Tx, 3 * n)
-        dH += _mm(dCH_flat, _low(C_stack, lowp), lowp).view(B, Tx, ctx_dim)  # + C_stackᵀ ∂L/∂(C_stack h_j)
-        dC = _mm(dCH_flat.t(), _low(H.reshape(B * Tx, ctx_dim), lowp), lowp)  # (3n, 2n)
+        dCH_flat, H_flat = dCH.view(B * Tx, 3 * n), H.reshape(B * Tx, ctx_dim)
+        real = ctx.real
+        if real is not None:  # only the real positions' rows: the padding's are 0 (h_j = 0, α_ij = 0) or unused
+            dCH_flat, H_flat = dCH_flat[real], H_flat[real]  # (N, 3n), (N, 2n)
+        dH_C = _mm(dCH_flat, _low(C_stack, lowp), lowp)  # C_stackᵀ ∂L/∂(C_stack h_j)
+        if real is None:
+            dH += dH_C.view(B, Tx, ctx_dim)
+        else:
+            dH.view(B * Tx, ctx_dim).index_add_(0, real, dH_C)
+        dC = _mm(dCH_flat.t(), _low(H_flat, lowp), lowp)  # (3n, 2n)
         m = (Ty - 1) * B
         dU = _mm(flat[:m, n_a + 2 * n : n_a + 3 * n].t(), _low(RS.reshape(m, n), lowp), lowp)  # (n, n)
-        return None, None, flat[:, n_a : n_a + 3 * n].view(Ty, B, 3 * n), ds, dH, dkeys, None, dW_a, dv_a, dU_zr, \
-            dU, dC
+        return None, None, None, flat[:, n_a : n_a + 3 * n].view(Ty, B, 3 * n), ds, dH, dkeys, None, dW_a, dv_a, \
+            dU_zr, dU, dC
 
 
-def attentive_decoder(gx, s0, annotations, keys, src_mask, W_a, v_a, U_zr, U, C_stack):
+def attentive_decoder(gx, s0, annotations, keys, src_mask, W_a, v_a, U_zr, U, C_stack, real=None):
     """The RNNsearch decoder loop for teacher forcing.
 
-    gx (Ty, B, 3n) = W_stack E y_{i-1} + b_stack; s0 (B, n); annotations (B, Tx, 2n); keys U_a h (B, Tx, n');
-    src_mask (B, Tx).  Returns time-major s_{i-1} (Ty, B, n), c_i (Ty, B, 2n) and α_i (Ty, B, Tx).
+    gx (Ty, B, 3n) = W_stack E y_{i-1} + b_stack; s0 (B, n); annotations (B, Tx, 2n), zero at padding; keys U_a h
+    (B, Tx, n'); src_mask (B, Tx); real (N,), optional: the flat indices (b·Tx + j) of the real source positions,
+    to compute C_stack h_j there only.  Returns time-major s_{i-1} (Ty, B, n), c_i (Ty, B, 2n), α_i (Ty, B, Tx).
     Under autocast the per-step matmuls run in the autocast dtype, everything else in float32.
     """
     args = (gx, s0, annotations, keys, src_mask, W_a, v_a, U_zr, U, C_stack)
     keep = torch.is_grad_enabled() and any(a.requires_grad for a in args)  # else keep no per-step attention state
     lowp = _lowp_dtype(gx)
     if lowp is None:
-        return _AttentiveDecoder.apply(keep, None, *args)
+        return _AttentiveDecoder.apply(keep, None, real, *args)
     with torch.autocast(gx.device.type, enabled=False):  # one dtype for the loop's buffers: float32
-        return _AttentiveDecoder.apply(keep, lowp, *(a if a.dtype == torch.bool else a.float() for a in args))
+        return _AttentiveDecoder.apply(keep, lowp, real, *(a if a.dtype == torch.bool else a.float() for a in args))

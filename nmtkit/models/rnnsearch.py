@@ -55,11 +55,12 @@ from torch import Tensor, nn
 
 from nmtkit.models import register_model, register_preset
 from nmtkit.models.attention import AdditiveAttention, alignment
-from nmtkit.models.encoder import GRU_UNITS, SourceEncoder
+from nmtkit.models.encoder import GRU_UNITS, EncoderStates, SourceEncoder
 from nmtkit.models.fused import attentive_decoder, gru_sequence
 from nmtkit.models.gru import ConditionalGRU, gru_update
 from nmtkit.models.init import PAPER_STD, normal_, zeros_
 from nmtkit.models.output import linear_cross_entropy
+from nmtkit.models.packed import Packing, packing, unpack
 from nmtkit.models.stepweights import StepWeights, step_weights
 from nmtkit.models.stepweights import usable as usable_step_weights
 
@@ -285,6 +286,17 @@ class _RNNTranslator(nn.Module):
         """Select (and repeat) batch rows, e.g. for beam search: every tensor ``index_select``-ed along dim 0."""
         return EncoderOut(*(None if t is None else t.index_select(0, index) for t in enc))
 
+    def _run_encoder(self, src: Tensor, src_lens: Tensor) -> tuple[EncoderStates, Tensor, Packing | None]:
+        """src (B, Tx), src_lens (B,) -> the encoder's states, the source mask (B, Tx) and, on the fused path with
+        the paper's unit, the packing the encoder ran over (packed.py: nothing computed at padding)."""
+        src_lens = src_lens.to(src.device)
+        src_mask = self._source_mask(src, src_lens)  # (B, Tx)
+        if not (self.fused and self.encoder.unit == "paper"):
+            return self.encoder(self.embed_source(src), src_lens, src_mask, fused=self.fused), src_mask, None
+        pack = packing(src_lens, src.shape[1])
+        x = self.dropout(F.embedding(src.flatten().index_select(0, pack.fwd_index), self.E_src))  # (N, m)
+        return self.encoder.forward_packed(x, pack), src_mask, pack
+
     def _source_mask(self, src: Tensor, src_lens: Tensor) -> Tensor:
         return torch.arange(src.shape[1], device=src.device).unsqueeze(0) < src_lens.unsqueeze(1)  # (B, Tx)
 
@@ -302,24 +314,28 @@ class RNNsearch(_RNNTranslator):
 
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
         """src (B, Tx) long, src_lens (B,) long -> EncoderOut with annotations (B, Tx, 2n) and keys (B, Tx, n')."""
-        src_lens = src_lens.to(src.device)
-        src_mask = self._source_mask(src, src_lens)  # (B, Tx)
-        states = self.encoder(self.embed_source(src), src_lens, src_mask, fused=self.fused)
-        keys = self.attention.keys(states.annotations)  # (B, Tx, n')   U_a h_j, once per sentence
+        return self._encode(src, src_lens)[0]
+
+    def _encode(self, src: Tensor, src_lens: Tensor) -> tuple[EncoderOut, Packing | None]:
+        states, src_mask, pack = self._run_encoder(src, src_lens)
+        if pack is None:
+            keys = self.attention.keys(states.annotations)  # (B, Tx, n')   U_a h_j, once per sentence
+        else:
+            keys = unpack(self.attention.keys(states.packed), pack)  # (B, Tx, n')   at the real positions only
         s0 = self.initial_state(states.first_backward)  # (B, n)   s_0 = tanh(W_s ←h_1)
-        return EncoderOut(states.annotations, keys, src_mask, s0, None)
+        return EncoderOut(states.annotations, keys, src_mask, s0, None), pack
 
     def teacher_forced(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor):
         """The deep output's inputs for tgt_in = <s> y_1 … (B, Ty): s_{i-1} (B, Ty, n), E y_{i-1} (B, Ty, m),
         C_o c_i (B, Ty, 2l), and α (B, Ty, Tx)."""
-        enc = self.encode(src, src_lens)
+        enc, pack = self._encode(src, src_lens)
         Ey = self.embed_target(tgt_in)  # (B, Ty, m)   E y_{i-1}
         gx = self.decoder.input_projections(Ey.transpose(0, 1))  # (Ty, B, 3n)   W E y_{i-1} + b for all i
         if self.fused:
             dec, att = self.decoder, self.attention
             s_prev, ctx, alpha = attentive_decoder(
                 gx, enc.init_state, enc.annotations, enc.keys, enc.src_mask, att.W_a, att.v_a, dec.U_zr, dec.U,
-                dec.C_stack,
+                dec.C_stack, real=None if pack is None else pack.fwd_index,
             )  # (Ty, B, n), (Ty, B, 2n), (Ty, B, Tx)
             s_prev, ctx, alpha = s_prev.transpose(0, 1), ctx.transpose(0, 1), alpha.transpose(0, 1)
         else:
@@ -367,9 +383,7 @@ class RNNencdec(_RNNTranslator):
 
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
         """src (B, Tx), src_lens (B,) -> EncoderOut with annotations →h_j (B, Tx, n) and context c = →h_{T_x}."""
-        src_lens = src_lens.to(src.device)
-        src_mask = self._source_mask(src, src_lens)  # (B, Tx)
-        states = self.encoder(self.embed_source(src), src_lens, src_mask, fused=self.fused)
+        states, src_mask, _ = self._run_encoder(src, src_lens)
         c = states.last_forward  # (B, n)
         return EncoderOut(states.annotations, None, src_mask, self.initial_state(c), c)
 
