@@ -555,14 +555,15 @@ def test_decode_step_with_k_states_per_sentence(arch):
 
 
 @pytest.mark.parametrize("V", [29, 32])  # padded to a multiple of 8 inside, and not
-def test_linear_cross_entropy_for_any_vocabulary_size(V):
-    """The fused loss rounds the vocabulary up to a multiple of 8 for speed (output.padded_vocab): the padding
-    columns must add nothing to the value or the gradients."""
+@pytest.mark.parametrize("l", [5, 8])
+def test_linear_cross_entropy_for_any_vocabulary_size(V, l):
+    """The fused loss rounds the vocabulary and the maxout size up to multiples of 8 for speed (matmul.py): the
+    padding must add nothing to the value or the gradients."""
     from nmtkit.models.output import linear_cross_entropy
 
     g = torch.Generator().manual_seed(3)
-    t = torch.randn(7, 5, generator=g, dtype=torch.float64, requires_grad=True)
-    W = torch.randn(V, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    t = torch.randn(7, l, generator=g, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(V, l, generator=g, dtype=torch.float64, requires_grad=True)
     b = torch.randn(V, generator=g, dtype=torch.float64, requires_grad=True)
     y = torch.randint(0, V, (7,), generator=g)
     results = []
@@ -573,6 +574,23 @@ def test_linear_cross_entropy_for_any_vocabulary_size(V):
         results.append((loss.detach(), grads))
     torch.testing.assert_close(results[0][0], results[1][0])
     for a, e in zip(results[0][1], results[1][1]):
+        assert a.shape == e.shape
+        torch.testing.assert_close(a, e)
+
+
+@pytest.mark.parametrize("K", [5, 16])
+def test_aligned_linear_is_linear(K):
+    """matmul.aligned_linear pads the reduced dimension to a multiple of 8: F.linear's values and gradients."""
+    from nmtkit.models.matmul import aligned_linear
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 4, K, generator=g, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(6, K, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(6, generator=g, dtype=torch.float64, requires_grad=True)
+    ours, ref = aligned_linear(x, W, b), F.linear(x, W, b)
+    torch.testing.assert_close(ours, ref)
+    w = torch.randn(ref.shape, generator=g, dtype=torch.float64)
+    for a, e in zip(torch.autograd.grad((ours * w).sum(), (x, W, b)), torch.autograd.grad((ref * w).sum(), (x, W, b))):
         assert a.shape == e.shape
         torch.testing.assert_close(a, e)
 

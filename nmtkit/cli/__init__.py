@@ -44,7 +44,7 @@ def tune_malloc() -> None:
 
         libc = ctypes.CDLL(ctypes.util.find_library("c"))
         libc.mallopt(-4, 0)  # M_MMAP_MAX = 0: large blocks from the heap, not from fresh mmaps
-        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD = 1 GiB: do not hand freed heap back at once
+        libc.mallopt(-1, -1)  # M_TRIM_THRESHOLD = -1: never hand freed heap back (see above)
     except (OSError, AttributeError, TypeError):
         pass
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmtkit.models.gru import PaperGRU
 from nmtkit.models.init import normal_, orthogonal_blocks_, zeros_
+from nmtkit.models.matmul import aligned_linear
 from nmtkit.models.packed import Packing, gru_packed, unpack
 
 GRU_UNITS = ("paper", "torch")
@@ -103,7 +103,7 @@ class SourceEncoder(nn.Module):
             raise ValueError("forward_packed runs the paper's unit only")
         grus = [self.fwd] if self.bwd is None else [self.fwd, self.bwd]
         D, n = len(grus), self.hidden_dim
-        gx = F.linear(x, torch.cat([g.W_stack for g in grus]), torch.cat([g.b_stack for g in grus]))  # (N, D·3n)
+        gx = aligned_linear(x, torch.cat([g.W_stack for g in grus]), torch.cat([g.b_stack for g in grus]))  # (N, D·3n)
         if D == 1:
             gx = gx.unsqueeze(0)  # (1, N, 3n)
         else:  # the backward direction's rows in its own reading order

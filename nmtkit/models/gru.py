@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from nmtkit.models.fused import gru_sequence
 from nmtkit.models.init import normal_, orthogonal_blocks_, zeros_
+from nmtkit.models.matmul import aligned_linear
 
 
 def gru_step(gx: Tensor, s: Tensor, U_zr: Tensor, U: Tensor) -> Tensor:
@@ -95,7 +96,7 @@ class PaperGRU(nn.Module):
 
     def input_projections(self, x: Tensor) -> Tensor:
         """x (T, B, in) -> (T, B, 3n): W_z x + b_z, W_r x + b_r, W x + b for all steps in one matmul."""
-        return F.linear(x, self.W_stack, self.b_stack)
+        return aligned_linear(x, self.W_stack, self.b_stack)  # (matmul.py: m = 620 is slow)
 
     def forward(self, gx: Tensor, s0: Tensor | None = None, fused: bool = True) -> Tensor:
         """gx (T, B, 3n) from ``input_projections`` -> states (T, B, n).
@@ -139,7 +140,7 @@ class ConditionalGRU(nn.Module):
 
     def input_projections(self, Ey: Tensor) -> Tensor:
         """E y_{i-1} (..., m) -> W_stack E y_{i-1} + b_stack (..., 3n), for all steps at once."""
-        return F.linear(Ey, self.W_stack, self.b_stack)
+        return aligned_linear(Ey, self.W_stack, self.b_stack)
 
     def context_projections(self, c: Tensor) -> Tensor:
         """c (..., ctx) -> C_stack c (..., 3n)."""

@@ -19,35 +19,33 @@ the gradient accumulations stay float32.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from nmtkit.models.fused import _low, _lowp_dtype
+from nmtkit.models.matmul import round_up
 
-ALIGN = 8  # output layers are computed over V rounded up to a multiple of this (see ``padded_vocab``)
 CHUNK_ELEMENTS = 1 << 26  # logits per chunk (256 MB in float32): one chunk for a paper-size batch of ~2,000 targets
 MIN_CHUNK_ROWS = 64  # fewer rows make inefficient matmuls
 
 
-def padded_vocab(W: Tensor, b: Tensor, b_fill: float) -> tuple[Tensor, Tensor]:
-    """W (V, l), b (V,) -> the same with V rounded up to a multiple of ``ALIGN``: zero rows in W, ``b_fill`` in b.
-
-    Matrix products whose output rows are V wide are slower on this CPU when V is not a multiple of 8, as with the
-    peers' 7,897 words or the paper's 30,000 + 4 specials (tests/bench/results/bench_kernels.txt: a beam-12 step's
-    W_o product ~1.4× faster padded, the paper-size training forward product 1.1–1.2×); a copy of W with a few zero
-    rows costs far less.  Returned as they are when V is already a multiple."""
-    V = W.shape[0]
-    extra = -V % ALIGN
-    if not extra:
-        return W, b
-    return torch.cat([W, W.new_zeros(extra, W.shape[1])]), torch.cat([b, b.new_full((extra,), b_fill)])
+def _padded(W: Tensor, b: Tensor, t: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """W (V, l), b (V,), t (N, l) with V and l rounded up to multiples of 8 (matmul.py): zero rows and columns
+    in W, −inf in b's extra entries (probability 0), zero columns in t.  One copy of W for both."""
+    (V, l), V2, l2 = W.shape, round_up(W.shape[0]), round_up(W.shape[1])
+    if (V2, l2) == (V, l):
+        return W, b, t
+    W2 = W.new_zeros(V2, l2)
+    W2[:V, :l] = W
+    return W2, torch.cat([b, b.new_full((V2 - V,), float("-inf"))]), F.pad(t, (0, l2 - l))
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, lowp, want_grad: bool, t: Tensor, W: Tensor, b: Tensor, y: Tensor) -> Tensor:
-        N, V = t.shape[0], W.shape[0]
-        W, b = padded_vocab(W, b, float("-inf"))  # padding columns: exp(−inf) = 0, so they add nothing
+        (N, l), V = t.shape, W.shape[0]
+        W, b, t = _padded(W, b, t)  # (V', l'), (V',), (N, l')   the extra logits are −inf: they add nothing
         chunk = max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // W.shape[0])
         W_l, t_l = _low(W, lowp), _low(t, lowp)
         loss = t.new_zeros((), dtype=torch.float64)
@@ -74,7 +72,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     dt[start: start + chunk] = z @ W_l
                     dW += z.t() @ tc
         if want_grad:
-            ctx.save_for_backward(dt, dW[:V], db[:V])
+            ctx.save_for_backward(dt[:, :l], dW[:V, :l], db[:V])
         return loss.to(t.dtype if t.dtype != torch.bfloat16 else torch.float32)
 
     @staticmethod

@@ -59,6 +59,7 @@ from nmtkit.models.encoder import GRU_UNITS, EncoderStates, SourceEncoder
 from nmtkit.models.fused import attentive_decoder, gru_sequence
 from nmtkit.models.gru import ConditionalGRU, gru_update
 from nmtkit.models.init import PAPER_STD, normal_, zeros_
+from nmtkit.models.matmul import aligned_linear
 from nmtkit.models.output import linear_cross_entropy
 from nmtkit.models.packed import Packing, packing, unpack
 from nmtkit.models.stepweights import StepWeights, step_weights
@@ -190,7 +191,7 @@ class _RNNTranslator(nn.Module):
 
     def maxout(self, s_prev: Tensor, Ey: Tensor, Cc: Tensor) -> Tensor:
         """s_{i-1} (..., n), E y_{i-1} (..., m), C_o c_i (..., 2l) -> t_i (..., l).  The maxout hidden layer."""
-        t_tilde = F.linear(s_prev, self.U_o, self.b_o) + F.linear(Ey, self.V_o) + Cc  # (..., 2l)
+        t_tilde = F.linear(s_prev, self.U_o, self.b_o) + aligned_linear(Ey, self.V_o) + Cc  # (..., 2l)
         return self._pairwise_max(t_tilde)
 
     def _pairwise_max(self, t_tilde: Tensor) -> Tensor:
@@ -219,7 +220,7 @@ class _RNNTranslator(nn.Module):
             return ys, F.linear(state, w.s_stack), w
         dec = self.decoder
         Ey = self.embed_target(y_prev)  # (N, m)
-        ys = torch.cat([dec.input_projections(Ey), F.linear(Ey, self.V_o, self.b_o)], dim=1)
+        ys = torch.cat([dec.input_projections(Ey), aligned_linear(Ey, self.V_o, self.b_o)], dim=1)
         s_side = ([self.attention.W_a] if hasattr(self, "attention") else []) + [dec.U_zr, self.U_o]
         return ys, F.linear(state, torch.cat(s_side)), None
 

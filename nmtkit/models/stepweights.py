@@ -15,7 +15,7 @@ A step of search reads s_{i-1} through four matrices and y_{i-1} through two (Ap
   costs V × (3n + 2l) floats: it is built when that is at most ``TABLE_MAX_ELEMENTS`` (the small preset's 8,000 ×
   1,024 is; the paper's 30,000 × 4,000 = 480 MB is not, and there the input side is a tenth of the work); otherwise
   ``y_stack`` = [W_stack; V_o] (3n + 2l, m) and ``y_bias`` give the same values from one matmul;
-- ``W_o``, ``b_y`` padded to a vocabulary size that is a multiple of 8 (``output.padded_vocab``: much faster
+- ``W_o``, ``b_y`` padded to a vocabulary size that is a multiple of 8 (``matmul.padded_vocab``: much faster
   products when V is not, as with 7,897 words or the paper's 30,000 + 4 specials).
 
 Everything is computed in float32 from the current weights and cached on the model, keyed by the weights' storage
@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from nmtkit.models.output import padded_vocab
+from nmtkit.models.matmul import padded_vocab
 from nmtkit.vocab import BOS
 
 TABLE_MAX_ELEMENTS = 32 * 2**20  # 128 MB of float32
@@ -43,7 +43,7 @@ class StepWeights(NamedTuple):
     y_table: Tensor | None  # (V, 3n + 2l), or None when too large
     y_stack: Tensor  # (3n + 2l, m)
     y_bias: Tensor  # (3n + 2l,)
-    W_o: Tensor  # (V', l): W_o with V rounded up to a multiple of 8 (zero rows; output.padded_vocab)
+    W_o: Tensor  # (V', l): W_o with V rounded up to a multiple of 8 (zero rows; matmul.padded_vocab)
     b_y: Tensor  # (V',)
 
 

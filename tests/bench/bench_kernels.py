@@ -3,7 +3,7 @@
 
     python tests/bench/bench_kernels.py        # writes tests/bench/results/bench_kernels.txt
 
-1. Output-layer products with V not a multiple of 8 against V padded to one (``nmtkit.models.output.padded_vocab``):
+1. Output-layer products with V not a multiple of 8 against V padded to one (``nmtkit.models.matmul.padded_vocab``):
    a beam-12 step of the small model (960 hypotheses × 128 → V = 7,897, one thread) and the paper-size training
    forward product (1,511 targets × 500 → V = 30,004, torch's default threads).
 2. ``nmtkit.search.top_k`` against ``torch.topk`` over beam search's candidates (80 sentences × 12 · 7,897, k = 24,
@@ -49,7 +49,7 @@ def main() -> int:
     import torch
 
     from nmtkit.cli import tune_malloc
-    from nmtkit.models.output import padded_vocab
+    from nmtkit.models.matmul import padded_vocab
     from nmtkit.search import top_k
 
     tune_malloc()
