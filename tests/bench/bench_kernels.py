@@ -8,6 +8,10 @@
    forward product (1,511 targets × 500 → V = 30,004, torch's default threads).
 2. ``nmtkit.search.top_k`` against ``torch.topk`` over beam search's candidates (80 sentences × 12 · 7,897, k = 24,
    one thread).
+3. The paper-size training backward products whose result is m = 620 or l = 500 wide, against the same with the
+   dimension padded to 624 / 504 (``nmtkit.models.matmul.aligned_linear`` and the fused loss; the "now" column
+   includes slicing the result back): ∂L/∂x and ∂L/∂W_stack of the encoder's input projections (3,000 source
+   positions, both directions: 6n = 6,000), ∂L/∂t and ∂L/∂W_o of the output layer (1,511 targets, V = 30,008).
 
 Each figure is the median of interleaved repeats (milliseconds per call); the machine should be quiet.
 """
@@ -49,7 +53,7 @@ def main() -> int:
     import torch
 
     from nmtkit.cli import tune_malloc
-    from nmtkit.models.matmul import padded_vocab
+    from nmtkit.models.matmul import padded_vocab, round_up
     from nmtkit.search import top_k
 
     tune_malloc()
@@ -81,6 +85,24 @@ def main() -> int:
     assert torch.equal(top_k(x, 24)[0], x.topk(24, dim=1).values)
     rows.append(["top 24 of (80, 12 · 7,897)", "1", f"torch.topk: {r['topk']:.1f}", f"search.top_k: {r['top_k']:.1f}",
                  f"{r['topk'] / r['top_k']:.2f}×"])
+
+    torch.set_num_threads(default_threads)
+
+    def backward_case(name, a_shape, b_shape, k):
+        """a (·, K) @ b (K, k) against the same with k padded to a multiple of 8 (zero columns of b)."""
+        a, b = torch.randn(*a_shape, generator=g), torch.randn(*b_shape, generator=g)
+        kp = round_up(k)
+        b_pad = torch.cat([b, b.new_zeros(b.shape[0], kp - k)], dim=1)
+        peers.log(f"{name}: {k} against {kp}")
+        r = interleaved({"plain": lambda: a @ b, "padded": lambda: (a @ b_pad)[:, :k].contiguous()})
+        rows.append([name, f"{default_threads}", f"{k}: {r['plain']:.1f}", f"{kp} (+ slice to {k}): "
+                     f"{r['padded']:.1f}", f"{r['plain'] / r['padded']:.2f}×"])
+
+    N_src, N_tgt, V = 3000, 1511, 30008
+    backward_case("∂L/∂x = ∂L/∂gx W_stack (3,000 × 6,000)", (N_src, 6000), (6000, 620), 620)
+    backward_case("∂L/∂W_stack = ∂L/∂gxᵀ x (6,000 × 3,000)", (6000, N_src), (N_src, 620), 620)
+    backward_case("∂L/∂t = (p − y) W_o (1,511 × 30,008)", (N_tgt, V), (V, 500), 500)
+    backward_case("∂L/∂W_o = (p − y)ᵀ t (30,008 × 1,511)", (V, N_tgt), (N_tgt, 500), 500)
 
     out += ["", f"Median milliseconds per call over interleaved repeats ({REPEATS} per round).", ""]
     out += peers.table(["what", "threads", "before", "now", "speed-up"], rows, align="lrrrr")
