@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Training speed of nmtkit, side by side with OpenNMT-py 3.5.1, and against the CPU's matmul ceiling.
 
-One command (about 16 minutes on two quiet cores; ``--quick`` for a smoke run of under 3 minutes)::
+One command (about 23 minutes on two quiet cores; ``--quick`` for a smoke run of under 3 minutes)::
 
     python tests/bench/bench_train.py                  # writes tests/bench/results/bench_train.txt
     python tests/bench/bench_train.py --quick          # writes tests/bench/results/bench_train-quick.txt
