@@ -25,15 +25,17 @@ def round_up(k: int) -> int:
     return k + (-k % ALIGN)
 
 
-def padded_vocab(W: Tensor, b: Tensor, b_fill: float) -> tuple[Tensor, Tensor]:
-    """W (V, l), b (V,) -> the same with V rounded up to a multiple of ``ALIGN``: zero rows in W, ``b_fill`` in b.
-
-    Returned as they are when V is already a multiple."""
-    V = W.shape[0]
-    extra = round_up(V) - V
-    if not extra:
+def padded_vocab(W: Tensor, b: Tensor, b_fill: float, columns: bool = False) -> tuple[Tensor, Tensor]:
+    """W (V, l), b (V,) -> the same with V (and l too when ``columns``) rounded up to a multiple of ``ALIGN``:
+    zero rows (and columns) in W, ``b_fill`` in b's extra entries.  One copy of W; returned as they are when
+    nothing needs padding."""
+    (V, l), V2 = W.shape, round_up(W.shape[0])
+    l2 = round_up(l) if columns else l
+    if (V2, l2) == (V, l):
         return W, b
-    return torch.cat([W, W.new_zeros(extra, W.shape[1])]), torch.cat([b, b.new_full((extra,), b_fill)])
+    W2 = W.new_zeros(V2, l2)
+    W2[:V, :l] = W
+    return W2, torch.cat([b, b.new_full((V2 - V,), b_fill)])
 
 
 def aligned_linear(x: Tensor, W: Tensor, b: Tensor | None = None) -> Tensor:

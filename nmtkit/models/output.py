@@ -24,28 +24,20 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from nmtkit.models.fused import _low, _lowp_dtype
-from nmtkit.models.matmul import round_up
+from nmtkit.models.matmul import padded_vocab
 
 CHUNK_ELEMENTS = 1 << 26  # logits per chunk (256 MB in float32): one chunk for a paper-size batch of ~2,000 targets
 MIN_CHUNK_ROWS = 64  # fewer rows make inefficient matmuls
-
-
-def _padded(W: Tensor, b: Tensor, t: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """W (V, l), b (V,), t (N, l) with V and l rounded up to multiples of 8 (matmul.py): zero rows and columns
-    in W, −inf in b's extra entries (probability 0), zero columns in t.  One copy of W for both."""
-    (V, l), V2, l2 = W.shape, round_up(W.shape[0]), round_up(W.shape[1])
-    if (V2, l2) == (V, l):
-        return W, b, t
-    W2 = W.new_zeros(V2, l2)
-    W2[:V, :l] = W
-    return W2, torch.cat([b, b.new_full((V2 - V,), float("-inf"))]), F.pad(t, (0, l2 - l))
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, lowp, want_grad: bool, t: Tensor, W: Tensor, b: Tensor, y: Tensor) -> Tensor:
         (N, l), V = t.shape, W.shape[0]
-        W, b, t = _padded(W, b, t)  # (V', l'), (V',), (N, l')   the extra logits are −inf: they add nothing
+        # V and l rounded up to multiples of 8 (matmul.py): the extra logits are −inf (probability 0), the extra
+        # columns of W and t zero
+        W, b = padded_vocab(W, b, float("-inf"), columns=True)  # (V', l'), (V',)
+        t = F.pad(t, (0, W.shape[1] - l))  # (N, l')
         chunk = max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // W.shape[0])
         W_l, t_l = _low(W, lowp), _low(t, lowp)
         loss = t.new_zeros((), dtype=torch.float64)

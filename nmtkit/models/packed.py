@@ -1,7 +1,8 @@
 """The encoder's recurrences over packed sentences: no work at padding.
 
 A batch of source sentences is right-padded to its longest, and in a length-sorted minibatch of the paper's recipe
-the source side is still ~1.5× padding on the Hansards (the pools are sorted by target length).  Padding positions
+about a third of the source positions are still padding on the Hansards, since the pools are sorted by target
+length (tests/bench/results/bench_kernels.txt, with the encoder's time padded against packed).  Padding positions
 are never read (annotations there are zero and get zero attention), so computing them only costs time: here the
 two directions of the encoder run over *packed* sentences, as ``torch.nn.utils.rnn.PackedSequence`` lays them out:
 

@@ -30,8 +30,8 @@ Speed: everything that does not depend on the recurrence is computed for all ste
 of encoder and decoder, U_a h, and the whole deep output after the loop); the loop does only the recurrent work.
 For teacher forcing (``forward``) the loops run through fused.py, whose hand-written backward batches the recurrent
 weights' gradients over time, and the encoder over packed sentences (packed.py: no work at source padding; U_a h_j
-and C_stack h_j at the real positions only); ``model.fused = False`` switches to the op-by-op reference code here and in gru.py /
-attention.py (same values; the tests compare the two).  ``decode_step`` reads C_stack c_i and C_o c_i as
+and C_stack h_j at the real positions only); ``model.fused = False`` switches to the op-by-op reference code here
+and in gru.py / attention.py (same values; the tests compare the two).  ``decode_step`` reads C_stack c_i and C_o c_i as
 Σ_j α_ij [C_stack; C_o] h_j from ``source_projections``, computed once per sentence, and in search (no autograd)
 multiplies s_{i-1} and E y_{i-1} through the stacked or tabulated weights of stepweights.py.
 

@@ -12,6 +12,11 @@
    dimension padded to 624 / 504 (``nmtkit.models.matmul.aligned_linear`` and the fused loss; the "now" column
    includes slicing the result back): ∂L/∂x and ∂L/∂W_stack of the encoder's input projections (3,000 source
    positions, both directions: 6n = 6,000), ∂L/∂t and ∂L/∂W_o of the output layer (1,511 targets, V = 30,008).
+4. The paper-size encoder (m = 620, n = 1000, both directions; forward and backward) over the real source lengths
+   of ``bench_train.py``'s first measured paper-size minibatches (the prepared Hansards of its paper part, made
+   and cached in the work directory when missing): padded to each batch's longest sentence, as before
+   (``SourceEncoder.forward``), against packed (``forward_packed``, ``nmtkit.models.packed``); with the share of
+   the padded source positions that are padding.
 
 Each figure is the median of interleaved repeats (milliseconds per call); the machine should be quiet.
 """
@@ -104,10 +109,58 @@ def main() -> int:
     backward_case("∂L/∂t = (p − y) W_o (1,511 × 30,008)", (N_tgt, V), (V, 500), 500)
     backward_case("∂L/∂W_o = (p − y)ᵀ t (30,008 × 1,511)", (V, N_tgt), (N_tgt, 500), 500)
 
+    encoder_case(rows, default_threads)
+
     out += ["", f"Median milliseconds per call over interleaved repeats ({REPEATS} per round).", ""]
     out += peers.table(["what", "threads", "before", "now", "speed-up"], rows, align="lrrrr")
     out.append(f"\nload average at end: {peers.load_average()}; total time {(time.time() - t0) / 60:.1f} min")
     return peers.fail_report(out, peers.RESULTS_DIR / "bench_kernels.txt", None)
+
+
+ENCODER_BATCHES = 4  # the first measured minibatches of bench_train.py's paper part
+
+
+def encoder_case(rows: list, threads: int) -> None:
+    import torch
+
+    from bench_train import scheduled_lengths
+    from nmtkit.models.encoder import SourceEncoder
+    from nmtkit.models.packed import packing
+
+    prep = peers.prepare_real(peers.DEFAULT_WORK)
+    lengths = [torch.tensor(src) for src, _ in scheduled_lengths(prep, "rnnsearch-50", 3, ENCODER_BATCHES)]
+    padded_positions = sum(len(L) * int(L.max()) for L in lengths)
+    real_positions = sum(int(L.sum()) for L in lengths)
+    torch.manual_seed(0)
+    enc = SourceEncoder(620, 1000, bidirectional=True)
+    cases = []
+    for L in lengths:
+        B, Tx = len(L), int(L.max())
+        mask = torch.arange(Tx).unsqueeze(0) < L.unsqueeze(1)  # (B, Tx)
+        x = torch.randn(B, Tx, 620).masked_fill(~mask.unsqueeze(-1), 0.0)  # embedded source, zero at padding
+        pack = packing(L, Tx)
+        x_packed = x.view(B * Tx, -1)[pack.fwd_index]
+        w = torch.randn(B, Tx, 2000)  # a loss weighting every annotation, for a backward pass
+        cases.append((L, mask, x.transpose(0, 1).contiguous(), pack, x_packed, w))
+
+    def padded():
+        for L, mask, x, _, _, w in cases:
+            (enc(x, L, mask).annotations * w).sum().backward()
+
+    def packed():
+        for _, _, _, pack, x_packed, w in cases:
+            (enc.forward_packed(x_packed, pack).annotations * w).sum().backward()
+
+    peers.log(f"encoder over {ENCODER_BATCHES} Hansards minibatches: padded against packed")
+    times: dict[str, list[float]] = {"padded": [], "packed": []}
+    for _ in range(3):
+        times["padded"] += timed(padded, repeats=1)
+        times["packed"] += timed(packed, repeats=1)
+    r = {k: statistics.median(v) for k, v in times.items()}
+    rows.append([f"encoder fwd+bwd, {ENCODER_BATCHES} Hansards batches of 80 "
+                 f"({100 * (1 - real_positions / padded_positions):.0f}% of source positions padding)",
+                 f"{threads}", f"padded: {r['padded']:.0f}", f"packed: {r['packed']:.0f}",
+                 f"{r['padded'] / r['packed']:.2f}×"])
 
 
 if __name__ == "__main__":
