@@ -27,51 +27,36 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-
-def _mm(a: Tensor, b: Tensor, lowp) -> Tensor:
-    """a @ b, in ``lowp`` (b already in it) when given; the result is float32 either way."""
-    if lowp is None:
-        return a @ b
-    return (a.to(lowp) @ b).float()
+from nmtkit.models.matmul import Multiplier, autocast_dtype, mm
 
 
-def _add_mm(bias: Tensor, a: Tensor, b: Tensor, lowp, out: Tensor) -> Tensor:
-    """out = bias + a @ b (float32 out; the product in ``lowp`` when given, b already in it)."""
-    if lowp is None:
-        return torch.addmm(bias, a, b, out=out)
-    return torch.add(bias, a.to(lowp) @ b, out=out)
-
-
-def _gru_forward_step(gx_t, s, U_zrT, UT, zr_out, h_out, rs_out, s_out, lowp=None, pre_zr=None) -> None:
+def _gru_forward_step(gx_t, s, by_U_zr, by_U, zr_out, h_out, rs_out, s_out, pre_zr=None) -> None:
     """The paper's unit, writing z, r (zr_out), s̃ (h_out), r ∘ s (rs_out) and s' (s_out) into given slices.
 
-    U_zrT (n, 2n) and UT (n, n) are the transposed recurrent matrices; ``pre_zr`` (B, 2n), when given, is
-    [U_z; U_r] s already computed (then U_zrT is not used)."""
+    by_U_zr and by_U are ``Multiplier``s of the recurrent matrices U_zr (2n, n) and U (n, n); ``pre_zr`` (B, 2n),
+    when given, is [U_z; U_r] s already computed (then by_U_zr is not used)."""
     n = s.shape[-1]
     if pre_zr is None:
-        _add_mm(gx_t[:, : 2 * n], s, U_zrT, lowp, zr_out).sigmoid_()  # (B, 2n)   [z; r]
+        by_U_zr.add_product(gx_t[:, : 2 * n], s, out=zr_out).sigmoid_()  # (B, 2n)   [z; r]
     else:
         torch.add(gx_t[:, : 2 * n], pre_zr, out=zr_out).sigmoid_()
     torch.mul(zr_out[:, n:], s, out=rs_out)  # (B, n)   r ∘ s
-    _add_mm(gx_t[:, 2 * n :], rs_out, UT, lowp, h_out).tanh_()  # (B, n)   s̃
+    by_U.add_product(gx_t[:, 2 * n :], rs_out, out=h_out).tanh_()  # (B, n)   s̃
     torch.lerp(s, h_out, zr_out[:, :n], out=s_out)  # (B, n)   (1 − z) ∘ s + z ∘ s̃
 
 
-def _gru_backward_step(ds, s, zr, h, U, dg_out, lowp=None) -> Tensor:
+def _gru_backward_step(ds, s, zr, h, by_UT, dg_out) -> Tensor:
     """Given ds = ∂L/∂s', write ∂L/∂gx (B, 3n) into dg_out; return the part of ∂L/∂s that does NOT go through
-    [U_z; U_r] (the caller adds [U_z; U_r]ᵀ ∂L/∂(gates), batched with other products of the same step)."""
+    [U_z; U_r] (the caller adds [U_z; U_r]ᵀ ∂L/∂(gates), batched with other products of the same step).
+    by_UT: a ``Multiplier`` of Uᵀ (x ↦ x U)."""
     n = s.shape[-1]
     z, r = zr[:, :n], zr[:, n:]
     dh = ds * z  # (B, n)   ∂L/∂s̃
     torch.ops.aten.tanh_backward.grad_input(dh, h, grad_input=dg_out[:, 2 * n :])  # (B, n)   ∂L/∂(cand. pre-act.)
-    drs = _mm(dg_out[:, 2 * n :], U, lowp)  # (B, n)   ∂L/∂(r ∘ s)
+    drs = by_UT.product(dg_out[:, 2 * n :])  # (B, n)   ∂L/∂(r ∘ s)
     dzr = torch.cat([ds * (h - s), drs * s], dim=1)  # (B, 2n)   ∂L/∂z, ∂L/∂r
     torch.ops.aten.sigmoid_backward.grad_input(dzr, zr, grad_input=dg_out[:, : 2 * n])  # (B, 2n)   ∂L/∂(gate pre-acts)
     return torch.addcmul(ds - dh, drs, r)  # (B, n)   (1 − z) ∘ ds + r ∘ drs
-
-
-def _low(t: Tensor, lowp) -> Tensor:
-    return t if lowp is None else t.to(lowp)
 
 
 class _GRUSequence(torch.autograd.Function):
@@ -79,14 +64,14 @@ class _GRUSequence(torch.autograd.Function):
     def forward(ctx, lowp, gx: Tensor, U_zr: Tensor, U: Tensor, s0: Tensor) -> Tensor:
         T, B, _ = gx.shape
         n = U.shape[0]
-        U_zrT, UT = _low(U_zr, lowp).t(), _low(U, lowp).t()
+        by_U_zr, by_U = Multiplier(U_zr, lowp), Multiplier(U, lowp)
         S = gx.new_empty(T + 1, B, n)  # (T+1, B, n)   s_0 … s_T
         S[0] = s0
         ZR = gx.new_empty(T, B, 2 * n)  # (T, B, 2n)
         Hc = gx.new_empty(T, B, n)  # (T, B, n)   s̃_t
         RS = gx.new_empty(T, B, n)  # (T, B, n)   r_t ∘ s_{t-1}
         for t in range(T):
-            _gru_forward_step(gx[t], S[t], U_zrT, UT, ZR[t], Hc[t], RS[t], S[t + 1], lowp)
+            _gru_forward_step(gx[t], S[t], by_U_zr, by_U, ZR[t], Hc[t], RS[t], S[t + 1])
         ctx.lowp = lowp
         ctx.save_for_backward(U_zr, U, S, ZR, Hc, RS)
         return S[1:]
@@ -96,32 +81,17 @@ class _GRUSequence(torch.autograd.Function):
     def backward(ctx, dS: Tensor):
         U_zr, U, S, ZR, Hc, RS = ctx.saved_tensors
         lowp = ctx.lowp
-        U_zr_l, U_l = _low(U_zr, lowp), _low(U, lowp)
+        by_U_zrT, by_UT = Multiplier(U_zr.t(), lowp), Multiplier(U.t(), lowp)
         T, B, n = dS.shape
         dgx = dS.new_empty(T, B, 3 * n)  # (T, B, 3n)
         ds = dS.new_zeros(B, n)  # (B, n)
         for t in reversed(range(T)):
-            part = _gru_backward_step(ds + dS[t], S[t], ZR[t], Hc[t], U_l, dgx[t], lowp)
-            ds = _add_mm(part, dgx[t, :, : 2 * n], U_zr_l, lowp, part)  # (B, n)   + [U_z; U_r]ᵀ ∂L/∂(gates)
+            part = _gru_backward_step(ds + dS[t], S[t], ZR[t], Hc[t], by_UT, dgx[t])
+            ds = by_U_zrT.add_product(part, dgx[t, :, : 2 * n], out=part)  # (B, n)   + [U_z; U_r]ᵀ ∂L/∂(gates)
         flat = dgx.view(T * B, 3 * n)
-        dU_zr = _mm(flat[:, : 2 * n].t(), _low(S[:-1].reshape(T * B, n), lowp), lowp)  # (2n, n)
-        dU = _mm(flat[:, 2 * n :].t(), _low(RS.view(T * B, n), lowp), lowp)  # (n, n)   Σ_t ∂cand_tᵀ (r_t ∘ s_{t-1})
+        dU_zr = mm(flat[:, : 2 * n].t(), S[:-1].reshape(T * B, n), lowp)  # (2n, n)
+        dU = mm(flat[:, 2 * n :].t(), RS.view(T * B, n), lowp)  # (n, n)   Σ_t ∂cand_tᵀ (r_t ∘ s_{t-1})
         return None, dgx, dU_zr, dU, ds
-
-
-def _lowp_dtype(t: Tensor):
-    """The autocast dtype when autocast is on for t's device, else None."""
-    dev = t.device.type
-    try:
-        on = torch.is_autocast_enabled(dev)  # torch >= 2.4
-    except TypeError:
-        on = torch.is_autocast_cpu_enabled() if dev == "cpu" else torch.is_autocast_enabled()
-    if not on:
-        return None
-    try:
-        return torch.get_autocast_dtype(dev)
-    except AttributeError:  # torch < 2.4
-        return torch.get_autocast_cpu_dtype() if dev == "cpu" else torch.get_autocast_gpu_dtype()
 
 
 def gru_sequence(gx: Tensor, U_zr: Tensor, U: Tensor, s0: Tensor | None = None) -> Tensor:
@@ -130,7 +100,7 @@ def gru_sequence(gx: Tensor, U_zr: Tensor, U: Tensor, s0: Tensor | None = None) 
     Under autocast the recurrent matmuls run in the autocast dtype, everything else in float32."""
     if s0 is None:
         s0 = gx.new_zeros(gx.shape[1], U.shape[0])
-    lowp = _lowp_dtype(gx)
+    lowp = autocast_dtype(gx)
     if lowp is None:
         return _GRUSequence.apply(None, gx, U_zr, U, s0)
     with torch.autocast(gx.device.type, enabled=False):  # float32 buffers, lowp products
@@ -144,14 +114,13 @@ class _AttentiveDecoder(torch.autograd.Function):
         n, Tx, ctx_dim, n_a = U.shape[0], H.shape[1], H.shape[2], keys.shape[2]
         keys2, v_a2 = 2.0 * keys, 2.0 * v_a  # tanh(x) = 2σ(2x) − 1; see attention.attend
         Wcat = torch.cat([2.0 * W_a, U_zr])  # (n' + 2n, n)   [2 W_a; U_z; U_r]: both read s_{i-1}
-        WcatT, UT = _low(Wcat, lowp).t(), _low(U, lowp).t()
+        by_Wcat, by_U = Multiplier(Wcat, lowp), Multiplier(U, lowp)
         # [C_stack h_j ; h_j] for every source position: (B, Tx, 3n + 2n); one matmul per call, over the real
         # positions ``real`` (flat indices into B·Tx) when given (C_stack h_j = 0 at padding, where h_j = 0)
-        C_lT = _low(C_stack, lowp).t()  # (2n, 3n)
         if real is None:
-            CH = _mm(H.view(B * Tx, ctx_dim), C_lT, lowp)  # (B·Tx, 3n)
+            CH = mm(H.view(B * Tx, ctx_dim), C_stack.t(), lowp)  # (B·Tx, 3n)
         else:
-            CH = H.new_zeros(B * Tx, 3 * n).index_copy_(0, real, _mm(H.view(B * Tx, ctx_dim)[real], C_lT, lowp))
+            CH = H.new_zeros(B * Tx, 3 * n).index_copy_(0, real, mm(H.view(B * Tx, ctx_dim)[real], C_stack.t(), lowp))
         HC = torch.cat([CH.view(B, Tx, 3 * n), H], dim=2)
         CH = HC[:, :, : 3 * n]  # (B, Tx, 3n)
         pad = ~src_mask  # (B, Tx)
@@ -165,14 +134,14 @@ class _AttentiveDecoder(torch.autograd.Function):
         S[0] = s0
         for i in range(Ty):
             sig = SIG[i if keep else 0]  # without a backward to come, one step's buffer is enough
-            P = _mm(S[i], WcatT, lowp)  # (B, n' + 2n)   [2 W_a s_{i-1}; U_z s_{i-1}; U_r s_{i-1}]
+            P = by_Wcat.product(S[i])  # (B, n' + 2n)   [2 W_a s_{i-1}; U_z s_{i-1}; U_r s_{i-1}]
             torch.add(keys2, P[:, :n_a].unsqueeze(1), out=sig).sigmoid_()  # (B, Tx, n')
             e = (sig @ v_a2).masked_fill_(pad, float("-inf"))  # (B, Tx)
             torch.softmax(e, dim=-1, out=A[i])  # (B, Tx)
             torch.bmm(A[i].unsqueeze(1), H, out=CTX[i].unsqueeze(1))  # (B, 1, 2n)   c_i
             if i + 1 < Ty:
                 torch.baddbmm(gx[i].unsqueeze(1), A[i].unsqueeze(1), CH, out=g.unsqueeze(1))  # (B, 3n)  + C_stack c_i
-                _gru_forward_step(g, S[i], None, UT, ZR[i], Hc[i], RS[i], S[i + 1], lowp, pre_zr=P[:, n_a:])
+                _gru_forward_step(g, S[i], None, by_U, ZR[i], Hc[i], RS[i], S[i + 1], pre_zr=P[:, n_a:])
         ctx.lowp, ctx.real = lowp, real
         ctx.save_for_backward(H, HC, Wcat, v_a2, U, C_stack, S, SIG, A, ZR, Hc, RS)
         return S, CTX, A
@@ -182,7 +151,7 @@ class _AttentiveDecoder(torch.autograd.Function):
     def backward(ctx, dS, dCTX, dA):
         H, HC, Wcat, v_a2, U, C_stack, S, SIG, A, ZR, Hc, RS = ctx.saved_tensors
         lowp = ctx.lowp
-        Wcat_l, U_l = _low(Wcat, lowp), _low(U, lowp)
+        by_WcatT, by_UT = Multiplier(Wcat.t(), lowp), Multiplier(U.t(), lowp)
         Ty, B, n = S.shape
         Tx, ctx_dim, n_a = H.shape[1], H.shape[2], SIG.shape[-1]
         # D holds, per step, [∂L/∂(2 W_a s_{i-1}) (n') | ∂L/∂g_i: gates (2n), candidate (n) | ∂L/∂c_i (2n)], so that
@@ -198,7 +167,7 @@ class _AttentiveDecoder(torch.autograd.Function):
         for i in reversed(range(Ty)):
             Di = D[i]
             if i + 1 < Ty:
-                ds = _gru_backward_step(ds, S[i], ZR[i], Hc[i], U_l, Di[:, n_a : n_a + 3 * n], lowp)
+                ds = _gru_backward_step(ds, S[i], ZR[i], Hc[i], by_UT, Di[:, n_a : n_a + 3 * n])
             else:
                 ds = torch.zeros_like(ds)  # s_Ty is not computed
             ds += dS[i]
@@ -210,11 +179,10 @@ class _AttentiveDecoder(torch.autograd.Function):
             dx = torch.ops.aten.sigmoid_backward(DE[i].unsqueeze(-1) * v_a2, SIG[i])  # (B, Tx, n')
             dkeys2 += dx
             torch.sum(dx, dim=1, out=Di[:, :n_a])  # (B, n')
-            ds = _add_mm(ds, Di[:, : n_a + 2 * n], Wcat_l, lowp, ds)  # (B, n)   + [2 W_a; U_z; U_r]ᵀ (…)
+            ds = by_WcatT.add_product(ds, Di[:, : n_a + 2 * n], out=ds)  # (B, n)   + [2 W_a; U_z; U_r]ᵀ (…)
         # weight gradients, once over all steps
         flat = D.view(Ty * B, -1)
-        S_l = _low(S.view(Ty * B, n), lowp)
-        dWcat = _mm(flat[:, : n_a + 2 * n].t(), S_l, lowp)  # (n' + 2n, n)   the last step's gate rows are zero
+        dWcat = mm(flat[:, : n_a + 2 * n].t(), S.view(Ty * B, n), lowp)  # (n' + 2n, n)   the last step's gate rows are zero
         dW_a, dU_zr = 2.0 * dWcat[:n_a], dWcat[n_a:]
         dv_a = 2.0 * (SIG.view(-1, n_a).t() @ DE.view(-1))  # (n',)
         dkeys = 2.0 * dkeys2  # (B, Tx, n')
@@ -226,14 +194,14 @@ class _AttentiveDecoder(torch.autograd.Function):
         real = ctx.real
         if real is not None:  # only the real positions' rows: the padding's are 0 (h_j = 0, α_ij = 0) or unused
             dCH_flat, H_flat = dCH_flat[real], H_flat[real]  # (N, 3n), (N, 2n)
-        dH_C = _mm(dCH_flat, _low(C_stack, lowp), lowp)  # C_stackᵀ ∂L/∂(C_stack h_j)
+        dH_C = mm(dCH_flat, C_stack, lowp)  # C_stackᵀ ∂L/∂(C_stack h_j)
         if real is None:
             dH += dH_C.view(B, Tx, ctx_dim)
         else:
             dH.view(B * Tx, ctx_dim).index_add_(0, real, dH_C)
-        dC = _mm(dCH_flat.t(), _low(H_flat, lowp), lowp)  # (3n, 2n)
+        dC = mm(dCH_flat.t(), H_flat, lowp)  # (3n, 2n)
         m = (Ty - 1) * B
-        dU = _mm(flat[:m, n_a + 2 * n : n_a + 3 * n].t(), _low(RS.reshape(m, n), lowp), lowp)  # (n, n)
+        dU = mm(flat[:m, n_a + 2 * n : n_a + 3 * n].t(), RS.reshape(m, n), lowp)  # (n, n)
         return None, None, None, flat[:, n_a : n_a + 3 * n].view(Ty, B, 3 * n), ds, dH, dkeys, None, dW_a, dv_a, \
             dU_zr, dU, dC
 
@@ -248,7 +216,7 @@ def attentive_decoder(gx, s0, annotations, keys, src_mask, W_a, v_a, U_zr, U, C_
     """
     args = (gx, s0, annotations, keys, src_mask, W_a, v_a, U_zr, U, C_stack)
     keep = torch.is_grad_enabled() and any(a.requires_grad for a in args)  # else keep no per-step attention state
-    lowp = _lowp_dtype(gx)
+    lowp = autocast_dtype(gx)
     if lowp is None:
         return _AttentiveDecoder.apply(keep, None, real, *args)
     with torch.autocast(gx.device.type, enabled=False):  # one dtype for the loop's buffers: float32

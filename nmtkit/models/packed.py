@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from nmtkit.models.fused import _add_mm, _low, _lowp_dtype, _mm
+from nmtkit.models.matmul import Multiplier, autocast_dtype, mm
 
 
 class Packing(NamedTuple):
@@ -83,7 +83,8 @@ class _PackedGRUs(torch.autograd.Function):
     def forward(ctx, lowp, pack: Packing, gx: Tensor, U_zr: Tensor, U: Tensor) -> Tensor:
         D, N, _ = gx.shape  # gx (D, N, 3n): W_stack x + b_stack at each direction's packed rows
         n = U.shape[-1]
-        U_zrT, UT = _low(U_zr, lowp).transpose(1, 2), _low(U, lowp).transpose(1, 2)  # (D, n, 2n), (D, n, n)
+        by_U_zr = [Multiplier(U_zr[d], lowp) for d in range(D)]  # x ↦ x U_zrᵀ = [U_z; U_r] s
+        by_U = [Multiplier(U[d], lowp) for d in range(D)]
         H = gx.new_empty(D, N, n)  # (D, N, n)   the states
         ZR = gx.new_empty(D, N, 2 * n)  # (D, N, 2n)   [z; r]
         Hc = gx.new_empty(D, N, n)  # (D, N, n)   s̃
@@ -98,11 +99,11 @@ class _PackedGRUs(torch.autograd.Function):
                 continue
             s = H[:, prev]  # (D, b, n)   s_prev of the same sentences
             for d in range(D):
-                _add_mm(gx[d, rows, : 2 * n], s[d], U_zrT[d], lowp, zr[d])
+                by_U_zr[d].add_product(gx[d, rows, : 2 * n], s[d], out=zr[d])
             zr.sigmoid_()
             torch.mul(zr[..., n:], s, out=rs)  # r ∘ s
             for d in range(D):
-                _add_mm(gx[d, rows, 2 * n:], rs[d], UT[d], lowp, h[d])
+                by_U[d].add_product(gx[d, rows, 2 * n:], rs[d], out=h[d])
             h.tanh_()  # s̃ = tanh(W x + U [r ∘ s] + b)
             torch.lerp(s, h, zr[..., :n], out=H[:, rows])  # (1 − z) ∘ s + z ∘ s̃
         ctx.lowp, ctx.pack = lowp, pack
@@ -114,8 +115,9 @@ class _PackedGRUs(torch.autograd.Function):
     def backward(ctx, dH: Tensor):
         U_zr, U, H, ZR, Hc, RS = ctx.saved_tensors
         lowp, pack = ctx.lowp, ctx.pack
-        U_zr_l, U_l = _low(U_zr, lowp), _low(U, lowp)  # (D, 2n, n), (D, n, n)
         D, N, n = H.shape
+        by_U_zrT = [Multiplier(U_zr[d].t(), lowp) for d in range(D)]  # x ↦ x [U_z; U_r]
+        by_UT = [Multiplier(U[d].t(), lowp) for d in range(D)]
         dgx = H.new_empty(D, N, 3 * n)  # (D, N, 3n)   ∂L/∂(pre-activations) = ∂L/∂gx
         ds = H.new_zeros(D, pack.batch_sizes[0], n)  # ∂L/∂s from later steps; rows never reached stay 0
         for t, rows, prev in reversed(list(_steps(pack))):
@@ -131,19 +133,19 @@ class _PackedGRUs(torch.autograd.Function):
                     torch.cat([g * h, torch.zeros_like(h)], dim=-1), zr, grad_input=dg[..., : 2 * n])
                 continue
             s = H[:, prev]
-            drs = torch.stack([_mm(dg[d, :, 2 * n:], U_l[d], lowp) for d in range(D)])  # (D, b, n)   ∂L/∂(r ∘ s)
+            drs = torch.stack([by_UT[d].product(dg[d, :, 2 * n:]) for d in range(D)])  # (D, b, n)   ∂L/∂(r ∘ s)
             dzr = torch.cat([g * (h - s), drs * s], dim=-1)  # (D, b, 2n)   ∂L/∂z, ∂L/∂r
             torch.ops.aten.sigmoid_backward.grad_input(dzr, zr, grad_input=dg[..., : 2 * n])
             part = torch.addcmul(g - dh, drs, r)  # (D, b, n)   (1 − z) ∘ ∂L/∂s_t + r ∘ ∂L/∂(r ∘ s)
             for d in range(D):
-                _add_mm(part[d], dg[d, :, : 2 * n], U_zr_l[d], lowp, part[d])  # + [U_z; U_r]ᵀ ∂L/∂(gates)
+                by_U_zrT[d].add_product(part[d], dg[d, :, : 2 * n], out=part[d])  # + [U_z; U_r]ᵀ ∂L/∂(gates)
             ds[:, :b] = part
         b0 = pack.batch_sizes[0]
         dU_zr, dU = torch.zeros_like(U_zr), torch.empty_like(U)
         for d in range(D):  # once over all rows; step 0 (s_prev = 0) adds nothing to ∂L/∂U_zr and ∂L/∂U
-            S_prev = _low(H[d].index_select(0, pack.prev_rows), lowp)  # (N − b_0, n)
-            dU_zr[d] = _mm(dgx[d, b0:, : 2 * n].t(), S_prev, lowp)  # (2n, n)
-            dU[d] = _mm(dgx[d, :, 2 * n:].t(), _low(RS[d], lowp), lowp)  # (n, n)   Σ_t ∂cand_tᵀ (r_t ∘ s_{t-1})
+            S_prev = H[d].index_select(0, pack.prev_rows)  # (N − b_0, n)
+            dU_zr[d] = mm(dgx[d, b0:, : 2 * n].t(), S_prev, lowp)  # (2n, n)
+            dU[d] = mm(dgx[d, :, 2 * n:].t(), RS[d], lowp)  # (n, n)   Σ_t ∂cand_tᵀ (r_t ∘ s_{t-1})
         return None, None, dgx, dU_zr, dU
 
 
@@ -151,7 +153,7 @@ def gru_packed(gx: Tensor, U_zr: Tensor, U: Tensor, pack: Packing) -> Tensor:
     """D recurrences of the paper's unit from zero states over packed rows: gx (D, N, 3n), U_zr (D, 2n, n),
     U (D, n, n) -> states (D, N, n).  Under autocast the recurrent matmuls run in the autocast dtype, the rest in
     float32 (as fused.gru_sequence)."""
-    lowp = _lowp_dtype(gx)
+    lowp = autocast_dtype(gx)
     if lowp is None:
         return _PackedGRUs.apply(None, pack, gx, U_zr, U)
     with torch.autocast(gx.device.type, enabled=False):
