@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from nmtkit import checkpoint
+from nmtkit.adadelta import Adadelta
 # (every nmtkit module the run needs is imported when it starts, none at its first validation: a package upgraded
 # under a long run must not meet the run's already-loaded modules halfway)
 from nmtkit.batching import collate, epoch_schedule
@@ -186,7 +187,7 @@ class Trainer:
         self.model.to(self.device)
         params = list(self.model.parameters())
         if cfg.optimizer == "adadelta":
-            self.optimizer = torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps)
+            self.optimizer = Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps)  # torch's, blocked for the cache
         elif cfg.optimizer == "adam":
             try:  # one fused kernel per tensor (torch >= 2.4 on CPU): ~2.5x faster steps, the same update rule
                 self.optimizer = torch.optim.Adam(params, lr=cfg.lr, fused=True)

@@ -26,7 +26,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmtkit import checkpoint
+from nmtkit import adadelta, checkpoint
+from nmtkit.adadelta import Adadelta
 from nmtkit.batching import collate, collate_source
 from nmtkit.prepare import PrepareConfig, prepare
 from nmtkit.train import TrainConfig, Trainer, train
@@ -202,11 +203,69 @@ def test_default_recipe_is_the_papers(small, tmp_path):
     cfg.threads = 1
     trainer = Trainer(cfg)
     opt = trainer.optimizer
-    assert type(opt) is torch.optim.Adadelta
+    assert type(opt) is Adadelta and isinstance(opt, torch.optim.Adadelta)  # torch's, blocked (test below)
     group = opt.param_groups[0]
     assert (group["rho"], group["eps"], group["lr"], group["weight_decay"]) == (0.95, 1e-6, 1.0, 0)
     assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == \
         sum(p.numel() for p in trainer.model.parameters())
+
+
+def _adadelta_pair(opts, seed=0):
+    """The same parameters under torch.optim.Adadelta and nmtkit's blocked Adadelta."""
+    torch.manual_seed(seed)
+    shapes = [(37, 11), (1000,), (3, 5, 7), (1,)]
+    ref = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+    ours = [torch.nn.Parameter(p.detach().clone()) for p in ref]
+    return ref, ours, torch.optim.Adadelta(ref, **opts), Adadelta(ours, **opts)
+
+
+@pytest.mark.parametrize("opts", [dict(lr=1.0, rho=0.95, eps=1e-6), dict(lr=0.5, rho=0.9, eps=1e-3),
+                                  dict(lr=1.0, weight_decay=0.1)])  # (the last one: torch's own step)
+def test_blocked_adadelta_is_torchs_bit_for_bit(opts, monkeypatch):
+    """nmtkit.adadelta runs torch's Adadelta operations block by block: the same parameters and state, exactly,
+    with blocks that split tensors (BLOCK = 64) and a parameter without gradient in some steps."""
+    monkeypatch.setattr(adadelta, "BLOCK", 64)
+    ref, ours, opt_ref, opt_ours = _adadelta_pair(opts)
+    start = [p.detach().clone() for p in ours]
+    for k in range(5):
+        g = torch.Generator().manual_seed(k)
+        for i, (a, b) in enumerate(zip(ref, ours)):
+            grad = None if (i == 3 and k % 2) else torch.randn(a.shape, generator=g) * 10.0 ** (i - 2)
+            a.grad, b.grad = grad, None if grad is None else grad.clone()
+        opt_ref.step()
+        opt_ours.step()
+        for a, b in zip(ref, ours):
+            assert torch.equal(a, b)
+    assert all((a != b).all() for a, b in zip(ours, start))  # every element moved
+    s_ref, s_ours = opt_ref.state_dict(), opt_ours.state_dict()
+    assert s_ref["param_groups"] == s_ours["param_groups"]
+    for i in s_ref["state"]:
+        assert s_ref["state"][i].keys() == s_ours["state"][i].keys()
+        for key, value in s_ref["state"][i].items():
+            assert torch.equal(value, s_ours["state"][i][key]), key
+    assert float(s_ours["state"][0]["step"]) == 5 and float(s_ours["state"][3]["step"]) == 3
+
+
+def test_blocked_adadelta_resumes_from_torchs_state():
+    """A checkpoint's optimizer state from torch.optim.Adadelta loads into the blocked one and continues alike."""
+    opts = dict(lr=1.0, rho=0.95, eps=1e-6)
+    ref, ours, opt_ref, _ = _adadelta_pair(opts)
+    for step in range(3):
+        for a in ref:
+            a.grad = torch.randn(a.shape)
+        if step == 1:
+            with torch.no_grad():
+                for a, b in zip(ref, ours):
+                    b.copy_(a)
+            opt_ours = Adadelta(ours, **opts)
+            opt_ours.load_state_dict(copy.deepcopy(opt_ref.state_dict()))  # (not the live tensors)
+        if step >= 1:
+            for a, b in zip(ref, ours):
+                b.grad = a.grad.clone()
+            opt_ours.step()
+        opt_ref.step()
+    for a, b in zip(ref, ours):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("clip_norm", [1.0, 0.0])
