@@ -134,7 +134,7 @@ class _AttentiveDecoder(torch.autograd.Function):
         S[0] = s0
         for i in range(Ty):
             sig = SIG[i if keep else 0]  # without a backward to come, one step's buffer is enough
-            P = by_Wcat.product(S[i])  # (B, n' + 2n)   [2 W_a s_{i-1}; U_z s_{i-1}; U_r s_{i-1}]
+            P = by_Wcat.product(S[i], float32=False)  # (B, n' + 2n)   [2 W_a s_{i-1}; U_z s_{i-1}; U_r s_{i-1}]
             torch.add(keys2, P[:, :n_a].unsqueeze(1), out=sig).sigmoid_()  # (B, Tx, n')
             e = (sig @ v_a2).masked_fill_(pad, float("-inf"))  # (B, Tx)
             torch.softmax(e, dim=-1, out=A[i])  # (B, Tx)

@@ -114,20 +114,21 @@ class Multiplier:
             self.packed = None
         self.WT = W.t()
 
-    def product(self, x: Tensor) -> Tensor:
-        """x Wᵀ: (M, K) -> (M, N)."""
+    def product(self, x: Tensor, float32: bool = True) -> Tensor:
+        """x Wᵀ: (M, K) -> (M, N); with ``lowp``, in float32 unless ``float32=False`` (then in ``lowp``, for a
+        caller whose next operation promotes it anyway)."""
         x = _low(x, self.lowp)
         if self.packed is None or not x.numel():
             out = x @ self.WT
         else:
             out = torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
-        return out if self.lowp is None else out.float()
+        return out if self.lowp is None or not float32 else out.float()
 
     def add_product(self, bias: Tensor, x: Tensor, out: Tensor) -> Tensor:
-        """out = bias + x Wᵀ (bias, out (M, N), float32)."""
+        """out = bias + x Wᵀ (bias, out (M, N), float32; a ``lowp`` product is promoted by the addition)."""
         if self.packed is None and self.lowp is None:
             return torch.addmm(bias, x, self.WT, out=out)
-        return torch.add(bias, self.product(x), out=out)
+        return torch.add(bias, self.product(x, float32=False), out=out)
 
 
 class _Linear(torch.autograd.Function):
