@@ -369,6 +369,86 @@ def test_gradcheck(arch):
     assert torch.autograd.gradcheck(f, params, eps=1e-6, atol=1e-5)
 
 
+# ----------------------------------------------------------------------------- attention in source-length groups
+def _source_mask(lens):
+    return torch.arange(max(lens)).unsqueeze(0) < torch.tensor(lens).unsqueeze(1)
+
+
+def test_row_groups():
+    """fused._row_groups: equal-size groups of a batch sorted by source length, each over its longest source;
+    groups of the same length merged; one group for an unsorted or small batch."""
+    from nmtkit.models.fused import _row_groups
+
+    assert _row_groups(_source_mask([9, 9, 8, 7, 7, 5, 3, 3, 2, 1])) == [(0, 2, 9), (2, 5, 8), (5, 8, 5), (8, 10, 2)]
+    assert _row_groups(_source_mask([6, 6, 6, 6, 6, 6, 4, 4])) == [(0, 6, 6), (6, 8, 4)]  # three merged
+    assert _row_groups(_source_mask([5, 6, 4, 4, 3, 3, 2, 1])) == [(0, 8, 6)]  # not sorted
+    assert _row_groups(_source_mask([6, 5, 4, 3, 2, 1, 1])) == [(0, 7, 6)]  # fewer than 2 rows per group
+
+
+GROUP_SRC, GROUP_TGT = [7, 7, 6, 5, 5, 4, 3, 3, 2, 1], [4, 6, 2, 5, 3, 3, 4, 1, 2, 5]
+
+
+def test_attention_groups_equal_one_group(monkeypatch):
+    """A batch sorted by source length runs its attention in four groups (fused._row_groups): the logits, the
+    attention weights (exactly zero at padding) and every gradient, with a loss on α as well, equal those of one
+    group over all positions (float64)."""
+    import nmtkit.models.fused as fused
+
+    assert len(fused._row_groups(_source_mask(GROUP_SRC))) == 4
+    model = randomize_(tiny("rnnsearch")).double()
+    model.fused = True
+    src, lens, tgt_in, tgt_out = make_batch(GROUP_SRC, GROUP_TGT)
+    results = []
+    for grouped in (True, False):
+        if not grouped:
+            monkeypatch.setattr(fused, "_row_groups", lambda m: [(0, m.shape[0], m.shape[1])])
+        model.zero_grad()
+        logits, alpha = model(src, lens, tgt_in, return_attention=True)
+        loss = F.cross_entropy(logits.reshape(-1, V_TGT), tgt_out.reshape(-1), ignore_index=PAD)
+        loss = loss + (alpha * torch.linspace(-1, 1, alpha.numel(), dtype=alpha.dtype).view_as(alpha)).sum()
+        loss.backward()
+        results.append((logits.detach(), alpha.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}))
+    (logits, alpha, grads), (logits_1, alpha_1, grads_1) = results
+    torch.testing.assert_close(logits, logits_1)
+    torch.testing.assert_close(alpha, alpha_1)
+    assert (alpha.masked_select((src == PAD).unsqueeze(1)) == 0).all()
+    for k in grads:
+        torch.testing.assert_close(grads[k], grads_1[k], msg=k)
+
+
+class _NLL(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *batch):
+        return self.model.nll(*batch)
+
+
+def test_nll_sorts_its_batch_and_gradchecks_in_groups():
+    """nll takes the sentences longest source first, so that the attention runs in groups: the loss of a batch
+    in any order is the sum of its sentences' losses, and its float64 gradcheck (fused path, four groups) holds."""
+    from nmtkit.models.fused import _row_groups, by_source_length
+
+    torch.manual_seed(5)
+    model = randomize_(build_model("rnnsearch", 6, 5, emb_dim=2, hidden_dim=3, maxout_dim=2, attn_dim=2),
+                       std=0.5).double()
+    src, lens, tgt_in, tgt_out = make_batch(GROUP_SRC[::-1], GROUP_TGT, seed=3)  # (shortest source first)
+    src, tgt_in, tgt_out = src.clamp(max=5), tgt_in.clamp(max=4), tgt_out.clamp(max=4)
+    assert len(_row_groups(by_source_length(src, lens)[0] != PAD)) == 4
+    alone = sum(model.nll(src[b:b + 1, :lens[b]], lens[b:b + 1], tgt_in[b:b + 1], tgt_out[b:b + 1])
+                for b in range(len(lens)))
+    torch.testing.assert_close(model.nll(src, lens, tgt_in, tgt_out), alone)
+    wrapper = _NLL(model)
+    names = [k for k, _ in wrapper.named_parameters()]
+    params = tuple(p.detach().clone().requires_grad_() for p in wrapper.parameters())
+
+    def f(*ps):
+        return functional_call(wrapper, dict(zip(names, ps)), (src, lens, tgt_in, tgt_out))
+
+    assert torch.autograd.gradcheck(f, params, eps=1e-6, atol=1e-5)
+
+
 # ------------------------------------------------------------------------------------------------ paper parameters
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("unit", ["paper", "torch"])

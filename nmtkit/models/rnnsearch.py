@@ -57,7 +57,7 @@ from torch import Tensor, nn
 from nmtkit.models import register_model, register_preset
 from nmtkit.models.attention import AdditiveAttention, alignment
 from nmtkit.models.encoder import GRU_UNITS, EncoderStates, SourceEncoder
-from nmtkit.models.fused import attentive_decoder, gru_sequence
+from nmtkit.models.fused import attentive_decoder, by_source_length, gru_sequence
 from nmtkit.models.gru import ConditionalGRU, gru_update
 from nmtkit.models.init import PAPER_STD, normal_, zeros_
 from nmtkit.models.matmul import aligned_linear, linear
@@ -253,7 +253,9 @@ class _RNNTranslator(nn.Module):
         """−Σ log p(y_i | y_<i, x) over the real (non-``<pad>``) positions of tgt_out (B, Ty): a float32 scalar.
 
         The training loss: the same value as cross-entropy on ``forward``'s logits, but the output layer is
-        computed only at real positions and fused with the softmax and its gradient (output.py)."""
+        computed only at real positions and fused with the softmax and its gradient (output.py).  The sentences are
+        taken longest source first (the fused attention then works in groups of similar source length)."""
+        src, src_lens, tgt_in, tgt_out = by_source_length(src, src_lens, tgt_in, tgt_out)
         s_prev, Ey, Cc, _ = self.teacher_forced(src, src_lens, tgt_in)
         real = (tgt_out != PAD).flatten().nonzero().squeeze(1)  # (N,)   flat indices of real targets
         if Cc.shape[1] != s_prev.shape[1]:  # the RNNencdec's C_o c, one per sentence
