@@ -51,3 +51,13 @@ def kenlm():
             pytest.fail(msg + " -- under CI it is part of the test extra")
         pytest.skip(msg)
     return module
+
+
+@pytest.fixture(autouse=True)
+def _speed_paths_at_every_size(monkeypatch):
+    """The oneDNN per-step products (matmul.Multiplier) and the attention's row groups (fused._row_groups) start at
+    the paper's sizes; the tests' tiny models take them too, so that every test exercises them."""
+    from nmtkit.models import fused, matmul
+
+    monkeypatch.setattr(matmul, "ONEDNN_MIN_WEIGHT", 0)
+    monkeypatch.setattr(fused, "GROUP_MIN_ELEMENTS", 0)

@@ -374,15 +374,19 @@ def _source_mask(lens):
     return torch.arange(max(lens)).unsqueeze(0) < torch.tensor(lens).unsqueeze(1)
 
 
-def test_row_groups():
+def test_row_groups(monkeypatch):
     """fused._row_groups: equal-size groups of a batch sorted by source length, each over its longest source;
-    groups of the same length merged; one group for an unsorted or small batch."""
+    groups of the same length merged; one group for an unsorted or small batch, or too little attention work."""
+    import nmtkit.models.fused as fused
     from nmtkit.models.fused import _row_groups
 
-    assert _row_groups(_source_mask([9, 9, 8, 7, 7, 5, 3, 3, 2, 1])) == [(0, 2, 9), (2, 5, 8), (5, 8, 5), (8, 10, 2)]
-    assert _row_groups(_source_mask([6, 6, 6, 6, 6, 6, 4, 4])) == [(0, 6, 6), (6, 8, 4)]  # three merged
-    assert _row_groups(_source_mask([5, 6, 4, 4, 3, 3, 2, 1])) == [(0, 8, 6)]  # not sorted
-    assert _row_groups(_source_mask([6, 5, 4, 3, 2, 1, 1])) == [(0, 7, 6)]  # fewer than 2 rows per group
+    assert _row_groups(_source_mask([9, 9, 8, 7, 7, 5, 3, 3, 2, 1]), 1) == [(0, 2, 9), (2, 5, 8), (5, 8, 5), (8, 10, 2)]
+    assert _row_groups(_source_mask([6, 6, 6, 6, 6, 6, 4, 4]), 1) == [(0, 6, 6), (6, 8, 4)]  # three merged
+    assert _row_groups(_source_mask([5, 6, 4, 4, 3, 3, 2, 1]), 1) == [(0, 8, 6)]  # not sorted
+    assert _row_groups(_source_mask([6, 5, 4, 3, 2, 1, 1]), 1) == [(0, 7, 6)]  # fewer than 2 rows per group
+    monkeypatch.setattr(fused, "GROUP_MIN_ELEMENTS", 1 << 21)  # (as outside the tests)
+    assert _row_groups(_source_mask([9, 9, 8, 7, 7, 5, 3, 3, 2, 1]), 1000) == [(0, 10, 9)]  # 90,000 elements
+    assert len(_row_groups(_source_mask([50] * 20 + [30] * 60), 1000)) == 2  # 80 × 50 × 1,000: the paper's
 
 
 GROUP_SRC, GROUP_TGT = [7, 7, 6, 5, 5, 4, 3, 3, 2, 1], [4, 6, 2, 5, 3, 3, 4, 1, 2, 5]
@@ -394,14 +398,14 @@ def test_attention_groups_equal_one_group(monkeypatch):
     group over all positions (float64)."""
     import nmtkit.models.fused as fused
 
-    assert len(fused._row_groups(_source_mask(GROUP_SRC))) == 4
+    assert len(fused._row_groups(_source_mask(GROUP_SRC), 1)) == 4
     model = randomize_(tiny("rnnsearch")).double()
     model.fused = True
     src, lens, tgt_in, tgt_out = make_batch(GROUP_SRC, GROUP_TGT)
     results = []
     for grouped in (True, False):
         if not grouped:
-            monkeypatch.setattr(fused, "_row_groups", lambda m: [(0, m.shape[0], m.shape[1])])
+            monkeypatch.setattr(fused, "_row_groups", lambda m, n_a: [(0, m.shape[0], m.shape[1])])
         model.zero_grad()
         logits, alpha = model(src, lens, tgt_in, return_attention=True)
         loss = F.cross_entropy(logits.reshape(-1, V_TGT), tgt_out.reshape(-1), ignore_index=PAD)
@@ -435,7 +439,7 @@ def test_nll_sorts_its_batch_and_gradchecks_in_groups():
                        std=0.5).double()
     src, lens, tgt_in, tgt_out = make_batch(GROUP_SRC[::-1], GROUP_TGT, seed=3)  # (shortest source first)
     src, tgt_in, tgt_out = src.clamp(max=5), tgt_in.clamp(max=4), tgt_out.clamp(max=4)
-    assert len(_row_groups(by_source_length(src, lens)[0] != PAD)) == 4
+    assert len(_row_groups(by_source_length(src, lens)[0] != PAD, 2)) == 4
     alone = sum(model.nll(src[b:b + 1, :lens[b]], lens[b:b + 1], tgt_in[b:b + 1], tgt_out[b:b + 1])
                 for b in range(len(lens)))
     torch.testing.assert_close(model.nll(src, lens, tgt_in, tgt_out), alone)

@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmtkit.models.init import ALIGN_STD, normal_, zeros_
-from nmtkit.models.matmul import linear
 
 
 class AdditiveAttention(nn.Module):
@@ -38,7 +37,7 @@ class AdditiveAttention(nn.Module):
 
     def keys(self, annotations: Tensor) -> Tensor:
         """U_a h_j for every source position, once per sentence: (B, Tx, ctx) -> (B, Tx, n')."""
-        return linear(annotations, self.U_a)
+        return F.linear(annotations, self.U_a)
 
     def forward(
         self, s_prev: Tensor, keys: Tensor, annotations: Tensor, src_mask: Tensor

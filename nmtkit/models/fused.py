@@ -17,7 +17,7 @@ no autograd graph inside the time loop, and rearrange the work so that the loop 
 - on CPU, a batch sorted by source length (``nll`` sorts it) attends in ``ATTENTION_GROUPS`` row groups, each over
   its own longest source only: the attention's elementwise work covers ~1.12× the real source positions instead
   of ~1.5× on the Hansards (``_row_groups``);
-- the per-step products go through ``matmul.Multiplier`` (oneDNN with the weight reordered once per pass).
+- the per-step products go through ``matmul.Multiplier`` (oneDNN on CPU, the weight reordered once per pass).
 
 Low precision (bf16 autocast, ``lowp``): the per-step matmuls run in bfloat16 with the weights cast once per pass;
 the states, gates, attention scores and every accumulation stay float32 (as autocast would do for these ops).
@@ -112,16 +112,20 @@ def gru_sequence(gx: Tensor, U_zr: Tensor, U: Tensor, s0: Tensor | None = None) 
 
 
 ATTENTION_GROUPS = 4  # row groups of a batch sorted by source length (on CPU; see _row_groups)
+# below this many (B · Tx · n') attention elements per step, one group: the small preset (n' = 256) measured no
+# faster in groups, end to end (tests run groups at every size)
+GROUP_MIN_ELEMENTS = 1 << 21
 
 
-def _row_groups(src_mask: Tensor) -> list[tuple[int, int, int]]:
+def _row_groups(src_mask: Tensor, n_a: int) -> list[tuple[int, int, int]]:
     """Contiguous row groups (r0, r1, T) whose attention runs over the first T source positions only, T the
     group's longest source: ``ATTENTION_GROUPS`` groups of equal size when the source lengths do not increase
     down the rows (``nll`` sorts its batch so), on CPU, where the attention's elementwise work is proportional to
     the positions it covers (a Hansards minibatch's source side is ~1.5× its real length when padded to the
-    longest, ~1.12× in four groups); else one group, (0, B, Tx)."""
+    longest, ~1.12× in four groups) and large enough (``GROUP_MIN_ELEMENTS``, n' the attention's size); else one
+    group, (0, B, Tx)."""
     B, Tx = src_mask.shape
-    if src_mask.device.type != "cpu" or B < 2 * ATTENTION_GROUPS:
+    if src_mask.device.type != "cpu" or B < 2 * ATTENTION_GROUPS or B * Tx * n_a < GROUP_MIN_ELEMENTS:
         return [(0, B, Tx)]
     lens = src_mask.sum(1).tolist()
     if any(a < b for a, b in zip(lens, lens[1:])):
@@ -168,11 +172,12 @@ class _AttentiveDecoder(torch.autograd.Function):
         if real is None:
             CH = mm(H.view(B * Tx, ctx_dim), C_stack.t(), lowp)  # (B·Tx, 3n)
         else:
-            CH = H.new_zeros(B * Tx, 3 * n).index_copy_(0, real, mm(H.view(B * Tx, ctx_dim)[real], C_stack.t(), lowp))
+            CH_real = mm(H.view(B * Tx, ctx_dim)[real], C_stack.t(), lowp)  # (N, 3n)
+            CH = H.new_zeros(B * Tx, 3 * n).index_copy_(0, real, CH_real)
         HC = torch.cat([CH.view(B, Tx, 3 * n), H], dim=2)
         CH = HC[:, :, : 3 * n]  # (B, Tx, 3n)
         pad = ~src_mask  # (B, Tx)
-        groups = _row_groups(src_mask)
+        groups = _row_groups(src_mask, n_a)
         covered = sum((r1 - r0) * T for r0, r1, T in groups)  # source positions the attention runs over
         S = gx.new_empty(Ty, B, n)  # (Ty, B, n)    s_{i-1}
         # σ(2 (W_a s_{i-1} + U_a h_j)) at each step's covered positions, group by group: (Ty, Σ_g b_g·T_g, n')
@@ -239,7 +244,8 @@ class _AttentiveDecoder(torch.autograd.Function):
             ds = by_WcatT.add_product(ds, Di[:, : n_a + 2 * n], out=ds)  # (B, n)   + [2 W_a; U_z; U_r]ᵀ (…)
         # weight gradients, once over all steps
         flat = D.view(Ty * B, -1)
-        dWcat = mm(flat[:, : n_a + 2 * n].t(), S.view(Ty * B, n), lowp)  # (n' + 2n, n)   the last step's gate rows are zero
+        # (n' + 2n, n)   the last step's gate rows are zero
+        dWcat = mm(flat[:, : n_a + 2 * n].t(), S.view(Ty * B, n), lowp)
         dW_a, dU_zr = 2.0 * dWcat[:n_a], dWcat[n_a:]
         dv_a = 2.0 * (SIG.view(-1, n_a).t() @ DE.view(-1))  # (n',)
         dkeys = 2.0 * dkeys2  # (B, Tx, n')

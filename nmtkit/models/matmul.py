@@ -1,18 +1,19 @@
 """Matrix products shaped and routed for the CPU.
 
-**Through oneDNN.**  On this CPU (AMD EPYC, AVX-512) torch 2.13's default float32 GEMM (MKL) reaches 120–180
-GFLOP/s on the training step's products; oneDNN, which the same torch build carries (``torch.ops.mkldnn``), reaches
-160–220 on the very same products, and more again on the decoder's and encoder's per-step products (80 × 1,000 ×
-3,000 and smaller) when the weight is reordered once into oneDNN's blocked layout instead of at every call
-(tests/bench/results/bench_kernels.txt).  So on CPU, in float32 and bfloat16:
+**Per-step products through oneDNN.**  A recurrence multiplies the same weight at every step by a small batch of
+states (80 × 1,000 → 3,000 and smaller in the paper's decoder).  torch 2.13's default float32 GEMM (MKL) handles
+such thin products poorly on this CPU (AMD EPYC, AVX-512); oneDNN, which the same torch build carries
+(``torch.ops.mkldnn``), runs them 1.6–1.7× faster in float32 and 1.4× in bf16 when the weight is reordered once
+into its blocked layout (tests/bench/results/bench_kernels.txt).  ``Multiplier(W)`` does that: W reordered once
+per forward (or backward) pass, then ``product(x)`` / ``add_product(bias, x, out)`` at every step (weights of at
+least ``ONEDNN_MIN_WEIGHT`` elements: the paper's sizes, not the small preset's).  The values are
+float32 GEMM results like torch's, only summed in another order (tests compare).  Elsewhere -- CUDA, float64, a
+torch build without oneDNN, or ``NMTKIT_ONEDNN=0`` in the environment -- ``Multiplier`` calls torch's products.
 
-- ``mm(a, b)`` and the autograd-aware ``linear(x, W, b)`` run through oneDNN;
-- ``Multiplier(W)`` prepares a weight for many products x Wᵀ -- the per-step products of a recurrence, where the
-  weight is the same at every step: reordered once per forward (or backward) pass.
-
-The values are float32 GEMM results like torch's, only summed in another order (differences of a few ulps; tests
-compare both routes).  Anywhere else -- CUDA, float64, a torch build without oneDNN, or ``NMTKIT_ONEDNN=0`` in the
-environment -- the same functions call torch's own products.
+Only these: oneDNN keeps a compiled primitive, with its buffers, for every distinct product shape it meets (up to
+1,024 of them).  The per-step shapes are few (rows up to the batch size), but the large products -- the output
+layer, the input projections -- change shape with every batch's token count: routed through oneDNN as well (4–28%
+faster each) they made a training process grow by ~1 GB per 100 small-model updates.
 
 **Dimensions rounded up to a multiple of 8** with zeros: a product runs markedly slower on this CPU when a
 dimension of its *result* is not one: the paper's vocabulary 30,000 + 4 specials, its embedding size m = 620 and
@@ -21,8 +22,8 @@ costs a copy of one operand, far less than it saves:
 
 - ``padded_vocab``: output layers over V' = V rounded up (zero rows of W_o; the bias of the extra rows chosen by
   the caller: −inf in the loss, so they get probability 0);
-- ``aligned_linear``: ``linear`` with the reduced dimension K rounded up, so that the backward pass's products,
-  whose results are K wide (∂L/∂x (N, K) and ∂L/∂W (out, K)), run at full speed.
+- ``aligned_linear``: F.linear with the reduced dimension K rounded up, so that the backward pass's products, whose
+  results are K wide (∂L/∂x (N, K) and ∂L/∂W (out, K)), run at full speed.
 
 ``lowp`` arguments: the autocast dtype (bf16) in which a product runs, its operands cast to it and its result
 returned in float32 -- how the hand-written recurrences keep states and accumulations in float32.
@@ -36,10 +37,12 @@ import os
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 ALIGN = 8
 ROWS_HINT = 80  # the batch size oneDNN's weight layout is chosen for (the paper's minibatch); any row count works
+# weights smaller than this (elements) stay with torch's products: at the small preset's sizes (n = 256) the route
+# measured no faster, end to end (tests run the route at every size)
+ONEDNN_MIN_WEIGHT = 1 << 18
 
 
 def round_up(k: int) -> int:
@@ -90,16 +93,9 @@ def mm(a: Tensor, b: Tensor, lowp=None, bias: Tensor | None = None) -> Tensor:
     """a @ b (+ bias) for a (M, K), b (K, N), bias (N,); in ``lowp`` with a float32 result when given (the bias
     then added in float32)."""
     a, b = _low(a, lowp), _low(b, lowp)
-    low_bias = bias if lowp is None else None
-    # oneDNN's product wants a row-major a (it would copy a transposed one, e.g. in a weight gradient Gᵀ X, where
-    # torch's GEMM reads it in place) and refuses empty operands
-    if onednn(a) and a.stride(-1) == 1 and a.numel() and b.numel():
-        out = torch.ops.mkldnn._linear_pointwise(a, b.t(), low_bias, "none", [], "")
-    else:
-        out = a @ b if low_bias is None else torch.addmm(low_bias, a, b)
     if lowp is None:
-        return out
-    return out.float() if bias is None else out.float().add_(bias)
+        return a @ b if bias is None else torch.addmm(bias, a, b)
+    return (a @ b).float() if bias is None else (a @ b).float().add_(bias)
 
 
 class Multiplier:
@@ -108,7 +104,7 @@ class Multiplier:
     def __init__(self, W: Tensor, lowp=None):
         self.lowp = lowp
         W = _low(W, lowp)
-        if onednn(W):
+        if onednn(W) and W.numel() >= ONEDNN_MIN_WEIGHT:
             self.packed = torch.ops.mkldnn._reorder_linear_weight(W.contiguous(), ROWS_HINT)
         else:
             self.packed = None
@@ -131,39 +127,6 @@ class Multiplier:
         return torch.add(bias, self.product(x, float32=False), out=out)
 
 
-class _Linear(torch.autograd.Function):
-    """x Wᵀ + b through oneDNN, forwards and backwards (x (..., K), W (N, K), b (N,) or None)."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, W: Tensor, b: Tensor | None) -> Tensor:
-        ctx.save_for_backward(x, W)
-        ctx.has_bias = b is not None
-        return torch.ops.mkldnn._linear_pointwise(x, W, b, "none", [], "")
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy: Tensor):
-        x, W = ctx.saved_tensors
-        dy2 = dy.reshape(-1, dy.shape[-1])  # (M, N)
-        dx = mm(dy2, W).view(x.shape) if ctx.needs_input_grad[0] else None  # (..., K)
-        dW = mm(dy2.t(), x.reshape(-1, x.shape[-1])) if ctx.needs_input_grad[1] else None  # (N, K)
-        db = dy2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None  # (N,)
-        return dx, dW, db
-
-
-def linear(x: Tensor, W: Tensor, b: Tensor | None = None) -> Tensor:
-    """F.linear(x, W, b), through oneDNN on CPU (see the module docstring); under autocast in its dtype, as
-    F.linear would be."""
-    lowp = autocast_dtype(x)
-    if lowp is None:
-        same = x.dtype == W.dtype and (b is None or b.dtype == W.dtype)
-        return _Linear.apply(x, W, b) if same and onednn(x) and x.numel() and W.numel() else F.linear(x, W, b)
-    if not (onednn(x.new_empty(0, dtype=lowp)) and x.numel() and W.numel()):
-        return F.linear(x, W, b)
-    with torch.autocast(x.device.type, enabled=False):
-        return _Linear.apply(x.to(lowp), W.to(lowp), None if b is None else b.to(lowp))
-
-
 def padded_vocab(W: Tensor, b: Tensor, b_fill: float, columns: bool = False) -> tuple[Tensor, Tensor]:
     """W (V, l), b (V,) -> the same with V (and l too when ``columns``) rounded up to a multiple of ``ALIGN``:
     zero rows (and columns) in W, ``b_fill`` in b's extra entries.  One copy of W; returned as they are when
@@ -178,8 +141,8 @@ def padded_vocab(W: Tensor, b: Tensor, b_fill: float, columns: bool = False) -> 
 
 
 def aligned_linear(x: Tensor, W: Tensor, b: Tensor | None = None) -> Tensor:
-    """``linear(x, W, b)`` (x (..., K), W (out, K)) computed with K rounded up to a multiple of ``ALIGN``."""
+    """F.linear(x, W, b) (x (..., K), W (out, K)) computed with K rounded up to a multiple of ``ALIGN``."""
     extra = round_up(W.shape[1]) - W.shape[1]
     if not extra:
-        return linear(x, W, b)
-    return linear(F.pad(x, (0, extra)), F.pad(W, (0, extra)), b)
+        return F.linear(x, W, b)
+    return F.linear(F.pad(x, (0, extra)), F.pad(W, (0, extra)), b)

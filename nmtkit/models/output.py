@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from nmtkit.models.matmul import _low, autocast_dtype, mm, padded_vocab
+from nmtkit.models.matmul import _low, autocast_dtype, padded_vocab
 
 CHUNK_ELEMENTS = 1 << 26  # logits per chunk (256 MB in float32): one chunk for a paper-size batch of ~2,000 targets
 MIN_CHUNK_ROWS = 64  # fewer rows make inefficient matmuls
@@ -44,7 +44,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             dt, dW, db = torch.empty_like(t), torch.zeros_like(W), torch.zeros_like(b)
         for start in range(0, N, chunk):
             tc, yc = t_l[start: start + chunk], y[start: start + chunk]  # (c, l), (c,)
-            z = mm(tc, W_l.t(), lowp, bias=b)  # (c, V) logits, float32
+            z = torch.addmm(b, tc, W_l.t()) if lowp is None else (tc @ W_l.t()).float().add_(b)  # (c, V) logits
             z_y = z.gather(1, yc.unsqueeze(1)).squeeze(1)  # (c,)   logit of the reference word
             zmax = z.amax(dim=1, keepdim=True)  # (c, 1)
             z.sub_(zmax).exp_()  # (c, V)   exp(z − max)
@@ -55,9 +55,13 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 z.div_(total)  # (c, V)   p
                 z.scatter_add_(1, yc.unsqueeze(1), z.new_full((len(yc), 1), -1.0))  # p − onehot(y) = ∂loss/∂z
                 db += z.sum(dim=0)  # (V,)
-                z = _low(z, lowp)  # one cast for both products (bf16 results, accumulated in float32)
-                dt[start: start + chunk] = mm(z, W_l)  # (c, l)
-                dW += mm(z.t(), tc)  # (V, l)   (one chunk at paper size)
+                z = _low(z, lowp)  # one cast for both products
+                if lowp is None:
+                    torch.mm(z, W_l, out=dt[start: start + chunk])  # (c, l)
+                    dW.addmm_(z.t(), tc)  # (V, l)
+                else:
+                    dt[start: start + chunk] = z @ W_l
+                    dW += z.t() @ tc
         if want_grad:
             ctx.save_for_backward(dt[:, :l], dW[:V, :l], db[:V])
         return loss.to(t.dtype if t.dtype != torch.bfloat16 else torch.float32)

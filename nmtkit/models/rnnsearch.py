@@ -60,7 +60,7 @@ from nmtkit.models.encoder import GRU_UNITS, EncoderStates, SourceEncoder
 from nmtkit.models.fused import attentive_decoder, by_source_length, gru_sequence
 from nmtkit.models.gru import ConditionalGRU, gru_update
 from nmtkit.models.init import PAPER_STD, normal_, zeros_
-from nmtkit.models.matmul import aligned_linear, linear
+from nmtkit.models.matmul import aligned_linear
 from nmtkit.models.output import linear_cross_entropy
 from nmtkit.models.packed import Packing, packing, unpack
 from nmtkit.models.stepweights import StepWeights, step_weights
@@ -192,7 +192,7 @@ class _RNNTranslator(nn.Module):
 
     def maxout(self, s_prev: Tensor, Ey: Tensor, Cc: Tensor) -> Tensor:
         """s_{i-1} (..., n), E y_{i-1} (..., m), C_o c_i (..., 2l) -> t_i (..., l).  The maxout hidden layer."""
-        t_tilde = linear(s_prev, self.U_o, self.b_o) + aligned_linear(Ey, self.V_o) + Cc  # (..., 2l)
+        t_tilde = F.linear(s_prev, self.U_o, self.b_o) + aligned_linear(Ey, self.V_o) + Cc  # (..., 2l)
         return self._pairwise_max(t_tilde)
 
     def _pairwise_max(self, t_tilde: Tensor) -> Tensor:
@@ -266,7 +266,7 @@ class _RNNTranslator(nn.Module):
 
     def initial_state(self, summary: Tensor) -> Tensor:
         """s_0 = tanh(W_s summary + b_s): (B, n) -> (B, n)."""
-        return torch.tanh(linear(summary, self.W_s, self.b_s))
+        return torch.tanh(F.linear(summary, self.W_s, self.b_s))
 
     # -- the interface used by training, search and alignment
     def init_decoder(self, enc: EncoderOut) -> Tensor:
@@ -279,7 +279,7 @@ class _RNNTranslator(nn.Module):
         (B, 1, 3n + 2l)).  Since c_i = Σ_j α_ij h_j, C c_i = Σ_j α_ij (C h_j): a decoding step then needs a (1 × Tx)
         weighted sum of these instead of two matmuls with c_i."""
         source = enc.annotations if enc.context is None else enc.context.unsqueeze(1)  # (B, Tx or 1, ctx)
-        return linear(source, torch.cat([self.decoder.C_stack, self.C_o]))
+        return F.linear(source, torch.cat([self.decoder.C_stack, self.C_o]))
 
     def prepare_decoding(self, enc: EncoderOut) -> EncoderOut:
         """The encoder output with ``source_projections`` computed once, for the many steps of a search."""

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The pieces behind this project's speed notes, each against what it replaced (about four minutes)::
+"""The pieces behind this project's speed notes, each against what it replaced (about two minutes)::
 
     python tests/bench/bench_kernels.py        # writes tests/bench/results/bench_kernels.txt
 
@@ -18,10 +18,9 @@
    (``SourceEncoder.forward``), against packed (``forward_packed``, ``nmtkit.models.packed``); with the share of
    the padded source positions that are padding.
 
-5. The training step's float32 products through oneDNN (``nmtkit.models.matmul``) against torch's default GEMM
-   (``torch.mm``, MKL in this wheel): the decoder's per-step products at the paper's batch of 80 with the weight
-   reordered once (``Multiplier``), forwards and backwards, and in bf16 too; the large products of a paper-size
-   step (output layer, C_stack h_j, the encoder's input projections) through ``mm``.
+5. The recurrences' per-step products through oneDNN (``nmtkit.models.matmul.Multiplier``, the weight reordered
+   once) against torch's default GEMM (``torch.mm``, MKL in this wheel): the decoder's at the paper's batch of 80,
+   forwards and backwards, and in bf16 too.
 6. One Adadelta update of rnnsearch-50's 80M weights (30k vocabularies, random gradients):
    ``torch.optim.Adadelta`` against ``nmtkit.adadelta.Adadelta`` (blocked, the same values bit for bit).
 
@@ -175,7 +174,7 @@ def encoder_case(rows: list, threads: int) -> None:
 def onednn_cases(rows: list, g, threads: int) -> None:
     import torch
 
-    from nmtkit.models.matmul import Multiplier, mm, onednn
+    from nmtkit.models.matmul import Multiplier, onednn
 
     if not onednn(torch.zeros(1)):
         peers.log("no oneDNN products in this torch build: part 5 skipped")
@@ -190,15 +189,6 @@ def onednn_cases(rows: list, g, threads: int) -> None:
         r = interleaved({"torch": lambda: x @ WT, "onednn": lambda: by_W.product(x)})
         rows.append([f"{name} ({M} × {K} → {N}{', bf16' if dtype == torch.bfloat16 else ''})", f"{threads}",
                      f"torch.mm: {r['torch']:.2f}", f"Multiplier: {r['onednn']:.2f}",
-                     f"{r['torch'] / r['onednn']:.2f}×"])
-    for name, (M, K, N) in [("output layer W_o t (1,511 × 504 → 30,008)", (1511, 504, 30008)),
-                            ("∂L/∂t = (p − y) W_o (1,511 × 30,008 → 504)", (1511, 30008, 504)),
-                            ("C_stack h_j (2,000 × 2,000 → 3,000)", (2000, 2000, 3000)),
-                            ("encoder W_stack x (3,000 × 624 → 6,000)", (3000, 624, 6000))]:
-        a, b = torch.randn(M, K, generator=g), torch.randn(N, K, generator=g).t()
-        peers.log(f"{name}: torch.mm against matmul.mm")
-        r = interleaved({"torch": lambda: a @ b, "onednn": lambda: mm(a, b)}, rounds=2)
-        rows.append([name, f"{threads}", f"torch.mm: {r['torch']:.1f}", f"matmul.mm: {r['onednn']:.1f}",
                      f"{r['torch'] / r['onednn']:.2f}×"])
 
 

@@ -166,17 +166,19 @@ def scheduled_lengths(prep: Path, arch: str, first: int, count: int, batch_size:
 
 def matmul_gflops(n: int, dtype_name: str, reps: int = 8) -> dict:
     """Best and median GFLOP/s of two n×n matrices multiplied (2n³ FLOPs per call), by torch.matmul and by
-    nmtkit's oneDNN route (``nmtkit.models.matmul.mm``, which training uses on CPU): the faster of the two."""
+    nmtkit's oneDNN route (``nmtkit.models.matmul.Multiplier``, which training's per-step products take on CPU):
+    the faster of the two."""
     import torch
 
-    from nmtkit.models.matmul import mm
+    from nmtkit.models.matmul import Multiplier
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
     g = torch.Generator().manual_seed(0)
     a = torch.randn(n, n, generator=g).to(dtype)
     b = torch.randn(n, n, generator=g).to(dtype)
     found = {}
-    for name, fn in (("torch.matmul", torch.matmul), ("oneDNN", mm)):
+    by_b = Multiplier(b.t().contiguous())  # x ↦ x b
+    for name, fn in (("torch.matmul", torch.matmul), ("oneDNN", lambda x, _: by_b.product(x))):
         for _ in range(2):
             fn(a, b)
         rates = []
