@@ -12,8 +12,9 @@ torch build without oneDNN, or ``NMTKIT_ONEDNN=0`` in the environment -- ``Multi
 
 Only these: oneDNN keeps a compiled primitive, with its buffers, for every distinct product shape it meets (up to
 1,024 of them).  The per-step shapes are few (rows up to the batch size), but the large products -- the output
-layer, the input projections -- change shape with every batch's token count: routed through oneDNN as well (4–28%
-faster each) they made a training process grow by ~1 GB per 100 small-model updates.
+layer, the input projections -- change shape with every batch's token count: routed through oneDNN as well (a
+little faster each, in one-off measurements) they made a training process grow with every batch until those
+caches filled (``test_matmul`` checks that no oneDNN product has more rows than the batch).
 
 **Dimensions rounded up to a multiple of 8** with zeros: a product runs markedly slower on this CPU when a
 dimension of its *result* is not one: the paper's vocabulary 30,000 + 4 specials, its embedding size m = 620 and
@@ -52,15 +53,15 @@ def round_up(k: int) -> int:
 
 @functools.cache
 def _onednn_works() -> bool:
-    """Whether this torch build's oneDNN products are there and agree with torch.mm (checked once)."""
+    """Whether this torch build's oneDNN product with a reordered weight is there and agrees with torch's (checked
+    once)."""
     if os.environ.get("NMTKIT_ONEDNN", "1") == "0":
         return False
     try:
         a, w = torch.randn(5, 11), torch.randn(7, 11)
-        plain = torch.ops.mkldnn._linear_pointwise(a, w, None, "none", [], "")
-        packed = torch.ops.mkldnn._linear_pointwise(a, torch.ops.mkldnn._reorder_linear_weight(w, 5), None,
-                                                    "none", [], "")
-        return bool(torch.allclose(plain, a @ w.t(), atol=1e-5) and torch.allclose(packed, a @ w.t(), atol=1e-5))
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, 5)
+        return bool(torch.allclose(torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], ""), a @ w.t(),
+                                   atol=1e-5))
     except (AttributeError, RuntimeError):
         return False
 
@@ -89,13 +90,11 @@ def _low(t: Tensor, lowp) -> Tensor:
     return t if lowp is None else t.to(lowp)
 
 
-def mm(a: Tensor, b: Tensor, lowp=None, bias: Tensor | None = None) -> Tensor:
-    """a @ b (+ bias) for a (M, K), b (K, N), bias (N,); in ``lowp`` with a float32 result when given (the bias
-    then added in float32)."""
-    a, b = _low(a, lowp), _low(b, lowp)
+def mm(a: Tensor, b: Tensor, lowp=None) -> Tensor:
+    """a @ b for a (M, K), b (K, N); in ``lowp`` with a float32 result when given (torch's product)."""
     if lowp is None:
-        return a @ b if bias is None else torch.addmm(bias, a, b)
-    return (a @ b).float() if bias is None else (a @ b).float().add_(bias)
+        return a @ b
+    return (a.to(lowp) @ b.to(lowp)).float()
 
 
 class Multiplier:
