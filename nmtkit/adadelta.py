@@ -12,6 +12,13 @@ elements, so that a block's intermediates stay in the cache and each array is re
 same values bit for bit (tests compare) and the same state (``square_avg``, ``acc_delta``, ``step``: checkpoints
 interchange).  It takes this path for dense, contiguous float32 parameters on CPU; anything else (CUDA, sparse
 gradients, weight decay, ``maximize``, ...) goes to torch's own step.
+
+**Rows without gradient.**  A minibatch uses a few hundred of the 30,000 words, so most rows of the embedding
+matrices' (dense) gradients are zero.  For such a row the update above reduces exactly to E[g²] ← ρ E[g²],
+E[Δθ²] ← ρ E[Δθ²], θ unchanged (g = 0 makes Δθ = 0 and adds exact zeros), which needs no square roots.  For 2-D
+parameters of at least ``SPARSE_MIN_ROWS`` rows, when at most half the rows have a nonzero gradient, ``Adadelta``
+scales the two averages of every row by ρ and runs the full update on the other rows only (gathered into a compact
+copy and written back): the same values as the full update (tests compare), in a fraction of its time.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import torch
 
 BLOCK = 1 << 19  # elements per block (2 MB of float32 per array; 2^18 … 2^21 measure alike here, 2^15 gains nothing)
+SPARSE_MIN_ROWS = 4096  # 2-D parameters with this many rows (vocabulary-sized) are checked for rows without gradient
 
 
 class Adadelta(torch.optim.Adadelta):
@@ -55,13 +63,35 @@ class Adadelta(torch.optim.Adadelta):
                     state["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["acc_delta"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["step"] += 1
-                _update(p.view(-1), p.grad.view(-1), state["square_avg"].view(-1), state["acc_delta"].view(-1),
-                        group["lr"], group["rho"], group["eps"])
+                args = (p, p.grad, state["square_avg"], state["acc_delta"], group["lr"], group["rho"], group["eps"])
+                if not (p.dim() == 2 and p.shape[0] >= SPARSE_MIN_ROWS and _update_rows(*args)):
+                    _update(*args)
         return loss
 
 
+def _update_rows(p, g, sq, acc, lr, rho, eps) -> bool:
+    """The update of a 2-D p (R, C) when at most half its rows have a nonzero gradient (see the module docstring):
+    E[g²] and E[Δθ²] scaled by ρ everywhere, the full update on the gradient's nonzero rows; False (nothing done)
+    when more rows than that have one."""
+    used = g.amax(dim=1) != 0  # (R,)   (two reductions: faster here than any(), and NaN counts as nonzero)
+    if 2 * int(used.sum()) > p.shape[0]:
+        return False
+    rows = used.logical_or_(g.amin(dim=1) != 0).nonzero().squeeze(1)  # (k,)   rows with a nonzero gradient
+    if 2 * len(rows) > p.shape[0]:
+        return False
+    p_k, g_k, sq_k, acc_k = (t.index_select(0, rows) for t in (p, g, sq, acc))  # (k, C) compact copies
+    _update(p_k, g_k, sq_k, acc_k, lr, rho, eps)
+    sq.mul_(rho)  # rows without gradient: E[g²] ← ρ E[g²] + (1 − ρ)·0
+    acc.mul_(rho)  # and E[Δθ²] ← ρ E[Δθ²] + (1 − ρ)·0², θ unchanged
+    for t, t_k in ((p, p_k), (sq, sq_k), (acc, acc_k)):
+        t.index_copy_(0, rows, t_k)
+    return True
+
+
 def _update(p, g, sq, acc, lr, rho, eps) -> None:
-    """One Adadelta update of flat p (N,) from g, in place in p and the state sq = E[g²], acc = E[Δθ²]."""
+    """One Adadelta update of p from g, in place in p and the state sq = E[g²], acc = E[Δθ²] (all contiguous, of
+    one shape)."""
+    p, g, sq, acc = p.view(-1), g.view(-1), sq.view(-1), acc.view(-1)  # (N,)
     N = p.numel()
     std_buf = torch.empty(min(BLOCK, N))
     delta_buf = torch.empty_like(std_buf)

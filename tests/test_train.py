@@ -246,6 +246,44 @@ def test_blocked_adadelta_is_torchs_bit_for_bit(opts, monkeypatch):
     assert float(s_ours["state"][0]["step"]) == 5 and float(s_ours["state"][3]["step"]) == 3
 
 
+def test_adadelta_rows_without_gradient_are_torchs_bit_for_bit(monkeypatch):
+    """An embedding-like parameter whose gradient is zero in most rows (a minibatch uses few words) takes the
+    rows shortcut -- and ends with exactly torch's parameters and state, through sparse and dense steps."""
+    monkeypatch.setattr(adadelta, "SPARSE_MIN_ROWS", 16)
+    monkeypatch.setattr(adadelta, "BLOCK", 64)
+    taken = []
+    real_rows = adadelta._update_rows
+    monkeypatch.setattr(adadelta, "_update_rows", lambda *a: taken.append(real_rows(*a)) or taken[-1])
+    torch.manual_seed(0)
+    ref = [torch.nn.Parameter(torch.randn(40, 7)), torch.nn.Parameter(torch.randn(8, 3))]  # (the second: too few rows)
+    ours = [torch.nn.Parameter(p.detach().clone()) for p in ref]
+    opts = dict(lr=1.0, rho=0.95, eps=1e-6)
+    opt_ref, opt_ours = torch.optim.Adadelta(ref, **opts), Adadelta(ours, **opts)
+    for k in range(6):
+        g = torch.Generator().manual_seed(k)
+        grads = [torch.randn(p.shape, generator=g) for p in ref]
+        if k != 3:  # step 3: a dense gradient (the full update); else 5 of 40 rows used, some partly zero
+            used = torch.randperm(40, generator=g)[:5]
+            keep = torch.zeros(40, 1)
+            keep[used] = 1.0
+            grads[0] = grads[0] * keep
+            grads[0][used[0], 2] = 0.0
+            grads[0][used[1]] = -0.0  # a used row whose gradient is (negative) zero: a row without gradient
+            grads[0][used[2]] = 0.0
+            grads[0][used[2], 4] = -1.5  # a row whose only nonzero entry is negative (its maximum is 0)
+        for a, b, grad in zip(ref, ours, grads):
+            a.grad, b.grad = grad, grad.clone()
+        opt_ref.step()
+        opt_ours.step()
+        for a, b in zip(ref, ours):
+            assert torch.equal(a, b)
+    assert taken == [True, True, True, False, True, True]
+    s_ref, s_ours = opt_ref.state_dict(), opt_ours.state_dict()
+    for i in s_ref["state"]:
+        for key, value in s_ref["state"][i].items():
+            assert torch.equal(value, s_ours["state"][i][key]), key
+
+
 def test_blocked_adadelta_resumes_from_torchs_state():
     """A checkpoint's optimizer state from torch.optim.Adadelta loads into the blocked one and continues alike."""
     opts = dict(lr=1.0, rho=0.95, eps=1e-6)
