@@ -662,6 +662,28 @@ def test_linear_cross_entropy_for_any_vocabulary_size(V, l):
         torch.testing.assert_close(a, e)
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_linear_cross_entropy_when_the_reference_word_underflows(bf16):
+    """−log p(y) comes from the softmax's p(y); where p(y) underflows in float32 (a reference word 150 nats below
+    the best) it is recomputed from the logits: finite and exact, in float32 and under bf16 autocast."""
+    from nmtkit.models.output import linear_cross_entropy
+
+    g = torch.Generator().manual_seed(6)
+    t = torch.randn(5, 8, generator=g)
+    W = torch.randn(13, 8, generator=g) * 0.1
+    b = torch.zeros(13)
+    b[3] = -150.0  # p(3) = e^-150 · … underflows to 0 in float32
+    y = torch.tensor([3, 1, 3, 0, 12])
+    t.requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = linear_cross_entropy(t, W, b, y)
+    loss.backward()
+    expected = F.cross_entropy(F.linear(t.detach().double(), W.double(), b.double()), y, reduction="sum")
+    assert torch.isfinite(loss) and torch.isfinite(t.grad).all()
+    assert float(expected) > 300  # two words 150 nats down
+    torch.testing.assert_close(loss.double(), expected, rtol=1e-3 if bf16 else 1e-6, atol=0)
+
+
 @pytest.mark.parametrize("K", [5, 16])
 def test_aligned_linear_is_linear(K):
     """matmul.aligned_linear pads the reduced dimension to a multiple of 8: F.linear's values and gradients."""

@@ -126,15 +126,15 @@ class Multiplier:
         return torch.add(bias, self.product(x, float32=False), out=out)
 
 
-def padded_vocab(W: Tensor, b: Tensor, b_fill: float, columns: bool = False) -> tuple[Tensor, Tensor]:
+def padded_vocab(W: Tensor, b: Tensor, b_fill: float, columns: bool = False, dtype=None) -> tuple[Tensor, Tensor]:
     """W (V, l), b (V,) -> the same with V (and l too when ``columns``) rounded up to a multiple of ``ALIGN``:
-    zero rows (and columns) in W, ``b_fill`` in b's extra entries.  One copy of W; returned as they are when
-    nothing needs padding."""
+    zero rows (and columns) in W, ``b_fill`` in b's extra entries; W in ``dtype`` when given (padded straight
+    into it).  One copy of W; returned as they are when nothing needs padding or casting."""
     (V, l), V2 = W.shape, round_up(W.shape[0])
     l2 = round_up(l) if columns else l
     if (V2, l2) == (V, l):
-        return W, b
-    W2 = W.new_zeros(V2, l2)
+        return _low(W, dtype), b
+    W2 = W.new_zeros(V2, l2, dtype=dtype)
     W2[:V, :l] = W
     return W2, torch.cat([b, b.new_full((V2 - V,), b_fill)])
 

@@ -4,16 +4,18 @@
 
 Computed naively this writes and re-reads several (N, V) tensors -- the logits, their float32 copy under bf16, the
 log-softmax, its gradient -- each of them 190 MB at paper size (N = 1,600 targets, V = 30,000).  Here one buffer of
-logits is turned in place into p = softmax and then into p − onehot(y) = ∂loss/∂logits, and its products with W_o
-and t follow at once; only the real (non-padding) targets are given (``nll`` in rnnsearch.py picks them).  Rows
+float32 logits (the bias added in the pass that widens a bf16 product) is turned in place into p = softmax by
+torch's fused softmax (one pass per row, faster than the max / exp / sum / divide passes it replaces),
+then into p − onehot(y) = ∂loss/∂logits, and its products with W_o and t follow at once; the loss is
+−Σ log p(y), recomputed as log Σ_v exp z_v − z_y for the rare rows whose p(y) underflows; only the real (non-padding) targets are given (``nll`` in rnnsearch.py picks them).  Rows
 are taken in chunks of at most ``CHUNK_ELEMENTS`` logits to bound the memory of very large batches (smaller
 chunks, which would stay in the cache, measured slower here: the matmuls get thin and ∂W_o is re-read once per
 chunk).  The gradients are thus computed in the forward pass and only scaled in the backward pass (the loss is a
 scalar), which is what a training step needs and what evaluation (no gradient) skips.
 
 The values equal ``F.cross_entropy(F.linear(t, W_o, b_y), y, reduction="sum")`` up to rounding (tests compare
-values and gradients).  Under autocast (bf16) the two matmuls run in the autocast dtype; the softmax, the loss and
-the gradient accumulations stay float32.
+values and gradients).  Under autocast (bf16) the three products run in the autocast dtype; the softmax, the loss
+and the gradient accumulations stay float32.
 """
 
 from __future__ import annotations
@@ -27,6 +29,15 @@ from nmtkit.models.matmul import _low, autocast_dtype, padded_vocab
 
 CHUNK_ELEMENTS = 1 << 26  # logits per chunk (256 MB in float32): one chunk for a paper-size batch of ~2,000 targets
 MIN_CHUNK_ROWS = 64  # fewer rows make inefficient matmuls
+LOG_TINY = -69.0  # log p(y) below this (p < 1e-30; float32's normal range ends at 1.2e-38): recomputed from the logits
+
+
+def _logits(t: Tensor, W: Tensor, b: Tensor, lowp) -> Tensor:
+    """W t + b for the rows of t (c, l) in float32: the product in ``lowp`` when given, the bias added in float32
+    (in the same pass that widens the product)."""
+    if lowp is None:
+        return torch.addmm(b, t, W.t())
+    return torch.add(t @ W.t(), b)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -34,32 +45,32 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def forward(ctx, lowp, want_grad: bool, t: Tensor, W: Tensor, b: Tensor, y: Tensor) -> Tensor:
         (N, l), V = t.shape, W.shape[0]
         # V and l rounded up to multiples of 8 (matmul.py): the extra logits are −inf (probability 0), the extra
-        # columns of W and t zero
-        W, b = padded_vocab(W, b, float("-inf"), columns=True)  # (V', l'), (V',)
-        t = F.pad(t, (0, W.shape[1] - l))  # (N, l')
-        chunk = max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // W.shape[0])
-        W_l, t_l = _low(W, lowp), _low(t, lowp)
+        # columns of W and t zero; under lowp W is padded straight into its lowp copy
+        W_l, b = padded_vocab(W, b, float("-inf"), columns=True, dtype=lowp)  # (V', l'), (V',)
+        t = F.pad(t, (0, W_l.shape[1] - l))  # (N, l')
+        chunk = max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // W_l.shape[0])
+        t_l = _low(t, lowp)
         loss = t.new_zeros((), dtype=torch.float64)
         if want_grad:
-            dt, dW, db = torch.empty_like(t), torch.zeros_like(W), torch.zeros_like(b)
+            dt, dW, db = torch.empty_like(t), W_l.new_zeros(W_l.shape, dtype=t.dtype), torch.zeros_like(b)
         for start in range(0, N, chunk):
-            tc, yc = t_l[start: start + chunk], y[start: start + chunk]  # (c, l), (c,)
-            z = torch.addmm(b, tc, W_l.t()) if lowp is None else (tc @ W_l.t()).float().add_(b)  # (c, V) logits
-            z_y = z.gather(1, yc.unsqueeze(1)).squeeze(1)  # (c,)   logit of the reference word
-            zmax = z.amax(dim=1, keepdim=True)  # (c, 1)
-            z.sub_(zmax).exp_()  # (c, V)   exp(z − max)
-            total = z.sum(dim=1, keepdim=True)  # (c, 1)
-            lse = zmax.squeeze(1) + total.squeeze(1).log()  # (c,)   log Σ_v exp z_v
-            loss += (lse - z_y).sum(dtype=torch.float64)
+            tc, yc = t_l[start: start + chunk], y[start: start + chunk].unsqueeze(1)  # (c, l'), (c, 1)
+            z = _logits(tc, W_l, b, lowp)  # (c, V')   logits, float32
+            z_y = z.gather(1, yc)  # (c, 1)   logit of the reference word
+            torch.softmax(z, dim=1, out=z)  # (c, V')   p, in place (one fused pass per row)
+            log_p = z.gather(1, yc).log_()  # (c, 1)   log p(y)
+            lost = (log_p < LOG_TINY).squeeze(1).nonzero().squeeze(1)  # p(y) (nearly) underflowed: recompute
+            if len(lost):  # log p(y) = z_y − log Σ_v exp z_v
+                log_p[lost] = z_y[lost] - torch.logsumexp(_logits(tc[lost], W_l, b, lowp), 1, keepdim=True)
+            loss -= log_p.sum(dtype=torch.float64)
             if want_grad:
-                z.div_(total)  # (c, V)   p
-                z.scatter_add_(1, yc.unsqueeze(1), z.new_full((len(yc), 1), -1.0))  # p − onehot(y) = ∂loss/∂z
-                db += z.sum(dim=0)  # (V,)
-                z = _low(z, lowp)  # one cast for both products
+                z.scatter_add_(1, yc, z.new_full(yc.shape, -1.0))  # p − onehot(y) = ∂loss/∂z
+                db += z.sum(dim=0)  # (V',)
                 if lowp is None:
-                    torch.mm(z, W_l, out=dt[start: start + chunk])  # (c, l)
-                    dW.addmm_(z.t(), tc)  # (V, l)
+                    torch.mm(z, W_l, out=dt[start: start + chunk])  # (c, l')
+                    dW.addmm_(z.t(), tc)  # (V', l')
                 else:
+                    z = z.to(lowp)  # one cast for both products
                     dt[start: start + chunk] = z @ W_l
                     dW += z.t() @ tc
         if want_grad:
