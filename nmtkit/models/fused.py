@@ -220,7 +220,7 @@ class _AttentiveDecoder(torch.autograd.Function):
             D[:, :, n_a + 3 * n :] = dCTX
         dS = torch.zeros_like(S) if dS is None else dS
         DE = S.new_empty(Ty, SIG.shape[1])  # (Ty, Σ_g b_g·T_g)   ∂L/∂e_i at the covered positions, as SIG
-        dkeys2 = H.new_zeros(B, Tx, n_a)  # (B, Tx, n')
+        dkeys2 = H.new_zeros(B, Tx, n_a)  # (B, Tx, n')   Σ_i ∂L/∂e_ij σ'(…), later times 2 v_a2
         ds = torch.zeros_like(S[0])  # ∂L/∂s_i from the steps after i
         HCt = HC.transpose(1, 2)  # (B, 5n, Tx)
         for i in reversed(range(Ty)):
@@ -238,9 +238,11 @@ class _AttentiveDecoder(torch.autograd.Function):
                     dalpha += dA[i, r0:r1, :T]
                 alpha = A[i, r0:r1, :T]
                 torch.mul(alpha, dalpha - (alpha * dalpha).sum(-1, keepdim=True), out=de)  # softmax backward
-                dx = torch.ops.aten.sigmoid_backward(de.unsqueeze(-1) * v_a2, sig)  # (b, T, n')
+                # ∂L/∂(2 U_a h_j + 2 W_a s) = ∂L/∂e_ij v_a2 ∘ σ'; the factor v_a2 is applied after the sums over j
+                # (here) and over i (after the loop), which saves a pass over (b, T, n') per step
+                dx = torch.ops.aten.sigmoid_backward(de.unsqueeze(-1), sig)  # (b, T, n')   ∂L/∂e_ij σ'(…)
                 dkeys2[r0:r1, :T] += dx
-                torch.sum(dx, dim=1, out=Di[r0:r1, :n_a])  # (b, n')
+                torch.mul(dx.sum(1), v_a2, out=Di[r0:r1, :n_a])  # (b, n')
             ds = by_WcatT.add_product(ds, Di[:, : n_a + 2 * n], out=ds)  # (B, n)   + [2 W_a; U_z; U_r]ᵀ (…)
         # weight gradients, once over all steps
         flat = D.view(Ty * B, -1)
@@ -248,7 +250,7 @@ class _AttentiveDecoder(torch.autograd.Function):
         dWcat = mm(flat[:, : n_a + 2 * n].t(), S.view(Ty * B, n), lowp)
         dW_a, dU_zr = 2.0 * dWcat[:n_a], dWcat[n_a:]
         dv_a = 2.0 * (SIG.view(-1, n_a).t() @ DE.view(-1))  # (n',)
-        dkeys = 2.0 * dkeys2  # (B, Tx, n')
+        dkeys = dkeys2.mul_(2.0 * v_a2)  # (B, Tx, n')   (v_a2 from the per-step sums; see above)
         At = A.permute(1, 2, 0)  # (B, Tx, Ty)
         DG = D[:, :, n_a : n_a + 3 * n].transpose(0, 1)  # (B, Ty, 3n)   ∂L/∂g_i (0 at the last step)
         dCH = torch.bmm(At, DG)  # (B, Tx, 3n)   Σ_i α_ijᵀ ∂L/∂g_i = ∂L/∂(C_stack h_j)
