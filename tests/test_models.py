@@ -580,6 +580,7 @@ def test_nll_equals_cross_entropy_of_logits_with_gradients(arch, chunk_rows, mon
 
     monkeypatch.setattr(output, "CHUNK_ELEMENTS", chunk_rows * V_TGT)
     monkeypatch.setattr(output, "MIN_CHUNK_ROWS", 1)
+    monkeypatch.setattr(output, "BLOCK_ELEMENTS", 2 * V_TGT)  # the softmax in blocks of two rows (or one)
     model = randomize_(tiny(arch)).double()
     src, lens, tgt_in, tgt_out = make_batch([4, 6, 2], [5, 3, 1])
     results = []
@@ -601,7 +602,11 @@ def test_nll_equals_cross_entropy_of_logits_with_gradients(arch, chunk_rows, mon
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_nll_under_bf16_autocast(arch):
+@pytest.mark.parametrize("block_rows", [2, 1000])
+def test_nll_under_bf16_autocast(arch, block_rows, monkeypatch):
+    import nmtkit.models.output as output
+
+    monkeypatch.setattr(output, "BLOCK_ELEMENTS", block_rows * V_TGT)
     model = randomize_(tiny(arch), std=0.1)
     src, lens, tgt_in, tgt_out = make_batch([4, 6, 2], [5, 3, 4])
     expected = F.cross_entropy(model(src, lens, tgt_in).reshape(-1, V_TGT), tgt_out.reshape(-1), ignore_index=PAD,
@@ -663,10 +668,15 @@ def test_linear_cross_entropy_for_any_vocabulary_size(V, l):
 
 
 @pytest.mark.parametrize("bf16", [False, True])
-def test_linear_cross_entropy_when_the_reference_word_underflows(bf16):
+@pytest.mark.parametrize("block_rows", [2, 1000])
+def test_linear_cross_entropy_when_the_reference_word_underflows(bf16, block_rows, monkeypatch):
     """−log p(y) comes from the softmax's p(y); where p(y) underflows in float32 (a reference word 150 nats below
-    the best) it is recomputed from the logits: finite and exact, in float32 and under bf16 autocast."""
+    the best) it is recomputed from the logits: finite and exact, in float32 and under bf16 autocast, also when
+    the softmax runs in blocks of rows."""
+    import nmtkit.models.output as output
     from nmtkit.models.output import linear_cross_entropy
+
+    monkeypatch.setattr(output, "BLOCK_ELEMENTS", block_rows * 16)  # V' = 16
 
     g = torch.Generator().manual_seed(6)
     t = torch.randn(5, 8, generator=g)

@@ -3,15 +3,17 @@
     p(y_i | …) = softmax(W_o t_i + b_y)_{y_i},   loss = −Σ_i log p(y_i | …)   over the real (non-padding) targets
 
 Computed naively this writes and re-reads several (N, V) tensors -- the logits, their float32 copy under bf16, the
-log-softmax, its gradient -- each of them 190 MB at paper size (N = 1,600 targets, V = 30,000).  Here one buffer of
-float32 logits is turned in place into p = softmax by
-torch's fused softmax (one pass per row, faster than the max / exp / sum / divide passes it replaces),
-then into p − onehot(y) = ∂loss/∂logits, and its products with W_o and t follow at once; the loss is
-−Σ log p(y), recomputed as log Σ_v exp z_v − z_y for the rare rows whose p(y) underflows; only the real (non-padding) targets are given (``nll`` in rnnsearch.py picks them).  Rows
-are taken in chunks of at most ``CHUNK_ELEMENTS`` logits to bound the memory of very large batches (smaller
-chunks, which would stay in the cache, measured slower here: the matmuls get thin and ∂W_o is re-read once per
-chunk).  The gradients are thus computed in the forward pass and only scaled in the backward pass (the loss is a
-scalar), which is what a training step needs and what evaluation (no gradient) skips.
+log-softmax, its gradient -- each of them 190 MB at paper size (N = 1,600 targets, V = 30,000).  Here the logits'
+product is followed by one sweep over blocks of rows small enough for the cache (``BLOCK_ELEMENTS``): in each
+block the logits (widened to float32 with the bias under bf16) are turned in place into p = softmax by torch's
+fused softmax, then into p − onehot(y) = ∂loss/∂logits, whose column sums are the bias gradient, and written back
+(rounded once to bf16 under bf16); the products of ∂loss/∂logits with W_o and t follow.  The loss is −Σ log p(y),
+recomputed as log Σ_v exp z_v − z_y for the rare rows whose p(y) underflows.  Only the real (non-padding)
+targets are given (``nll`` in rnnsearch.py picks them).  The products take rows in chunks of at most
+``CHUNK_ELEMENTS`` logits to bound the memory of very large batches (smaller chunks for the products measured
+slower here: the matmuls get thin and ∂W_o is re-read once per chunk).  The gradients are thus computed in the
+forward pass and only scaled in the backward pass (the loss is a scalar), which is what a training step needs
+and what evaluation (no gradient) skips.
 
 The values equal ``F.cross_entropy(F.linear(t, W_o, b_y), y, reduction="sum")`` up to rounding (tests compare
 values and gradients).  Under autocast (bf16) the three products run in the autocast dtype; the softmax, the loss
@@ -29,15 +31,33 @@ from nmtkit.models.matmul import _low, autocast_dtype, padded_vocab
 
 CHUNK_ELEMENTS = 1 << 26  # logits per chunk (256 MB in float32): one chunk for a paper-size batch of ~2,000 targets
 MIN_CHUNK_ROWS = 64  # fewer rows make inefficient matmuls
+BLOCK_ELEMENTS = 1 << 20  # logits per block of rows for the softmax and its gradient (4 MB of float32: in the cache)
 LOG_TINY = -69.0  # log p(y) below this (p < 1e-30; float32's normal range ends at 1.2e-38): recomputed from the logits
 
 
-def _logits(t: Tensor, W: Tensor, b: Tensor, lowp) -> Tensor:
-    """W t + b for the rows of t (c, l) in float32: the product in ``lowp`` when given, the bias added in float32
-    (after widening: faster here than one mixed-dtype addition)."""
+def _logits(t: Tensor, W: Tensor, b: Tensor | None, lowp) -> Tensor:
+    """W t (+ b) for the rows of t (c, l): in float32 with the bias when ``lowp`` is None; else the product in
+    ``lowp``, without the bias (added in float32 block by block, see ``_softmax_rows``)."""
     if lowp is None:
         return torch.addmm(b, t, W.t())
-    return (t @ W.t()).float().add_(b)
+    z = t @ W.t()
+    return z if b is None else z.float().add_(b)
+
+
+def _softmax_rows(z: Tensor, b: Tensor, y: Tensor, want_grad: bool, buf: Tensor | None) -> tuple[Tensor, Tensor]:
+    """For a block of logits z (r, V') -- float32 with the bias, or lowp without it (then widened into ``buf``
+    and the bias added there) -- returns (log p(y) (r, 1), z_y (r, 1)) and, with ``want_grad``, leaves
+    p − onehot(y) in z and returns its column sums too (the bias gradient)."""
+    zf = z if buf is None else buf[: len(z)].copy_(z).add_(b)  # (r, V')   float32 logits
+    z_y = zf.gather(1, y)  # (r, 1)   logit of the reference word
+    torch.softmax(zf, dim=1, out=zf)  # (r, V')   p, in place (torch's fused softmax: one pass per row)
+    log_p = zf.gather(1, y).log_()  # (r, 1)   log p(y)
+    if not want_grad:
+        return log_p, z_y, None
+    zf.scatter_add_(1, y, zf.new_full(y.shape, -1.0))  # p − onehot(y) = ∂loss/∂z
+    if buf is not None:
+        z.copy_(zf)  # one rounding to lowp, for both products
+    return log_p, z_y, zf.sum(dim=0)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -48,29 +68,31 @@ class _LinearCrossEntropy(torch.autograd.Function):
         # columns of W and t zero; under lowp W is padded straight into its lowp copy
         W_l, b = padded_vocab(W, b, float("-inf"), columns=True, dtype=lowp)  # (V', l'), (V',)
         t = F.pad(t, (0, W_l.shape[1] - l))  # (N, l')
-        chunk = max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // W_l.shape[0])
+        V2 = W_l.shape[0]
+        chunk = max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // V2)
+        rows = max(1, BLOCK_ELEMENTS // V2)
+        buf = None if lowp is None else t.new_empty(min(rows, N), V2)  # float32 logits of one block
         t_l = _low(t, lowp)
         loss = t.new_zeros((), dtype=torch.float64)
         if want_grad:
             dt, dW, db = torch.empty_like(t), W_l.new_zeros(W_l.shape, dtype=t.dtype), torch.zeros_like(b)
         for start in range(0, N, chunk):
             tc, yc = t_l[start: start + chunk], y[start: start + chunk].unsqueeze(1)  # (c, l'), (c, 1)
-            z = _logits(tc, W_l, b, lowp)  # (c, V')   logits, float32
-            z_y = z.gather(1, yc)  # (c, 1)   logit of the reference word
-            torch.softmax(z, dim=1, out=z)  # (c, V')   p, in place (one fused pass per row)
-            log_p = z.gather(1, yc).log_()  # (c, 1)   log p(y)
-            lost = (log_p < LOG_TINY).squeeze(1).nonzero().squeeze(1)  # p(y) (nearly) underflowed: recompute
-            if len(lost):  # log p(y) = z_y − log Σ_v exp z_v
-                log_p[lost] = z_y[lost] - torch.logsumexp(_logits(tc[lost], W_l, b, lowp), 1, keepdim=True)
-            loss -= log_p.sum(dtype=torch.float64)
-            if want_grad:
-                z.scatter_add_(1, yc, z.new_full(yc.shape, -1.0))  # p − onehot(y) = ∂loss/∂z
-                db += z.sum(dim=0)  # (V',)
+            z = _logits(tc, W_l, b if lowp is None else None, lowp)  # (c, V')   logits
+            for r in range(0, len(tc), rows):  # softmax, loss and ∂loss/∂z block by block, in the cache
+                log_p, z_y, db_r = _softmax_rows(z[r: r + rows], b, yc[r: r + rows], want_grad, buf)
+                lost = (log_p < LOG_TINY).squeeze(1).nonzero().squeeze(1)  # p(y) (nearly) underflowed: recompute
+                if len(lost):  # log p(y) = z_y − log Σ_v exp z_v
+                    z_lost = _logits(tc[r: r + rows][lost], W_l, b, lowp)
+                    log_p[lost] = z_y[lost] - torch.logsumexp(z_lost, 1, keepdim=True)
+                loss -= log_p.sum(dtype=torch.float64)
+                if want_grad:
+                    db += db_r  # (V',)
+            if want_grad:  # z = ∂loss/∂z (c, V')
                 if lowp is None:
                     torch.mm(z, W_l, out=dt[start: start + chunk])  # (c, l')
                     dW.addmm_(z.t(), tc)  # (V', l')
                 else:
-                    z = z.to(lowp)  # one cast for both products
                     dt[start: start + chunk] = z @ W_l
                     dW += z.t() @ tc
         if want_grad:
