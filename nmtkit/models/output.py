@@ -75,7 +75,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         t_l = _low(t, lowp)
         loss = t.new_zeros((), dtype=torch.float64)
         if want_grad:
-            dt, dW, db = torch.empty_like(t), W_l.new_zeros(W_l.shape, dtype=t.dtype), torch.zeros_like(b)
+            dt, dW, db = torch.empty_like(t), None, torch.zeros_like(b)  # dW from the first chunk's product
         for start in range(0, N, chunk):
             tc, yc = t_l[start: start + chunk], y[start: start + chunk].unsqueeze(1)  # (c, l'), (c, 1)
             z = _logits(tc, W_l, b if lowp is None else None, lowp)  # (c, V')   logits
@@ -91,11 +91,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if want_grad:  # z = ∂loss/∂z (c, V')
                 if lowp is None:
                     torch.mm(z, W_l, out=dt[start: start + chunk])  # (c, l')
-                    dW.addmm_(z.t(), tc)  # (V', l')
+                    dW = z.t() @ tc if dW is None else dW.addmm_(z.t(), tc)  # (V', l')
                 else:
                     dt[start: start + chunk] = z @ W_l
-                    dW += z.t() @ tc
+                    dW_c = z.t() @ tc  # (V', l')   in lowp
+                    dW = dW_c.float() if dW is None else dW.add_(dW_c)
         if want_grad:
+            if dW is None:  # no rows
+                dW = W_l.new_zeros(W_l.shape, dtype=t.dtype)
             ctx.save_for_backward(dt[:, :l], dW[:V, :l], db[:V])
         return loss.to(t.dtype if t.dtype != torch.bfloat16 else torch.float32)
 
