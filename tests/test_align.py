@@ -249,8 +249,6 @@ def model(data_dir, tmp_path_factory):
 
 
 def test_forced_attention_of_own_translation_equals_beam_attention(model):
-    import torch
-
     from nmtkit.batching import collate_source
     from nmtkit.search import beam_search
 
