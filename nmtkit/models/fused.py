@@ -15,8 +15,9 @@ no autograd graph inside the time loop, and rearrange the work so that the loop 
   C_stack h_j in one batched product, and ∂L/∂h, ∂L/∂C_stack come from ∂L/∂(C_stack h_j) = Σ_i α_ijᵀ ∂L/∂g_i once;
 - the annotations' gradient from the attention weights is once, dH = Σ_i α_iᵀ ∂L/∂c_i, as one batched matmul;
 - on CPU and at the paper's sizes, a batch sorted by source length (``nll`` sorts it) attends in
-  ``ATTENTION_GROUPS`` row groups, each over its own longest source only: the attention's elementwise work covers ~1.12× the real source positions instead
-  of ~1.5× on the Hansards (``_row_groups``);
+  ``ATTENTION_GROUPS`` row groups, each over its own longest source only: the attention's elementwise work
+  covers ~1.12× the real source positions instead of ~1.5× on the Hansards (``_row_groups``);
+- backwards, the attention's v_a is applied after the sums over positions and steps (one pass less per step);
 - the per-step products go through ``matmul.Multiplier`` (oneDNN on CPU, the weight reordered once per pass).
 
 Low precision (bf16 autocast, ``lowp``): the per-step matmuls run in bfloat16 with the weights cast once per pass;

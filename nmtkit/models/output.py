@@ -44,7 +44,8 @@ def _logits(t: Tensor, W: Tensor, b: Tensor | None, lowp) -> Tensor:
     return z if b is None else z.float().add_(b)
 
 
-def _softmax_rows(z: Tensor, b: Tensor, y: Tensor, want_grad: bool, buf: Tensor | None) -> tuple[Tensor, Tensor]:
+def _softmax_rows(z: Tensor, b: Tensor, y: Tensor, want_grad: bool,
+                  buf: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
     """For a block of logits z (r, V') -- float32 with the bias, or lowp without it (then widened into ``buf``
     and the bias added there) -- returns (log p(y) (r, 1), z_y (r, 1)) and, with ``want_grad``, leaves
     p − onehot(y) in z and returns its column sums too (the bias gradient)."""
