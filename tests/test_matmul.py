@@ -56,6 +56,15 @@ def test_switched_off_by_the_environment():
     assert out.strip() == "False"
 
 
+def test_the_probe_leaves_the_global_random_state_alone():
+    """The first-use check of the oneDNN route runs inside the first product of a training run: drawing from the
+    global generator there made a process's first run differ from a resumed one (dropout masks shifted)."""
+    matmul._onednn_works.cache_clear()
+    before = torch.get_rng_state()
+    matmul._onednn_works()
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 @pytest.mark.parametrize("lowp", [None, torch.bfloat16])
 @pytest.mark.parametrize("rows", [80, 7, 0])
 def test_multiplier_equals_torch(lowp, rows):
