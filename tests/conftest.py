@@ -55,9 +55,12 @@ def kenlm():
 
 @pytest.fixture(autouse=True)
 def _speed_paths_at_every_size(monkeypatch):
-    """The oneDNN per-step products (matmul.Multiplier) and the attention's row groups (fused._row_groups) start at
-    the paper's sizes; the tests' tiny models take them too, so that every test exercises them."""
+    """The oneDNN per-step products (matmul.Multiplier), the attention's row groups (fused._row_groups) and
+    Adadelta's shortcut for rows without gradient (adadelta._update_rows) start at the paper's sizes; the tests'
+    tiny models take them too, so that every test -- training on real files, resuming -- exercises them."""
+    from nmtkit import adadelta
     from nmtkit.models import fused, matmul
 
     monkeypatch.setattr(matmul, "ONEDNN_MIN_WEIGHT", 0)
     monkeypatch.setattr(fused, "GROUP_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(adadelta, "SPARSE_MIN_ROWS", 0)

@@ -224,5 +224,6 @@ def adadelta_case(rows: list, threads: int) -> None:
                      f"{threads}", f"torch.optim: {r['torch']:.0f}", f"nmtkit: {r['blocked']:.0f}",
                      f"{r['torch'] / r['blocked']:.2f}×"])
 
+
 if __name__ == "__main__":
     sys.exit(main())
