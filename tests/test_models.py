@@ -558,16 +558,27 @@ def test_dropout_only_in_training():
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("fused", [True, False])
 def test_runs_under_bf16_autocast(arch, fused):
-    """The trainer's --bf16 option: matmuls in bfloat16, the fused loops in float32; close to float32 results."""
+    """The trainer's --bf16 option: matmuls in bfloat16, the fused loops in float32; close to float32 results, and
+    on the fused path (training's) close to float32's gradients too."""
     model = randomize_(tiny(arch), std=0.1)
     model.fused = fused
     src, lens, tgt_in, _ = make_batch([4, 6, 2], [5, 3, 4])
     expected = model(src, lens, tgt_in)
+    (expected * expected).sum().backward()
+    expected_grads = {k: p.grad for k, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model(src, lens, tgt_in)
-    logits.float().sum().backward()
-    assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
+    (logits.float() * logits.float()).sum().backward()
     torch.testing.assert_close(logits.float(), expected, atol=0.05, rtol=0.05)
+    if not fused:  # (the op-by-op reference runs its elementwise work and gradients in bf16 too: not this close)
+        return
+    for k, p in model.named_parameters():  # bf16 rounding of the products' operands only: close to float32's
+        if expected_grads[k] is None:
+            assert p.grad is None, k
+            continue
+        scale = expected_grads[k].abs().max().item()
+        torch.testing.assert_close(p.grad, expected_grads[k], atol=0.03 * scale, rtol=0.03, msg=k)
 
 
 # ------------------------------------------------------------------------------------------ the fused training loss
