@@ -64,8 +64,10 @@ def _gru_backward_step(ds, s, zr, h, by_UT, dg_out) -> Tensor:
     dh = ds * z  # (B, n)   ∂L/∂s̃
     torch.ops.aten.tanh_backward.grad_input(dh, h, grad_input=dg_out[:, 2 * n :])  # (B, n)   ∂L/∂(cand. pre-act.)
     drs = by_UT.product(dg_out[:, 2 * n :])  # (B, n)   ∂L/∂(r ∘ s)
-    dzr = torch.cat([ds * (h - s), drs * s], dim=1)  # (B, 2n)   ∂L/∂z, ∂L/∂r
-    torch.ops.aten.sigmoid_backward.grad_input(dzr, zr, grad_input=dg_out[:, : 2 * n])  # (B, 2n)   ∂L/∂(gate pre-acts)
+    dzr = dg_out[:, : 2 * n]  # (B, 2n)   ∂L/∂z, ∂L/∂r, then in place ∂L/∂(gate pre-activations)
+    torch.mul(ds, h - s, out=dzr[:, :n])
+    torch.mul(drs, s, out=dzr[:, n:])
+    torch.ops.aten.sigmoid_backward.grad_input(dzr, zr, grad_input=dzr)
     return torch.addcmul(ds - dh, drs, r)  # (B, n)   (1 − z) ∘ ds + r ∘ drs
 
 
@@ -182,13 +184,15 @@ class _AttentiveDecoder(torch.autograd.Function):
         by_Wcat, by_U = Multiplier(Wcat, lowp), Multiplier(U, lowp)
         # [C_stack h_j ; h_j] for every source position: (B, Tx, 3n + 2n); one matmul per call, over the real
         # positions ``real`` (flat indices into B·Tx) when given (C_stack h_j = 0 at padding, where h_j = 0)
+        HC = H.new_empty(B, Tx, 3 * n + ctx_dim)
+        HC[:, :, 3 * n :] = H
+        CH = HC[:, :, : 3 * n]  # (B, Tx, 3n)
         if real is None:
-            CH = mm(H.view(B * Tx, ctx_dim), C_stack.t(), lowp)  # (B·Tx, 3n)
+            CH.copy_(mm(H.view(B * Tx, ctx_dim), C_stack.t(), lowp).view(B, Tx, 3 * n))
         else:
             CH_real = mm(H.view(B * Tx, ctx_dim)[real], C_stack.t(), lowp)  # (N, 3n)
-            CH = H.new_zeros(B * Tx, 3 * n).index_copy_(0, real, CH_real)
-        HC = torch.cat([CH.view(B, Tx, 3 * n), H], dim=2)
-        CH = HC[:, :, : 3 * n]  # (B, Tx, 3n)
+            CH_flat = CH.view(B * Tx, 3 * n)
+            CH_flat.index_fill_(0, (~src_mask).flatten().nonzero().squeeze(1), 0.0).index_copy_(0, real, CH_real)
         pad = ~src_mask  # (B, Tx)
         groups = _row_groups(src_mask, n_a)
         covered = sum((r1 - r0) * T for r0, r1, T in groups)  # source positions the attention runs over
@@ -235,9 +239,12 @@ class _AttentiveDecoder(torch.autograd.Function):
         SIG = S.new_empty(covered, n_a)  # one step's σ(…), recomputed (see forward), then ∂L/∂e_ij σ'(…) in place
         # D holds, per step, [∂L/∂(2 W_a s_{i-1}) (n') | ∂L/∂g_i: gates (2n), candidate (n) | ∂L/∂c_i (2n)], so that
         # one product with Wcat^T and one with [C_stack h; h] serve each step
-        D = S.new_zeros(Ty, B, n_a + 5 * n)
+        D = S.new_empty(Ty, B, n_a + 5 * n)  # every step writes its parts but the last step's ∂L/∂g (zero)
+        D[Ty - 1, :, n_a : n_a + 3 * n] = 0.0
         if dCTX is not None:
             D[:, :, n_a + 3 * n :] = dCTX
+        else:
+            D[:, :, n_a + 3 * n :] = 0.0
         dS = torch.zeros_like(S) if dS is None else dS
         DE = S.new_empty(covered)  # (Σ_g b_g·T_g)   ∂L/∂e_i at the covered positions, as SIG
         dkeys2 = H.new_zeros(B, Tx, n_a)  # (B, Tx, n')   Σ_i ∂L/∂e_ij σ'(…), later times 2 v_a2

@@ -128,14 +128,17 @@ class _PackedGRUs(torch.autograd.Function):
             dg = dgx[:, rows]  # (D, b, 3n)
             dh = g * z  # ∂L/∂s̃
             torch.ops.aten.tanh_backward.grad_input(dh, h, grad_input=dg[..., 2 * n:])
+            dzr = dg[..., : 2 * n]  # (D, b, 2n)   ∂L/∂z, ∂L/∂r, then in place ∂L/∂(gate pre-activations)
             if prev is None:  # s_prev = 0: ∂L/∂r = 0; nothing flows further back
-                torch.ops.aten.sigmoid_backward.grad_input(
-                    torch.cat([g * h, torch.zeros_like(h)], dim=-1), zr, grad_input=dg[..., : 2 * n])
+                torch.mul(g, h, out=dzr[..., :n])
+                dzr[..., n:].zero_()
+                torch.ops.aten.sigmoid_backward.grad_input(dzr, zr, grad_input=dzr)
                 continue
             s = H[:, prev]
             drs = torch.stack([by_UT[d].product(dg[d, :, 2 * n:]) for d in range(D)])  # (D, b, n)   ∂L/∂(r ∘ s)
-            dzr = torch.cat([g * (h - s), drs * s], dim=-1)  # (D, b, 2n)   ∂L/∂z, ∂L/∂r
-            torch.ops.aten.sigmoid_backward.grad_input(dzr, zr, grad_input=dg[..., : 2 * n])
+            torch.mul(g, h - s, out=dzr[..., :n])
+            torch.mul(drs, s, out=dzr[..., n:])
+            torch.ops.aten.sigmoid_backward.grad_input(dzr, zr, grad_input=dzr)
             part = torch.addcmul(g - dh, drs, r)  # (D, b, n)   (1 − z) ∘ ∂L/∂s_t + r ∘ ∂L/∂(r ∘ s)
             for d in range(D):
                 by_U_zrT[d].add_product(part[d], dg[d, :, : 2 * n], out=part[d])  # + [U_z; U_r]ᵀ ∂L/∂(gates)
