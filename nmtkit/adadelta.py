@@ -18,7 +18,9 @@ matrices' (dense) gradients are zero.  For such a row the update above reduces e
 E[Δθ²] ← ρ E[Δθ²], θ unchanged (g = 0 makes Δθ = 0 and adds exact zeros), which needs no square roots.  For 2-D
 parameters of at least ``SPARSE_MIN_ROWS`` rows, when at most half the rows have a nonzero gradient, ``Adadelta``
 scales the two averages of every row by ρ and runs the full update on the other rows only (gathered into a compact
-copy and written back): the same values as the full update (tests compare), in a fraction of its time.
+copy and written back): the same values as the full update (tests compare), in a fraction of its time.  A
+row-sparse gradient (a COO tensor, as the models give for their embeddings on request, gradients.py) names its
+rows itself and takes that path whatever their number; on torch's own step it is made dense first.
 """
 
 from __future__ import annotations
@@ -40,14 +42,19 @@ class Adadelta(torch.optim.Adadelta):
                 g = p.grad
                 if g is None:
                     continue
-                if (p.device.type != "cpu" or p.dtype != torch.float32 or g.is_sparse or g.dtype != p.dtype
-                        or not (p.is_contiguous() and g.is_contiguous())):
+                if p.device.type != "cpu" or p.dtype != torch.float32 or g.dtype != p.dtype or not p.is_contiguous():
+                    return False
+                if not (g.dim() == 2 and g.sparse_dim() == 1 if g.is_sparse else g.is_contiguous()):
                     return False
         return True
 
     @torch.no_grad()
     def step(self, closure=None):
         if not self._blockable():
+            for group in self.param_groups:  # torch's step takes no sparse gradients
+                for p in group["params"]:
+                    if p.grad is not None and p.grad.is_sparse:
+                        p.grad = p.grad.to_dense()
             return super().step(closure)
         loss = None
         if closure is not None:
@@ -63,9 +70,13 @@ class Adadelta(torch.optim.Adadelta):
                     state["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["acc_delta"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["step"] += 1
-                args = (p, p.grad, state["square_avg"], state["acc_delta"], group["lr"], group["rho"], group["eps"])
-                if not (p.dim() == 2 and p.shape[0] >= SPARSE_MIN_ROWS and _update_rows(*args)):
-                    _update(*args)
+                g, sq, acc = p.grad, state["square_avg"], state["acc_delta"]
+                hyper = (group["lr"], group["rho"], group["eps"])
+                if g.is_sparse:
+                    g = g.coalesce()  # (k rows, C) values at distinct rows
+                    _update_at(p, g._indices()[0], g._values().contiguous(), sq, acc, *hyper)
+                elif not (p.dim() == 2 and p.shape[0] >= SPARSE_MIN_ROWS and _update_rows(p, g, sq, acc, *hyper)):
+                    _update(p, g, sq, acc, *hyper)
         return loss
 
 
@@ -79,13 +90,19 @@ def _update_rows(p, g, sq, acc, lr, rho, eps) -> bool:
     rows = used.logical_or_(g.amin(dim=1) != 0).nonzero().squeeze(1)  # (k,)   rows with a nonzero gradient
     if 2 * len(rows) > p.shape[0]:
         return False
-    p_k, g_k, sq_k, acc_k = (t.index_select(0, rows) for t in (p, g, sq, acc))  # (k, C) compact copies
+    _update_at(p, rows, g.index_select(0, rows), sq, acc, lr, rho, eps)
+    return True
+
+
+def _update_at(p, rows, g_k, sq, acc, lr, rho, eps) -> None:
+    """The update of a 2-D p (R, C) whose gradient is g_k (k, C) at the distinct ``rows`` (k,) and zero elsewhere:
+    the full update at those rows, E[g²] and E[Δθ²] scaled by ρ at the others."""
+    p_k, sq_k, acc_k = (t.index_select(0, rows) for t in (p, sq, acc))  # (k, C) compact copies
     _update(p_k, g_k, sq_k, acc_k, lr, rho, eps)
     sq.mul_(rho)  # rows without gradient: E[g²] ← ρ E[g²] + (1 − ρ)·0
     acc.mul_(rho)  # and E[Δθ²] ← ρ E[Δθ²] + (1 − ρ)·0², θ unchanged
     for t, t_k in ((p, p_k), (sq, sq_k), (acc, acc_k)):
         t.index_copy_(0, rows, t_k)
-    return True
 
 
 def _update(p, g, sq, acc, lr, rho, eps) -> None:

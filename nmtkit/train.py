@@ -41,6 +41,7 @@ from nmtkit.adadelta import Adadelta
 # under a long run must not meet the run's already-loaded modules halfway)
 from nmtkit.batching import collate, epoch_schedule
 from nmtkit.errors import InputError
+from nmtkit.gradients import clip_grad_norm_
 from nmtkit.manifest import PreparedData
 from nmtkit.progress import Progress
 from nmtkit.models import build_model
@@ -195,6 +196,8 @@ class Trainer:
                 self.optimizer = torch.optim.Adam(params, lr=cfg.lr)
         else:
             self.optimizer = torch.optim.SGD(params, lr=cfg.lr)
+        # row-sparse embedding gradients where the update takes them (gradients.py): nmtkit's Adadelta on the CPU
+        self.model.sparse_embedding_grads = isinstance(self.optimizer, Adadelta) and self.device.type == "cpu"
         max_len = cfg.max_len or getattr(self.model.config, "max_len", None) or 10**9
         sizes_ok = (np.asarray(self.train_src.sizes) <= max_len) & (np.asarray(self.train_tgt.sizes) <= max_len)
         self.eligible = np.flatnonzero(sizes_ok)
@@ -272,7 +275,7 @@ class Trainer:
         if self.world > 1:
             nll_sum, ntok = self._all_reduce_grads(nll_sum, ntok)
         # returns the norm before rescaling; with clipping off (0) an infinite threshold leaves the gradient as is
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm or math.inf)
+        norm = clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm or math.inf)
         self.optimizer.step()
         return float(nll_sum), ntok, float(norm)
 
@@ -283,6 +286,8 @@ class Trainer:
         for p in self.model.parameters():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+            elif p.grad.is_sparse:  # (row-sparse embedding gradients: summed dense)
+                p.grad = p.grad.to_dense()
         grads = [p.grad for p in self.model.parameters()]
         flat = torch.cat([g.reshape(-1) for g in grads] + [torch.tensor([float(nll_sum), float(ntok)],
                                                                           device=grads[0].device)])

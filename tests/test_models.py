@@ -557,6 +557,29 @@ def test_dropout_only_in_training():
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("fused", [True, False])
+def test_sparse_embedding_grads_are_the_dense_ones(arch, fused):
+    """model.sparse_embedding_grads: E_src and E_tgt get row-sparse gradients, at the rows the batch uses, with
+    the dense gradients' values (the training loss, and forward's logits); the other parameters are unchanged."""
+    model = randomize_(tiny(arch), std=0.1)
+    model.fused = fused
+    src, lens, tgt_in, tgt_out = make_batch([4, 6, 2], [5, 3, 4])
+    grads = []
+    for sparse in (False, True):
+        model.sparse_embedding_grads = sparse
+        model.zero_grad(set_to_none=True)
+        (model.nll(src, lens, tgt_in, tgt_out) + model(src, lens, tgt_in).square().sum()).backward()
+        grads.append({k: p.grad for k, p in model.named_parameters()})
+    dense, sparse = grads
+    assert {k for k, g in sparse.items() if g.is_sparse} == {"E_src", "E_tgt"}
+    for name, ids in (("E_src", src), ("E_tgt", tgt_in)):
+        rows = set(sparse[name].coalesce().indices()[0].tolist())
+        assert set(ids[ids != PAD].tolist()) <= rows <= set(ids.flatten().tolist()), name  # (<pad>: as looked up)
+    for k in dense:
+        torch.testing.assert_close(sparse[k].to_dense(), dense[k], rtol=1e-5, atol=1e-7, msg=k)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("fused", [True, False])
 def test_runs_under_bf16_autocast(arch, fused):
     """The trainer's --bf16 option: matmuls in bfloat16, the fused loops in float32; close to float32 results, and
     on the fused path (training's) close to float32's gradients too."""

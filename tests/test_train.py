@@ -284,6 +284,75 @@ def test_adadelta_rows_without_gradient_are_torchs_bit_for_bit(monkeypatch):
             assert torch.equal(value, s_ours["state"][i][key]), key
 
 
+def _row_sparse(rows: list[int], values: torch.Tensor, shape) -> torch.Tensor:
+    """An uncoalesced COO gradient (rows may repeat), as F.embedding(sparse=True) gives."""
+    return torch.sparse_coo_tensor(torch.tensor([rows]), values, shape, check_invariants=True)
+
+
+def test_adadelta_takes_row_sparse_gradients_bit_for_bit(monkeypatch):
+    """Row-sparse gradients (the embeddings', gradients.py) take the rows path with the rows they name, repeated
+    rows summed -- torch's values and state bit for bit (torch given the same gradient made dense); with options
+    the blocked step does not cover they are made dense for torch's step."""
+    taken = []
+    real_at = adadelta._update_at
+    monkeypatch.setattr(adadelta, "_update_at", lambda p, rows, *a: taken.append(len(rows)) or real_at(p, rows, *a))
+    torch.manual_seed(0)
+    opts = dict(lr=1.0, rho=0.95, eps=1e-6)
+    for extra in ({}, {"weight_decay": 0.01}):
+        ref = [torch.nn.Parameter(torch.randn(40, 7)), torch.nn.Parameter(torch.randn(8, 3))]
+        ours = [torch.nn.Parameter(p.detach().clone()) for p in ref]
+        opt_ref, opt_ours = torch.optim.Adadelta(ref, **opts, **extra), Adadelta(ours, **opts, **extra)
+        for k in range(5):
+            g = torch.Generator().manual_seed(k)
+            rows = torch.randint(0, 40, (12,), generator=g).tolist() + [3, 3]  # repeats, as a minibatch's words
+            values = torch.randn(14, 7, generator=g)
+            values[0] = 0.0  # a named row without gradient (as <s> in E_tgt: its embedding is masked)
+            sparse = _row_sparse(rows, values, (40, 7))
+            dense = torch.randn(8, 3, generator=g)
+            ref[0].grad, ref[1].grad = sparse.coalesce().to_dense(), dense
+            ours[0].grad, ours[1].grad = sparse, dense.clone()
+            opt_ref.step()
+            opt_ours.step()
+            for a, b in zip(ref, ours):
+                assert torch.equal(a, b), (extra, k)
+        s_ref, s_ours = opt_ref.state_dict(), opt_ours.state_dict()
+        for i in s_ref["state"]:
+            for key, value in s_ref["state"][i].items():
+                assert torch.equal(value, s_ours["state"][i][key]), (extra, key)
+        assert len(taken) == (0 if extra else 5) and all(0 < k <= 13 for k in taken)  # distinct rows only
+        taken.clear()
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e6, math.inf])
+def test_clip_grad_norm_takes_row_sparse_gradients(max_norm):
+    """gradients.clip_grad_norm_: with row-sparse gradients, the norm and the rescaled gradients of the same
+    gradients made dense under torch's clip_grad_norm_; on dense gradients alone, torch's exactly."""
+    from nmtkit.gradients import clip_grad_norm_
+
+    torch.manual_seed(0)
+    shapes = [(30, 5), (6, 4), (20, 5)]
+    ours = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
+    ref = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
+    ours[0].grad = _row_sparse([4, 9, 4, 0], torch.randn(4, 5), (30, 5))
+    ours[1].grad = torch.randn(6, 4)
+    ours[2].grad = _row_sparse([19], torch.randn(1, 5), (20, 5))
+    for a, b in zip(ref, ours):
+        a.grad = b.grad.to_dense().clone()
+    norm = clip_grad_norm_(ours, max_norm)
+    expected = torch.nn.utils.clip_grad_norm_(ref, max_norm)
+    torch.testing.assert_close(norm, expected, rtol=1e-6, atol=0)
+    assert ours[0].grad.is_sparse and ours[0].grad.is_coalesced()
+    for a, b in zip(ref, ours):
+        torch.testing.assert_close(b.grad.to_dense(), a.grad, rtol=1e-6, atol=0)
+    dense = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
+    for p, q in zip(dense, ref):
+        p.grad = torch.randn(q.shape)
+        q.grad = p.grad.clone()
+    assert torch.equal(clip_grad_norm_(dense, max_norm), torch.nn.utils.clip_grad_norm_(ref, max_norm))
+    for p, q in zip(dense, ref):
+        assert torch.equal(p.grad, q.grad)
+
+
 def test_blocked_adadelta_resumes_from_torchs_state():
     """A checkpoint's optimizer state from torch.optim.Adadelta loads into the blocked one and continues alike."""
     opts = dict(lr=1.0, rho=0.95, eps=1e-6)
@@ -323,16 +392,19 @@ def test_gradient_is_rescaled_to_norm_one(small, tmp_path, monkeypatch, clip_nor
     with torch.no_grad():  # a model with a huge gradient: large output weights
         trainer.model.W_o.mul_(300.0)
     reference = copy.deepcopy(trainer.model)
-    grads_at_step = []
+    reference.sparse_embedding_grads = False  # the reference gradient: dense, as autograd gives it by default
+    grads_at_step, sparse = [], []
     step = trainer.optimizer.step
 
     def recording_step(*a, **k):
-        grads_at_step.append([p.grad.detach().clone() for p in trainer.model.parameters()])
+        grads_at_step.append([p.grad.detach().to_dense().clone() for p in trainer.model.parameters()])
+        sparse.append({name for name, p in trainer.model.named_parameters() if p.grad.is_sparse})
         return step(*a, **k)
 
     trainer.optimizer.step = recording_step
     trainer.train()
     assert len(grads_at_step) == 1
+    assert sparse == [{"E_src", "E_tgt"}]  # Adadelta on the CPU: row-sparse embedding gradients (gradients.py)
     ids = seen_ids[0]
     assert len(ids) == 80
 

@@ -165,6 +165,9 @@ class _RNNTranslator(nn.Module):
         # Implementation switch, not a hyperparameter (not saved): True runs the teacher-forced recurrences through
         # fused.py (hand-written backward, faster); False through the op-by-op reference code.  Same values.
         self.fused = True
+        # Also a switch: the embeddings' gradients as row-sparse COO tensors (the used rows only), for an update
+        # that takes them (gradients.py, adadelta.py; the trainer decides).  The same values.
+        self.sparse_embedding_grads = False
         self._reset_own_parameters()
 
     def _reset_own_parameters(self) -> None:
@@ -183,12 +186,12 @@ class _RNNTranslator(nn.Module):
     # -- pieces
     def embed_source(self, src: Tensor) -> Tensor:
         """src (B, Tx) -> E x, time-major (Tx, B, m)."""
-        return self.dropout(F.embedding(src.t(), self.E_src))
+        return self.dropout(F.embedding(src.t(), self.E_src, sparse=self.sparse_embedding_grads))
 
     def embed_target(self, y: Tensor) -> Tensor:
         """E y for any shape of ids; zero where y is ``<s>`` (E y_0 = 0)."""
-        Ey = F.embedding(y, self.E_tgt).masked_fill((y == BOS).unsqueeze(-1), 0.0)  # (..., m)
-        return self.dropout(Ey)
+        Ey = F.embedding(y, self.E_tgt, sparse=self.sparse_embedding_grads)  # (..., m)
+        return self.dropout(Ey.masked_fill((y == BOS).unsqueeze(-1), 0.0))
 
     def maxout(self, s_prev: Tensor, Ey: Tensor, Cc: Tensor) -> Tensor:
         """s_{i-1} (..., n), E y_{i-1} (..., m), C_o c_i (..., 2l) -> t_i (..., l).  The maxout hidden layer."""
@@ -298,7 +301,8 @@ class _RNNTranslator(nn.Module):
         if not (self.fused and self.encoder.unit == "paper"):
             return self.encoder(self.embed_source(src), src_lens, src_mask, fused=self.fused), src_mask, None
         pack = packing(src_lens, src.shape[1])
-        x = self.dropout(F.embedding(src.flatten().index_select(0, pack.fwd_index), self.E_src))  # (N, m)
+        ids = src.flatten().index_select(0, pack.fwd_index)  # (N,)   at the real positions
+        x = self.dropout(F.embedding(ids, self.E_src, sparse=self.sparse_embedding_grads))  # (N, m)
         return self.encoder.forward_packed(x, pack), src_mask, pack
 
     def _source_mask(self, src: Tensor, src_lens: Tensor) -> Tensor:
