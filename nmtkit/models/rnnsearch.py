@@ -248,8 +248,8 @@ class _RNNTranslator(nn.Module):
     def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, return_attention: bool = False):
         """Teacher-forced logits (B, Ty, V) for tgt_in = <s> y_1 … (B, Ty); return_attention adds α (B, Ty, Tx)
         (None for the RNNencdec, which has no attention)."""
-        s_prev, Ey, Cc, alpha = self.teacher_forced(src, src_lens, tgt_in)
-        logits = self.deep_output(s_prev, Ey, Cc)  # (B, Ty, V)
+        s_prev, Ey, ctx, alpha = self.teacher_forced(src, src_lens, tgt_in)
+        logits = self.deep_output(s_prev, Ey, F.linear(ctx, self.C_o))  # (B, Ty, V)
         return (logits, alpha) if return_attention else logits
 
     def nll(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
@@ -259,12 +259,14 @@ class _RNNTranslator(nn.Module):
         computed only at real positions and fused with the softmax and its gradient (output.py).  The sentences are
         taken longest source first (the fused attention then works in groups of similar source length)."""
         src, src_lens, tgt_in, tgt_out = by_source_length(src, src_lens, tgt_in, tgt_out)
-        s_prev, Ey, Cc, _ = self.teacher_forced(src, src_lens, tgt_in)
+        s_prev, Ey, ctx, _ = self.teacher_forced(src, src_lens, tgt_in)
         real = (tgt_out != PAD).flatten().nonzero().squeeze(1)  # (N,)   flat indices of real targets
-        if Cc.shape[1] != s_prev.shape[1]:  # the RNNencdec's C_o c, one per sentence
-            Cc = Cc.expand(-1, s_prev.shape[1], -1)
         pick = lambda x: x.flatten(0, 1).index_select(0, real)  # noqa: E731   (B, Ty, d) -> (N, d)
-        t = self.maxout(pick(s_prev), pick(Ey), pick(Cc))  # (N, l)
+        if ctx.shape[1] != s_prev.shape[1]:  # the RNNencdec's c, one per sentence: C_o c once per sentence
+            Cc = pick(F.linear(ctx, self.C_o).expand(-1, s_prev.shape[1], -1))  # (N, 2l)
+        else:  # RNNsearch: C_o c_i at the real targets only
+            Cc = F.linear(pick(ctx), self.C_o)  # (N, 2l)
+        t = self.maxout(pick(s_prev), pick(Ey), Cc)  # (N, l)
         return linear_cross_entropy(t, self.W_o, self.b_y, tgt_out.flatten().index_select(0, real))
 
     def initial_state(self, summary: Tensor) -> Tensor:
@@ -335,7 +337,7 @@ class RNNsearch(_RNNTranslator):
 
     def teacher_forced(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor):
         """The deep output's inputs for tgt_in = <s> y_1 … (B, Ty): s_{i-1} (B, Ty, n), E y_{i-1} (B, Ty, m),
-        C_o c_i (B, Ty, 2l), and α (B, Ty, Tx)."""
+        c_i (B, Ty, 2n), and α (B, Ty, Tx)."""
         enc, pack = self._encode(src, src_lens)
         Ey = self.embed_target(tgt_in)  # (B, Ty, m)   E y_{i-1}
         gx = self.decoder.input_projections(Ey.transpose(0, 1))  # (Ty, B, 3n)   W E y_{i-1} + b for all i
@@ -348,7 +350,7 @@ class RNNsearch(_RNNTranslator):
             s_prev, ctx, alpha = s_prev.transpose(0, 1), ctx.transpose(0, 1), alpha.transpose(0, 1)
         else:
             s_prev, ctx, alpha = self._decoder_loop(gx, enc)
-        return s_prev, Ey, F.linear(ctx, self.C_o), alpha
+        return s_prev, Ey, ctx, alpha
 
     def _decoder_loop(self, gx: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, Tensor]:
         """The reference loop, step by step as in the paper: s_{i-1} (B, Ty, n), c_i (B, Ty, 2n), α_i (B, Ty, Tx)."""
@@ -396,7 +398,7 @@ class RNNencdec(_RNNTranslator):
         return EncoderOut(states.annotations, None, src_mask, self.initial_state(c), c)
 
     def teacher_forced(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor):
-        """The deep output's inputs for tgt_in (B, Ty): s_{i-1} (B, Ty, n), E y_{i-1} (B, Ty, m), C_o c (B, 1, 2l)
+        """The deep output's inputs for tgt_in (B, Ty): s_{i-1} (B, Ty, n), E y_{i-1} (B, Ty, m), c (B, 1, n)
         (the same at every step), and None (no attention)."""
         enc = self.encode(src, src_lens)
         Ey = self.embed_target(tgt_in)  # (B, Ty, m)
@@ -413,7 +415,7 @@ class RNNencdec(_RNNTranslator):
                 if i + 1 < gx.shape[0]:
                     s = self.decoder(gx_i, s)  # (B, n)
             s_prev = torch.stack(states, dim=1)  # (B, Ty, n)
-        return s_prev, Ey, F.linear(enc.context, self.C_o).unsqueeze(1), None
+        return s_prev, Ey, enc.context.unsqueeze(1), None
 
     def decode_step(self, y_prev: Tensor, state: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, None]:
         """y_{i-1} (B·K,), s_{i-1} (B·K, n) -> logits (B·K, V), s_i (B·K, n), None (no attention).
