@@ -49,17 +49,27 @@ class Adadelta(torch.optim.Adadelta):
         return True
 
     @torch.no_grad()
-    def step(self, closure=None):
-        if not self._blockable():
-            for group in self.param_groups:  # torch's step takes no sparse gradients
-                for p in group["params"]:
-                    if p.grad is not None and p.grad.is_sparse:
-                        p.grad = p.grad.to_dense()
-            return super().step(closure)
+    def step(self, closure=None, grad_scale: torch.Tensor | float | None = None):
+        """One update; with ``grad_scale`` (a 0-dim tensor or a number), from the gradients times it -- the same
+        values as multiplying them in place first (gradient clipping, gradients.grad_norm_and_scale), in one pass
+        less over memory: the gradients are left as they are (but multiplied in place before torch's own step,
+        where that is taken)."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if not self._blockable():
+            grads = []
+            for group in self.param_groups:  # torch's step takes no sparse gradients
+                for p in group["params"]:
+                    if p.grad is not None and p.grad.is_sparse:
+                        p.grad = p.grad.to_dense()
+                    if p.grad is not None:
+                        grads.append(p.grad)
+            if grad_scale is not None:
+                torch._foreach_mul_(grads, grad_scale)
+            super().step()
+            return loss
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
@@ -71,16 +81,16 @@ class Adadelta(torch.optim.Adadelta):
                     state["acc_delta"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["step"] += 1
                 g, sq, acc = p.grad, state["square_avg"], state["acc_delta"]
-                hyper = (group["lr"], group["rho"], group["eps"])
+                hyper = (group["lr"], group["rho"], group["eps"], grad_scale)
                 if g.is_sparse:
                     g = g.coalesce()  # (k rows, C) values at distinct rows
-                    _update_at(p, g._indices()[0], g._values().contiguous(), sq, acc, *hyper)
+                    _update_at(p, g._indices()[0], g._values(), sq, acc, *hyper)
                 elif not (p.dim() == 2 and p.shape[0] >= SPARSE_MIN_ROWS and _update_rows(p, g, sq, acc, *hyper)):
                     _update(p, g, sq, acc, *hyper)
         return loss
 
 
-def _update_rows(p, g, sq, acc, lr, rho, eps) -> bool:
+def _update_rows(p, g, sq, acc, lr, rho, eps, scale=None) -> bool:
     """The update of a 2-D p (R, C) when at most half its rows have a nonzero gradient (see the module docstring):
     E[g²] and E[Δθ²] scaled by ρ everywhere, the full update on the gradient's nonzero rows; False (nothing done)
     when more rows than that have one."""
@@ -90,14 +100,15 @@ def _update_rows(p, g, sq, acc, lr, rho, eps) -> bool:
     rows = used.logical_or_(g.amin(dim=1) != 0).nonzero().squeeze(1)  # (k,)   rows with a nonzero gradient
     if 2 * len(rows) > p.shape[0]:
         return False
-    _update_at(p, rows, g.index_select(0, rows), sq, acc, lr, rho, eps)
+    _update_at(p, rows, g.index_select(0, rows), sq, acc, lr, rho, eps, scale)
     return True
 
 
-def _update_at(p, rows, g_k, sq, acc, lr, rho, eps) -> None:
-    """The update of a 2-D p (R, C) whose gradient is g_k (k, C) at the distinct ``rows`` (k,) and zero elsewhere:
-    the full update at those rows, E[g²] and E[Δθ²] scaled by ρ at the others."""
+def _update_at(p, rows, g_k, sq, acc, lr, rho, eps, scale=None) -> None:
+    """The update of a 2-D p (R, C) whose gradient is g_k (k, C) (times ``scale``) at the distinct ``rows`` (k,)
+    and zero elsewhere: the full update at those rows, E[g²] and E[Δθ²] scaled by ρ at the others."""
     p_k, sq_k, acc_k = (t.index_select(0, rows) for t in (p, sq, acc))  # (k, C) compact copies
+    g_k = g_k.contiguous() if scale is None else g_k * scale  # (a copy, never the caller's gradient)
     _update(p_k, g_k, sq_k, acc_k, lr, rho, eps)
     sq.mul_(rho)  # rows without gradient: E[g²] ← ρ E[g²] + (1 − ρ)·0
     acc.mul_(rho)  # and E[Δθ²] ← ρ E[Δθ²] + (1 − ρ)·0², θ unchanged
@@ -105,17 +116,20 @@ def _update_at(p, rows, g_k, sq, acc, lr, rho, eps) -> None:
         t.index_copy_(0, rows, t_k)
 
 
-def _update(p, g, sq, acc, lr, rho, eps) -> None:
-    """One Adadelta update of p from g, in place in p and the state sq = E[g²], acc = E[Δθ²] (all contiguous, of
-    one shape)."""
+def _update(p, g, sq, acc, lr, rho, eps, scale=None) -> None:
+    """One Adadelta update of p from g (times ``scale``, if given), in place in p and the state sq = E[g²],
+    acc = E[Δθ²] (all contiguous, of one shape)."""
     p, g, sq, acc = p.view(-1), g.view(-1), sq.view(-1), acc.view(-1)  # (N,)
     N = p.numel()
     std_buf = torch.empty(min(BLOCK, N))
     delta_buf = torch.empty_like(std_buf)
+    g_buf = None if scale is None else torch.empty_like(std_buf)
     for s in range(0, N, BLOCK):
         e = min(s + BLOCK, N)
         pb, gb, sqb, accb = p[s:e], g[s:e], sq[s:e], acc[s:e]
         std, delta = std_buf[: e - s], delta_buf[: e - s]
+        if g_buf is not None:
+            gb = torch.mul(gb, scale, out=g_buf[: e - s])  # the rescaled gradient (clipping), block by block
         sqb.mul_(rho).addcmul_(gb, gb, value=1 - rho)  # E[g²]
         torch.add(sqb, eps, out=std).sqrt_()  # √(E[g²] + ε)
         torch.add(accb, eps, out=delta).sqrt_().div_(std).mul_(gb)  # √(E[Δθ²] + ε) / √(E[g²] + ε) · g = −Δθ

@@ -23,11 +23,25 @@ def clip_grad_norm_(parameters: Iterable[torch.nn.Parameter], max_norm: float) -
     params = [p for p in parameters if p.grad is not None]
     if not any(p.grad.is_sparse for p in params):
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    total, scale = grad_norm_and_scale(params, max_norm)
+    torch._foreach_mul_(_stored(params), scale)
+    return total
+
+
+def grad_norm_and_scale(parameters: Iterable[torch.nn.Parameter], max_norm: float) -> tuple[Tensor, Tensor]:
+    """The gradients' L2 norm ‖g‖ and the factor min(1, max_norm / (‖g‖ + 1e-6)) that ``clip_grad_norm_`` would
+    multiply them by -- without multiplying: nmtkit's Adadelta takes the factor instead (``step(grad_scale=…)``)
+    and applies it block by block, which saves a pass over every gradient.  Coalesces sparse gradients in place."""
+    params = [p for p in parameters if p.grad is not None]
     for p in params:
         if p.grad.is_sparse:
             p.grad = p.grad.coalesce()
-    values = [p.grad._values() if p.grad.is_sparse else p.grad for p in params]
-    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(v) for v in values]))
-    scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)  # as torch's (1e-6 against a zero norm)
-    torch._foreach_mul_(values, scale)
-    return total
+    if not params:
+        return torch.zeros(()), torch.ones(())
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(v) for v in _stored(params)]))
+    return total, torch.clamp(max_norm / (total + 1e-6), max=1.0)  # as torch's (1e-6 against a zero norm)
+
+
+def _stored(params: list[torch.nn.Parameter]) -> list[Tensor]:
+    """The gradients' stored values: a coalesced sparse gradient's values, a dense one itself."""
+    return [p.grad._values() if p.grad.is_sparse else p.grad for p in params]

@@ -41,7 +41,7 @@ from nmtkit.adadelta import Adadelta
 # under a long run must not meet the run's already-loaded modules halfway)
 from nmtkit.batching import collate, epoch_schedule
 from nmtkit.errors import InputError
-from nmtkit.gradients import clip_grad_norm_
+from nmtkit.gradients import clip_grad_norm_, grad_norm_and_scale
 from nmtkit.manifest import PreparedData
 from nmtkit.progress import Progress
 from nmtkit.models import build_model
@@ -274,9 +274,15 @@ class Trainer:
             nll_sum, ntok = nll.detach().double().cpu(), batch.num_tokens
         if self.world > 1:
             nll_sum, ntok = self._all_reduce_grads(nll_sum, ntok)
-        # returns the norm before rescaling; with clipping off (0) an infinite threshold leaves the gradient as is
-        norm = clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm or math.inf)
-        self.optimizer.step()
+        # the norm before rescaling; with clipping off (0) an infinite threshold leaves the gradient as is.  nmtkit's
+        # Adadelta takes the factor and rescales block by block (one pass less over the gradients)
+        max_norm = self.cfg.clip_norm or math.inf
+        if isinstance(self.optimizer, Adadelta):
+            norm, scale = grad_norm_and_scale(self.model.parameters(), max_norm)
+            self.optimizer.step(grad_scale=scale)
+        else:
+            norm = clip_grad_norm_(self.model.parameters(), max_norm)
+            self.optimizer.step()
         return float(nll_sum), ntok, float(norm)
 
     def _all_reduce_grads(self, nll_sum, ntok):

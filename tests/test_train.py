@@ -323,6 +323,41 @@ def test_adadelta_takes_row_sparse_gradients_bit_for_bit(monkeypatch):
         taken.clear()
 
 
+@pytest.mark.parametrize("extra", [{}, {"weight_decay": 0.01}], ids=["blocked", "torch-step"])
+def test_adadelta_grad_scale_equals_clipping_first(monkeypatch, extra):
+    """step(grad_scale=s) -- the trainer's clipping folded into the update -- gives bit for bit the parameters and
+    state of clipping the gradients in place and then stepping, on every path: blocked dense, the rows shortcut,
+    row-sparse gradients (and torch's own step, for options the blocked one does not cover)."""
+    from nmtkit.gradients import clip_grad_norm_, grad_norm_and_scale
+
+    monkeypatch.setattr(adadelta, "SPARSE_MIN_ROWS", 16)
+    monkeypatch.setattr(adadelta, "BLOCK", 64)
+    torch.manual_seed(0)
+    shapes = [(40, 7), (40, 7), (8, 3)]  # row-sparse, rows shortcut (dense, few rows used), dense
+    first = [torch.randn(s) for s in shapes]
+    clipped = [torch.nn.Parameter(w.clone()) for w in first]
+    folded = [torch.nn.Parameter(w.clone()) for w in first]
+    opts = dict(lr=1.0, rho=0.95, eps=1e-6, **extra)
+    opt_clipped, opt_folded = Adadelta(clipped, **opts), Adadelta(folded, **opts)
+    for k in range(4):
+        g = torch.Generator().manual_seed(k)
+        sparse = _row_sparse([1, 5, 5, 30], torch.randn(4, 7, generator=g), (40, 7))
+        rows = torch.zeros(40, 7)
+        rows[[2, 9]] = torch.randn(2, 7, generator=g)
+        grads = [sparse, rows, torch.randn(8, 3, generator=g) * 10]
+        for a, b, grad in zip(clipped, folded, grads):
+            a.grad, b.grad = grad.clone(), grad.clone()
+        norm = clip_grad_norm_(clipped, 1.0)
+        opt_clipped.step()
+        norm2, scale = grad_norm_and_scale(folded, 1.0)
+        assert torch.equal(norm, norm2) and scale < 1
+        opt_folded.step(grad_scale=scale)
+        for a, b in zip(clipped, folded):
+            assert torch.equal(a, b), k
+        if not extra:  # the gradients are not touched
+            assert torch.equal(folded[2].grad, grads[2])
+
+
 @pytest.mark.parametrize("max_norm", [0.5, 1e6, math.inf])
 def test_clip_grad_norm_takes_row_sparse_gradients(max_norm):
     """gradients.clip_grad_norm_: with row-sparse gradients, the norm and the rescaled gradients of the same
@@ -396,8 +431,9 @@ def test_gradient_is_rescaled_to_norm_one(small, tmp_path, monkeypatch, clip_nor
     grads_at_step, sparse = [], []
     step = trainer.optimizer.step
 
-    def recording_step(*a, **k):
-        grads_at_step.append([p.grad.detach().to_dense().clone() for p in trainer.model.parameters()])
+    def recording_step(*a, **k):  # what the update uses: the gradient times grad_scale (Adadelta, see train.py)
+        scale = k.get("grad_scale", 1.0)
+        grads_at_step.append([p.grad.detach().to_dense() * scale for p in trainer.model.parameters()])
         sparse.append({name for name, p in trainer.model.named_parameters() if p.grad.is_sparse})
         return step(*a, **k)
 
