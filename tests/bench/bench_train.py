@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Training speed of nmtkit, side by side with OpenNMT-py 3.5.1, and against the CPU's matmul ceiling.
 
-One command (about 23 minutes on two quiet cores; ``--quick`` for a smoke run of under 3 minutes)::
+One command (about 24 minutes on two quiet cores; ``--quick`` for a smoke run of under 3 minutes)::
 
     python tests/bench/bench_train.py                  # writes tests/bench/results/bench_train.txt
     python tests/bench/bench_train.py --quick          # writes tests/bench/results/bench_train-quick.txt
@@ -31,8 +31,10 @@ loss within 2% of fp32's.
 
 Part ``paper``: ``rnnsearch-50`` (m=620, n=1000, n'=1000, l=500) with 30,000-word shortlists on the first 150,000
 Hansards pairs (pairs of at most 50 tokens a side: realistic lengths), Adadelta, batch 80, in fp32 and with
-``--bf16`` (CPU autocast): tokens/s over 20 updates after 3 warm-up updates. With it: the model's FLOPs per target
-token, the CPU's measured fp32/bf16 matmul GFLOP/s and the share of that ceiling reached.
+``--bf16`` (CPU autocast): tokens/s over 20 updates after 3 warm-up updates, the median of 3 interleaved repeats
+(fp32, bf16, bf16, fp32, fp32, bf16: one 20-update run varies by several per cent on this VM, run to run; every
+run's figure is listed). With it: the model's FLOPs per target token, the CPU's measured fp32/bf16 matmul GFLOP/s
+and the share of that ceiling reached.
 
 FLOPs per target token (counted from the config; matmuls only, 2 FLOPs per multiply-add; elementwise work,
 softmax, embeddings and padding not counted). With m, n, n', l, V the sizes and 2n the annotation size, per
@@ -81,7 +83,7 @@ def parse_args(argv):
     p.add_argument("--skip", type=int, help="updates excluded from the count (also the log interval) [50; quick 20]")
     p.add_argument("--paper-updates", type=int, help="measured updates at paper size [20; quick 2]")
     p.add_argument("--paper-warmup", type=int, help="warm-up updates at paper size, not counted [3; quick 2]")
-    p.add_argument("--paper-repeats", type=int, default=1, help="interleaved fp32/bf16 repeats [1]")
+    p.add_argument("--paper-repeats", type=int, default=None, help="interleaved fp32/bf16 repeats [3; quick 1]")
     p.add_argument("--precisions", default="fp32,bf16", help="paper part: fp32, bf16 or both")
     p.add_argument("--quality-updates", type=int, help="quality part: updates per run [600; quick 60]")
     p.add_argument("--hansards-lines", type=int, default=150000, help="Hansards pairs for the 30k-vocabulary corpus")
@@ -101,6 +103,7 @@ def parse_args(argv):
     a.skip = a.skip or (20 if q else 50)
     a.paper_updates = a.paper_updates or (2 if q else 20)
     a.paper_warmup = a.paper_warmup if a.paper_warmup is not None else (2 if q else 3)
+    a.paper_repeats = a.paper_repeats or (1 if q else 3)
     a.quality_updates = a.quality_updates or (60 if q else 600)
     if q and a.onmt_bucket_size is None:
         a.onmt_bucket_size = 8192
@@ -374,12 +377,14 @@ def paper_part(s: Session, out: list[str], ceilings: dict) -> list[Goal]:
     mean_tgt = sum(sum(t) for _, t in lengths) / sum(len(t) for _, t in lengths)
     mean_src = sum(sum(x) for x, _ in lengths) / sum(len(x) for x, _ in lengths)
     results: dict[str, list[dict]] = {p: [] for p in a.precisions}
+    order: list[dict] = []
     for r in range(a.paper_repeats):
         for p in (a.precisions if r % 2 == 0 else a.precisions[::-1]):
             log(f"paper size, repeat {r + 1}/{a.paper_repeats}: rnnsearch-50 {p} "
                 f"({a.paper_warmup} + {a.paper_updates} updates)")
             res = s.run_paper(p, r)
             results[p].append(res)
+            order.append(dict(res, precision=p))
             log(f"  → {res['tok_s']:,.0f} target tokens/s, peak RSS {peers.fmt_mb(res['rss_kb'])}, "
                 f"{res['wall_s']:.0f} s wall")
     try:
@@ -406,6 +411,7 @@ def paper_part(s: Session, out: list[str], ceilings: dict) -> list[Goal]:
             f"{ceilings['bf16']['by']} (median {ceilings['bf16']['median']:,.0f}) → ceilings "
             f"{ceilings['fp32']['best'] * 1e9 / flops:,.0f} (fp32) and {ceilings['bf16']['best'] * 1e9 / flops:,.0f} "
             "(bf16) target tokens/s."]
+    out.append("Runs in the order made: " + "; ".join(f"{x['precision']} {x['tok_s']:,.0f}" for x in order))
     rows = []
     goals = []
     for p, rs in results.items():
