@@ -55,12 +55,14 @@ def kenlm():
 
 @pytest.fixture(autouse=True)
 def _speed_paths_at_every_size(monkeypatch):
-    """The oneDNN per-step products (matmul.Multiplier), the attention's row groups (fused._row_groups) and
-    Adadelta's shortcut for rows without gradient (adadelta._update_rows) start at the paper's sizes; the tests'
-    tiny models take them too, so that every test -- training on real files, resuming -- exercises them."""
+    """The oneDNN per-step products (matmul.Multiplier), the attention's row groups (fused._row_groups) and its
+    recomputed σ (fused.RECOMPUTE_MIN_ELEMENTS) and Adadelta's shortcut for rows without gradient
+    (adadelta._update_rows) start at the paper's sizes; the tests' tiny models take them too, so that every test --
+    training on real files, resuming -- exercises them (the tests of the other paths set them back)."""
     from nmtkit import adadelta
     from nmtkit.models import fused, matmul
 
     monkeypatch.setattr(matmul, "ONEDNN_MIN_WEIGHT", 0)
     monkeypatch.setattr(fused, "GROUP_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(fused, "RECOMPUTE_MIN_ELEMENTS", 0)
     monkeypatch.setattr(adadelta, "SPARSE_MIN_ROWS", 0)

@@ -350,8 +350,14 @@ def test_fused_and_reference_agree_with_gradients(arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_gradcheck(arch):
-    """float64 gradcheck of the whole model (the fused path, with its hand-written backward) w.r.t. every parameter."""
+@pytest.mark.parametrize("sigma", ["recomputed", "kept"])
+def test_gradcheck(arch, sigma, monkeypatch):
+    """float64 gradcheck of the whole model (the fused path, with its hand-written backward) w.r.t. every parameter;
+    with the attention's σ recomputed in the backward (paper size) and kept from the forward (smaller sizes)."""
+    import nmtkit.models.fused as fused
+
+    if sigma == "kept":
+        monkeypatch.setattr(fused, "RECOMPUTE_MIN_ELEMENTS", 1 << 62)
     torch.manual_seed(5)
     extra = {"attn_dim": 2} if arch == "rnnsearch" else {}
     model = build_model(arch, 6, 5, emb_dim=2, hidden_dim=3, maxout_dim=2, **extra)
@@ -429,10 +435,16 @@ class _NLL(torch.nn.Module):
         return self.model.nll(*batch)
 
 
-def test_nll_sorts_its_batch_and_gradchecks_in_groups():
+@pytest.mark.parametrize("sigma", ["recomputed", "kept"])
+def test_nll_sorts_its_batch_and_gradchecks_in_groups(sigma, monkeypatch):
     """nll takes the sentences longest source first, so that the attention runs in groups: the loss of a batch
-    in any order is the sum of its sentences' losses, and its float64 gradcheck (fused path, four groups) holds."""
+    in any order is the sum of its sentences' losses, and its float64 gradcheck (fused path, four groups; the
+    attention's σ recomputed or kept) holds."""
+    import nmtkit.models.fused as fused
     from nmtkit.models.fused import _row_groups, by_source_length
+
+    if sigma == "kept":
+        monkeypatch.setattr(fused, "RECOMPUTE_MIN_ELEMENTS", 1 << 62)
 
     torch.manual_seed(5)
     model = randomize_(build_model("rnnsearch", 6, 5, emb_dim=2, hidden_dim=3, maxout_dim=2, attn_dim=2),

@@ -18,11 +18,12 @@ no autograd graph inside the time loop, and rearrange the work so that the loop 
   ``ATTENTION_GROUPS`` row groups, each over its own longest source only: the attention's elementwise work
   covers ~1.12× the real source positions instead of ~1.5× on the Hansards (``_row_groups``);
 - backwards, the attention's v_a is applied after the sums over positions and steps (one pass less per step);
-- the attention's σ(2 (W_a s_{i-1} + U_a h_j)) over (b, T, n') is recomputed in the backward from the stored
-  2 W_a s_{i-1} (B, n' per step) instead of being stored for every step: stored, it is the pass's largest tensor
-  (~340 MB at paper size), written to and read back from memory, whereas one step's stays in the cache (one-off
-  measurement, the same 20 Hansards updates interleaved in one process: bf16 836 → 887 target tokens/s, float32
-  unchanged, 526 → 527);
+- at paper size, the attention's σ(2 (W_a s_{i-1} + U_a h_j)) over (b, T, n') is recomputed in the backward from
+  the stored 2 W_a s_{i-1} (B, n' per step) instead of being stored for every step (``RECOMPUTE_MIN_ELEMENTS``):
+  stored, it is the pass's largest tensor (~340 MB), written to and read back from memory, whereas one step's
+  stays in the cache (one-off measurement, the same 20 Hansards updates interleaved in one process: bf16
+  836 → 887 target tokens/s, float32 unchanged, 526 → 527; at the small preset's size the recomputation cost
+  4%, so there σ is kept);
 - the per-step products go through ``matmul.Multiplier`` (oneDNN on CPU, the weight reordered once per pass).
 
 Low precision (bf16 autocast, ``lowp``): the per-step matmuls run in bfloat16 with the weights cast once per pass;
@@ -123,6 +124,9 @@ ATTENTION_GROUPS = 4  # row groups of a batch sorted by source length (on CPU; s
 # below this many (B · Tx · n') attention elements per step, one group: the small preset (n' = 256) measured no
 # faster in groups, end to end (tests run groups at every size)
 GROUP_MIN_ELEMENTS = 1 << 21
+# from this many attention elements per step (covered positions · n'), σ(…) is recomputed in the backward rather
+# than kept for every step: at paper size (~1.5M) it measured faster, at the small preset's (~0.5M) slower
+RECOMPUTE_MIN_ELEMENTS = 1 << 20
 
 
 def _row_groups(src_mask: Tensor, n_a: int) -> list[tuple[int, int, int]]:
@@ -197,12 +201,12 @@ class _AttentiveDecoder(torch.autograd.Function):
         groups = _row_groups(src_mask, n_a)
         covered = sum((r1 - r0) * T for r0, r1, T in groups)  # source positions the attention runs over
         S = gx.new_empty(Ty, B, n)  # (Ty, B, n)    s_{i-1}
-        # σ(2 (W_a s_{i-1} + U_a h_j)) at one step's covered positions, group by group: (Σ_g b_g·T_g, n'); the
-        # backward recomputes it from 2 W_a s_{i-1}, kept in Q (Ty, B, n'), rather than reading it back: stored for
-        # every step it is the largest tensor of the pass (~340 MB at paper size), written and read through memory,
-        # where one step's fits in the cache
-        SIG = gx.new_empty(covered, n_a)
-        Q = gx.new_empty(Ty if keep else 0, B, n_a, dtype=lowp or gx.dtype)  # as P
+        # σ(2 (W_a s_{i-1} + U_a h_j)) at each step's covered positions, group by group: (Ty, Σ_g b_g·T_g, n'),
+        # kept for the backward -- unless a step's is large (paper size): then only one step's, which stays in the
+        # cache, and the backward recomputes it from 2 W_a s_{i-1}, kept in Q (Ty, B, n')
+        recompute = covered * n_a >= RECOMPUTE_MIN_ELEMENTS
+        SIG = gx.new_empty(Ty if keep and not recompute else 1, covered, n_a)
+        Q = gx.new_empty(Ty if keep and recompute else 0, B, n_a, dtype=lowp or gx.dtype)  # as P
         A = gx.new_zeros(Ty, B, Tx)  # (Ty, B, Tx)   α_i (0 where no group covers)
         CTX = gx.new_empty(Ty, B, ctx_dim)  # (Ty, B, 2n)   c_i
         m = max(Ty - 1, 0)
@@ -211,9 +215,9 @@ class _AttentiveDecoder(torch.autograd.Function):
         S[0] = s0
         for i in range(Ty):
             P = by_Wcat.product(S[i], float32=False)  # (B, n' + 2n)   [2 W_a s_{i-1}; U_z s_{i-1}; U_r s_{i-1}]
-            if keep:
+            if len(Q):
                 Q[i] = P[:, :n_a]
-            for r0, r1, T, sig in _group_views(groups, SIG):  # sig (b, T, n')
+            for r0, r1, T, sig in _group_views(groups, SIG[i if len(SIG) > 1 else 0]):  # sig (b, T, n')
                 _scores_sigmoid(keys2, P[:, :n_a], r0, r1, T, sig)
                 e = (sig @ v_a2).masked_fill_(pad[r0:r1, :T], float("-inf"))  # (b, T)
                 alpha = torch.softmax(e, dim=-1).unsqueeze(1)  # (b, 1, T)
@@ -224,19 +228,20 @@ class _AttentiveDecoder(torch.autograd.Function):
             if i + 1 < Ty:
                 _gru_forward_step(g, S[i], None, by_U, ZR[i], Hc[i], RS[i], S[i + 1], pre_zr=P[:, n_a:])
         ctx.lowp, ctx.real, ctx.groups = lowp, real, groups
-        ctx.save_for_backward(H, HC, Wcat, v_a2, U, C_stack, S, keys2, Q, A, ZR, Hc, RS)
+        ctx.save_for_backward(H, HC, Wcat, v_a2, U, C_stack, S, keys2, SIG, Q, A, ZR, Hc, RS)
         return S, CTX, A
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dS, dCTX, dA):
-        H, HC, Wcat, v_a2, U, C_stack, S, keys2, Q, A, ZR, Hc, RS = ctx.saved_tensors
+        H, HC, Wcat, v_a2, U, C_stack, S, keys2, SIG, Q, A, ZR, Hc, RS = ctx.saved_tensors
         lowp = ctx.lowp
         by_WcatT, by_UT = Multiplier(Wcat.t(), lowp), Multiplier(U.t(), lowp)
         Ty, B, n = S.shape
         Tx, ctx_dim, n_a = H.shape[1], H.shape[2], keys2.shape[2]
         covered = sum((r1 - r0) * T for r0, r1, T in ctx.groups)
-        SIG = S.new_empty(covered, n_a)  # one step's σ(…), recomputed (see forward), then ∂L/∂e_ij σ'(…) in place
+        if len(Q):  # one step's σ(…), recomputed (see forward), then ∂L/∂e_ij σ'(…) in place
+            SIG = S.new_empty(1, covered, n_a)
         # D holds, per step, [∂L/∂(2 W_a s_{i-1}) (n') | ∂L/∂g_i: gates (2n), candidate (n) | ∂L/∂c_i (2n)], so that
         # one product with Wcat^T and one with [C_stack h; h] serve each step
         D = S.new_empty(Ty, B, n_a + 5 * n)  # every step writes its parts but the last step's ∂L/∂g (zero)
@@ -258,7 +263,7 @@ class _AttentiveDecoder(torch.autograd.Function):
             else:
                 ds = torch.zeros_like(ds)  # s_Ty is not computed
             ds += dS[i]
-            for (r0, r1, T, sig), (_, _, _, de) in zip(_group_views(ctx.groups, SIG),
+            for (r0, r1, T, sig), (_, _, _, de) in zip(_group_views(ctx.groups, SIG[0 if len(Q) else i]),
                                                         _group_views(ctx.groups, DE)):
                 # (b, T)   ∂L/∂α_i via C_stack c_i and c_i
                 dalpha = torch.bmm(Di[r0:r1, n_a:].unsqueeze(1), HCt[r0:r1, :, :T]).squeeze(1)
@@ -266,11 +271,14 @@ class _AttentiveDecoder(torch.autograd.Function):
                     dalpha += dA[i, r0:r1, :T]
                 alpha = A[i, r0:r1, :T]
                 torch.mul(alpha, dalpha - (alpha * dalpha).sum(-1, keepdim=True), out=de)  # softmax backward
-                _scores_sigmoid(keys2, Q[i], r0, r1, T, sig)  # (b, T, n')   σ(2 (W_a s_{i-1} + U_a h_j)) again
+                if len(Q):
+                    _scores_sigmoid(keys2, Q[i], r0, r1, T, sig)  # (b, T, n')   σ(2 (W_a s_{i-1} + U_a h_j)) again
                 dv_a.addmv_(sig.view(-1, n_a).t(), de.view(-1))  # ∂L/∂v_a2 = Σ_j ∂L/∂e_ij σ(…)
                 # ∂L/∂(2 U_a h_j + 2 W_a s) = ∂L/∂e_ij v_a2 ∘ σ'; the factor v_a2 is applied after the sums over j
                 # (here) and over i (after the loop), which saves a pass over (b, T, n') per step
-                dx = torch.ops.aten.sigmoid_backward.grad_input(de.unsqueeze(-1), sig, grad_input=sig)  # ∂L/∂e σ'
+                # (b, T, n')   ∂L/∂e_ij σ'(…): in place of a recomputed σ; a kept one stays (a second backward)
+                dx = torch.ops.aten.sigmoid_backward.grad_input(de.unsqueeze(-1), sig,
+                                                                grad_input=sig if len(Q) else torch.empty_like(sig))
                 dkeys2[r0:r1, :T] += dx
                 torch.mul(dx.sum(1), v_a2, out=Di[r0:r1, :n_a])  # (b, n')
             ds = by_WcatT.add_product(ds, Di[:, : n_a + 2 * n], out=ds)  # (B, n)   + [2 W_a; U_z; U_r]ᵀ (…)
