@@ -11,9 +11,12 @@ no autograd graph inside the time loop, and rearrange the work so that the loop 
   one matmul with the stacked matrix [2 W_a; U_z; U_r] (n' + 2n, n), forwards and backwards;
 - the context term of the decoder's gates, C_stack c_i = C_stack Σ_j α_ij h_j = Σ_j α_ij (C_stack h_j), is computed
   from ``CH`` = C_stack h_j for every source position -- one big matmul per sentence before the loop -- so the loop
-  does a (1 × Tx)·(Tx × 3n) weighted sum instead of a (2n × 3n) matmul per step; backwards, ∂L/∂α_i reads h_j and
-  C_stack h_j in one batched product, and ∂L/∂h, ∂L/∂C_stack come from ∂L/∂(C_stack h_j) = Σ_i α_ijᵀ ∂L/∂g_i once;
-- the annotations' gradient from the attention weights is once, dH = Σ_i α_iᵀ ∂L/∂c_i, as one batched matmul;
+  does a (1 × Tx)·(Tx × 3n) weighted sum instead of a (2n × 3n) matmul per step; backwards, ∂L/∂α_i reads
+  C_stack h_j, and ∂L/∂h, ∂L/∂C_stack come from ∂L/∂(C_stack h_j) = Σ_i α_ijᵀ ∂L/∂g_i once;
+- the context c_i = Σ_j α_ij h_j itself is not needed inside the loop (only C_stack c_i is): it is computed for all
+  steps after the loop, one (Ty × Tx)·(Tx × 2n) product per sentence, and so are its gradients, the annotations'
+  dH = Σ_i α_iᵀ ∂L/∂c_i and the attention weights' ∂L/∂α_ij = ∂L/∂c_i · h_j (before the loop), instead of
+  reading every h_j at every step, forwards and backwards;
 - on CPU and at the paper's sizes, a batch sorted by source length (``nll`` sorts it) attends in
   ``ATTENTION_GROUPS`` row groups, each over its own longest source only: the attention's elementwise work
   covers ~1.12× the real source positions instead of ~1.5× on the Hansards (``_row_groups``);
@@ -186,18 +189,15 @@ class _AttentiveDecoder(torch.autograd.Function):
         keys2, v_a2 = 2.0 * keys, 2.0 * v_a  # tanh(x) = 2σ(2x) − 1; see attention.attend
         Wcat = torch.cat([2.0 * W_a, U_zr])  # (n' + 2n, n)   [2 W_a; U_z; U_r]: both read s_{i-1}
         by_Wcat, by_U = Multiplier(Wcat, lowp), Multiplier(U, lowp)
-        # [C_stack h_j ; h_j] for every source position: (B, Tx, 3n + 2n); one matmul per call, over the real
-        # positions ``real`` (flat indices into B·Tx) when given (C_stack h_j = 0 at padding, where h_j = 0)
-        HC = H.new_empty(B, Tx, 3 * n + ctx_dim)
-        HC[:, :, 3 * n :] = H
-        CH = HC[:, :, : 3 * n]  # (B, Tx, 3n)
+        # C_stack h_j for every source position: (B, Tx, 3n); one matmul per call, over the real positions
+        # ``real`` (flat indices into B·Tx) when given (C_stack h_j = 0 at padding, where h_j = 0)
+        pad = ~src_mask  # (B, Tx)
         if real is None:
-            CH.copy_(mm(H.view(B * Tx, ctx_dim), C_stack.t(), lowp).view(B, Tx, 3 * n))
+            CH = mm(H.view(B * Tx, ctx_dim), C_stack.t(), lowp).view(B, Tx, 3 * n)
         else:
             CH_real = mm(H.view(B * Tx, ctx_dim)[real], C_stack.t(), lowp)  # (N, 3n)
-            CH_flat = CH.view(B * Tx, 3 * n)
-            CH_flat.index_fill_(0, (~src_mask).flatten().nonzero().squeeze(1), 0.0).index_copy_(0, real, CH_real)
-        pad = ~src_mask  # (B, Tx)
+            CH = CH_real.new_empty(B, Tx, 3 * n)
+            CH.view(B * Tx, 3 * n).index_fill_(0, pad.flatten().nonzero().squeeze(1), 0.0).index_copy_(0, real, CH_real)
         groups = _row_groups(src_mask, n_a)
         covered = sum((r1 - r0) * T for r0, r1, T in groups)  # source positions the attention runs over
         S = gx.new_empty(Ty, B, n)  # (Ty, B, n)    s_{i-1}
@@ -208,7 +208,6 @@ class _AttentiveDecoder(torch.autograd.Function):
         SIG = gx.new_empty(Ty if keep and not recompute else 1, covered, n_a)
         Q = gx.new_empty(Ty if keep and recompute else 0, B, n_a, dtype=lowp or gx.dtype)  # as P
         A = gx.new_zeros(Ty, B, Tx)  # (Ty, B, Tx)   α_i (0 where no group covers)
-        CTX = gx.new_empty(Ty, B, ctx_dim)  # (Ty, B, 2n)   c_i
         m = max(Ty - 1, 0)
         ZR, Hc, RS = gx.new_empty(m, B, 2 * n), gx.new_empty(m, B, n), gx.new_empty(m, B, n)
         g = gx.new_empty(B, 3 * n)
@@ -222,19 +221,21 @@ class _AttentiveDecoder(torch.autograd.Function):
                 e = (sig @ v_a2).masked_fill_(pad[r0:r1, :T], float("-inf"))  # (b, T)
                 alpha = torch.softmax(e, dim=-1).unsqueeze(1)  # (b, 1, T)
                 A[i, r0:r1, :T] = alpha.squeeze(1)
-                torch.bmm(alpha, H[r0:r1, :T], out=CTX[i, r0:r1].unsqueeze(1))  # (b, 1, 2n)   c_i
                 if i + 1 < Ty:  # (b, 3n)   W_stack E y + b_stack + C_stack c_i
                     torch.baddbmm(gx[i, r0:r1].unsqueeze(1), alpha, CH[r0:r1, :T], out=g[r0:r1].unsqueeze(1))
             if i + 1 < Ty:
                 _gru_forward_step(g, S[i], None, by_U, ZR[i], Hc[i], RS[i], S[i + 1], pre_zr=P[:, n_a:])
+        # c_i = Σ_j α_ij h_j for all steps at once (the loop needs only C_stack c_i): one product per sentence,
+        # (Ty × Tx)·(Tx × 2n), instead of a read of every h_j at every step
+        CTX = torch.bmm(A.transpose(0, 1), H).transpose(0, 1)  # (Ty, B, 2n)   (batch-major underneath)
         ctx.lowp, ctx.real, ctx.groups = lowp, real, groups
-        ctx.save_for_backward(H, HC, Wcat, v_a2, U, C_stack, S, keys2, SIG, Q, A, ZR, Hc, RS)
+        ctx.save_for_backward(H, CH, Wcat, v_a2, U, C_stack, S, keys2, SIG, Q, A, ZR, Hc, RS)
         return S, CTX, A
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dS, dCTX, dA):
-        H, HC, Wcat, v_a2, U, C_stack, S, keys2, SIG, Q, A, ZR, Hc, RS = ctx.saved_tensors
+        H, CH, Wcat, v_a2, U, C_stack, S, keys2, SIG, Q, A, ZR, Hc, RS = ctx.saved_tensors
         lowp = ctx.lowp
         by_WcatT, by_UT = Multiplier(Wcat.t(), lowp), Multiplier(U.t(), lowp)
         Ty, B, n = S.shape
@@ -242,20 +243,21 @@ class _AttentiveDecoder(torch.autograd.Function):
         covered = sum((r1 - r0) * T for r0, r1, T in ctx.groups)
         if len(Q):  # one step's σ(…), recomputed (see forward), then ∂L/∂e_ij σ'(…) in place
             SIG = S.new_empty(1, covered, n_a)
-        # D holds, per step, [∂L/∂(2 W_a s_{i-1}) (n') | ∂L/∂g_i: gates (2n), candidate (n) | ∂L/∂c_i (2n)], so that
-        # one product with Wcat^T and one with [C_stack h; h] serve each step
-        D = S.new_empty(Ty, B, n_a + 5 * n)  # every step writes its parts but the last step's ∂L/∂g (zero)
-        D[Ty - 1, :, n_a : n_a + 3 * n] = 0.0
-        if dCTX is not None:
-            D[:, :, n_a + 3 * n :] = dCTX
-        else:
-            D[:, :, n_a + 3 * n :] = 0.0
+        # D holds, per step, [∂L/∂(2 W_a s_{i-1}) (n') | ∂L/∂g_i: gates (2n), candidate (n)], so that one product
+        # with Wcat^T serves each step
+        D = S.new_empty(Ty, B, n_a + 3 * n)  # every step writes its parts but the last step's ∂L/∂g (zero)
+        D[Ty - 1, :, n_a:] = 0.0
+        # ∂L/∂α_i through c_i = Σ_j α_ij h_j, for all steps at once (as c_i in the forward): (Ty, B, Tx)
+        dCTX_b = None if dCTX is None else dCTX.transpose(0, 1)  # (B, Ty, 2n)
+        dA_c = None if dCTX is None else torch.bmm(dCTX_b, H.transpose(1, 2)).transpose(0, 1)
+        if dA is not None:
+            dA_c = dA if dA_c is None else dA_c + dA
         dS = torch.zeros_like(S) if dS is None else dS
         DE = S.new_empty(covered)  # (Σ_g b_g·T_g)   ∂L/∂e_i at the covered positions, as SIG
         dkeys2 = H.new_zeros(B, Tx, n_a)  # (B, Tx, n')   Σ_i ∂L/∂e_ij σ'(…), later times 2 v_a2
         dv_a = H.new_zeros(n_a)  # Σ_i Σ_j ∂L/∂e_ij σ(…), later times 2
         ds = torch.zeros_like(S[0])  # ∂L/∂s_i from the steps after i
-        HCt = HC.transpose(1, 2)  # (B, 5n, Tx)
+        CHt = CH.transpose(1, 2)  # (B, 3n, Tx)
         for i in reversed(range(Ty)):
             Di = D[i]
             if i + 1 < Ty:
@@ -265,10 +267,10 @@ class _AttentiveDecoder(torch.autograd.Function):
             ds += dS[i]
             for (r0, r1, T, sig), (_, _, _, de) in zip(_group_views(ctx.groups, SIG[0 if len(Q) else i]),
                                                         _group_views(ctx.groups, DE)):
-                # (b, T)   ∂L/∂α_i via C_stack c_i and c_i
-                dalpha = torch.bmm(Di[r0:r1, n_a:].unsqueeze(1), HCt[r0:r1, :, :T]).squeeze(1)
-                if dA is not None:
-                    dalpha += dA[i, r0:r1, :T]
+                # (b, T)   ∂L/∂α_i via C_stack c_i (the gates) and c_i (the caller's: dA_c)
+                dalpha = torch.bmm(Di[r0:r1, n_a:].unsqueeze(1), CHt[r0:r1, :, :T]).squeeze(1)
+                if dA_c is not None:
+                    dalpha += dA_c[i, r0:r1, :T]
                 alpha = A[i, r0:r1, :T]
                 torch.mul(alpha, dalpha - (alpha * dalpha).sum(-1, keepdim=True), out=de)  # softmax backward
                 if len(Q):
@@ -292,7 +294,8 @@ class _AttentiveDecoder(torch.autograd.Function):
         At = A.permute(1, 2, 0)  # (B, Tx, Ty)
         DG = D[:, :, n_a : n_a + 3 * n].transpose(0, 1)  # (B, Ty, 3n)   ∂L/∂g_i (0 at the last step)
         dCH = torch.bmm(At, DG)  # (B, Tx, 3n)   Σ_i α_ijᵀ ∂L/∂g_i = ∂L/∂(C_stack h_j)
-        dH = torch.bmm(At, D[:, :, n_a + 3 * n :].transpose(0, 1))  # (B, Tx, 2n)   Σ_i α_iᵀ ∂L/∂c_i
+        # (B, Tx, 2n)   Σ_i α_iᵀ ∂L/∂c_i
+        dH = H.new_zeros(B, Tx, ctx_dim) if dCTX_b is None else torch.bmm(At, dCTX_b)
         dCH_flat, H_flat = dCH.view(B * Tx, 3 * n), H.reshape(B * Tx, ctx_dim)
         real = ctx.real
         if real is not None:  # only the real positions' rows: the padding's are 0 (h_j = 0, α_ij = 0) or unused
