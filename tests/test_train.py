@@ -362,7 +362,7 @@ def test_adadelta_grad_scale_equals_clipping_first(monkeypatch, extra):
 def test_clip_grad_norm_takes_row_sparse_gradients(max_norm):
     """gradients.clip_grad_norm_: with row-sparse gradients, the norm and the rescaled gradients of the same
     gradients made dense under torch's clip_grad_norm_; on dense gradients alone, torch's exactly."""
-    from nmtkit.gradients import clip_grad_norm_
+    from nmtkit.gradients import clip_grad_norm_, grad_norm_and_scale
 
     torch.manual_seed(0)
     shapes = [(30, 5), (6, 4), (20, 5)]
@@ -383,9 +383,14 @@ def test_clip_grad_norm_takes_row_sparse_gradients(max_norm):
     for p, q in zip(dense, ref):
         p.grad = torch.randn(q.shape)
         q.grad = p.grad.clone()
-    assert torch.equal(clip_grad_norm_(dense, max_norm), torch.nn.utils.clip_grad_norm_(ref, max_norm))
-    for p, q in zip(dense, ref):
+    total, scale = grad_norm_and_scale(dense, max_norm)  # (the trainer's path with Adadelta: norm and factor only)
+    raw = [p.grad.clone() for p in dense]
+    expected = torch.nn.utils.clip_grad_norm_(ref, max_norm)
+    assert torch.equal(clip_grad_norm_(dense, max_norm), expected)
+    assert torch.equal(total, expected)
+    for p, q, g in zip(dense, ref, raw):
         assert torch.equal(p.grad, q.grad)
+        assert torch.equal(g * scale, q.grad)
 
 
 def test_blocked_adadelta_resumes_from_torchs_state():

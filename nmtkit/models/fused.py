@@ -204,9 +204,10 @@ class _AttentiveDecoder(torch.autograd.Function):
         # σ(2 (W_a s_{i-1} + U_a h_j)) at each step's covered positions, group by group: (Ty, Σ_g b_g·T_g, n'),
         # kept for the backward -- unless a step's is large (paper size): then only one step's, which stays in the
         # cache, and the backward recomputes it from 2 W_a s_{i-1}, kept in Q (Ty, B, n')
-        recompute = covered * n_a >= RECOMPUTE_MIN_ELEMENTS
-        SIG = gx.new_empty(Ty if keep and not recompute else 1, covered, n_a)
-        Q = gx.new_empty(Ty if keep and recompute else 0, B, n_a, dtype=lowp or gx.dtype)  # as P
+        recompute = keep and covered * n_a >= RECOMPUTE_MIN_ELEMENTS
+        kept = keep and not recompute
+        SIG = gx.new_empty(Ty if kept else 1, covered, n_a)
+        Q = gx.new_empty(Ty if recompute else 0, B, n_a, dtype=lowp or gx.dtype)  # as P
         A = gx.new_zeros(Ty, B, Tx)  # (Ty, B, Tx)   α_i (0 where no group covers)
         m = max(Ty - 1, 0)
         ZR, Hc, RS = gx.new_empty(m, B, 2 * n), gx.new_empty(m, B, n), gx.new_empty(m, B, n)
@@ -214,9 +215,9 @@ class _AttentiveDecoder(torch.autograd.Function):
         S[0] = s0
         for i in range(Ty):
             P = by_Wcat.product(S[i], float32=False)  # (B, n' + 2n)   [2 W_a s_{i-1}; U_z s_{i-1}; U_r s_{i-1}]
-            if len(Q):
+            if recompute:
                 Q[i] = P[:, :n_a]
-            for r0, r1, T, sig in _group_views(groups, SIG[i if len(SIG) > 1 else 0]):  # sig (b, T, n')
+            for r0, r1, T, sig in _group_views(groups, SIG[i if kept else 0]):  # sig (b, T, n')
                 _scores_sigmoid(keys2, P[:, :n_a], r0, r1, T, sig)
                 e = (sig @ v_a2).masked_fill_(pad[r0:r1, :T], float("-inf"))  # (b, T)
                 alpha = torch.softmax(e, dim=-1).unsqueeze(1)  # (b, 1, T)
@@ -228,7 +229,7 @@ class _AttentiveDecoder(torch.autograd.Function):
         # c_i = Σ_j α_ij h_j for all steps at once (the loop needs only C_stack c_i): one product per sentence,
         # (Ty × Tx)·(Tx × 2n), instead of a read of every h_j at every step
         CTX = torch.bmm(A.transpose(0, 1), H).transpose(0, 1)  # (Ty, B, 2n)   (batch-major underneath)
-        ctx.lowp, ctx.real, ctx.groups = lowp, real, groups
+        ctx.lowp, ctx.real, ctx.groups, ctx.recompute = lowp, real, groups, recompute
         ctx.save_for_backward(H, CH, Wcat, v_a2, U, C_stack, S, keys2, SIG, Q, A, ZR, Hc, RS)
         return S, CTX, A
 
@@ -236,12 +237,12 @@ class _AttentiveDecoder(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dS, dCTX, dA):
         H, CH, Wcat, v_a2, U, C_stack, S, keys2, SIG, Q, A, ZR, Hc, RS = ctx.saved_tensors
-        lowp = ctx.lowp
+        lowp, recompute = ctx.lowp, ctx.recompute
         by_WcatT, by_UT = Multiplier(Wcat.t(), lowp), Multiplier(U.t(), lowp)
         Ty, B, n = S.shape
         Tx, ctx_dim, n_a = H.shape[1], H.shape[2], keys2.shape[2]
         covered = sum((r1 - r0) * T for r0, r1, T in ctx.groups)
-        if len(Q):  # one step's σ(…), recomputed (see forward), then ∂L/∂e_ij σ'(…) in place
+        if recompute:  # one step's σ(…), recomputed (see forward), then ∂L/∂e_ij σ'(…) in place
             SIG = S.new_empty(1, covered, n_a)
         # D holds, per step, [∂L/∂(2 W_a s_{i-1}) (n') | ∂L/∂g_i: gates (2n), candidate (n)], so that one product
         # with Wcat^T serves each step
@@ -265,7 +266,7 @@ class _AttentiveDecoder(torch.autograd.Function):
             else:
                 ds = torch.zeros_like(ds)  # s_Ty is not computed
             ds += dS[i]
-            for (r0, r1, T, sig), (_, _, _, de) in zip(_group_views(ctx.groups, SIG[0 if len(Q) else i]),
+            for (r0, r1, T, sig), (_, _, _, de) in zip(_group_views(ctx.groups, SIG[0 if recompute else i]),
                                                         _group_views(ctx.groups, DE)):
                 # (b, T)   ∂L/∂α_i via C_stack c_i (the gates) and c_i (the caller's: dA_c)
                 dalpha = torch.bmm(Di[r0:r1, n_a:].unsqueeze(1), CHt[r0:r1, :, :T]).squeeze(1)
@@ -273,14 +274,14 @@ class _AttentiveDecoder(torch.autograd.Function):
                     dalpha += dA_c[i, r0:r1, :T]
                 alpha = A[i, r0:r1, :T]
                 torch.mul(alpha, dalpha - (alpha * dalpha).sum(-1, keepdim=True), out=de)  # softmax backward
-                if len(Q):
+                if recompute:
                     _scores_sigmoid(keys2, Q[i], r0, r1, T, sig)  # (b, T, n')   σ(2 (W_a s_{i-1} + U_a h_j)) again
                 dv_a.addmv_(sig.view(-1, n_a).t(), de.view(-1))  # ∂L/∂v_a2 = Σ_j ∂L/∂e_ij σ(…)
                 # ∂L/∂(2 U_a h_j + 2 W_a s) = ∂L/∂e_ij v_a2 ∘ σ'; the factor v_a2 is applied after the sums over j
                 # (here) and over i (after the loop), which saves a pass over (b, T, n') per step
                 # (b, T, n')   ∂L/∂e_ij σ'(…): in place of a recomputed σ; a kept one stays (a second backward)
                 dx = torch.ops.aten.sigmoid_backward.grad_input(de.unsqueeze(-1), sig,
-                                                                grad_input=sig if len(Q) else torch.empty_like(sig))
+                                                                grad_input=sig if recompute else torch.empty_like(sig))
                 dkeys2[r0:r1, :T] += dx
                 torch.mul(dx.sum(1), v_a2, out=Di[r0:r1, :n_a])  # (b, n')
             ds = by_WcatT.add_product(ds, Di[:, : n_a + 2 * n], out=ds)  # (B, n)   + [2 W_a; U_z; U_r]ᵀ (…)
