@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import warnings
 
 from nmtkit import __version__
 from nmtkit.errors import InputError
@@ -76,11 +77,18 @@ def load(path: str | os.PathLike, map_location="cpu") -> dict:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise InputError("no such checkpoint file", path)
-    try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:  # torch raises many types for bad files: zip errors, unpickling errors, EOF ...
-        raise InputError(f"not a readable checkpoint (corrupt, truncated or not made by nmtkit): {_reason(e)}",
-                         path) from None
+    # torch warns about what it reads before it fails (e.g. "Detected pickle protocol 158" for random bytes
+    # that start like a pickle): hold its warnings back, so that a bad file gives our one line and nothing
+    # else, and pass them on only when the file did load.
+    with warnings.catch_warnings(record=True) as held:
+        warnings.simplefilter("always")
+        try:
+            payload = torch.load(path, map_location=map_location, weights_only=True)
+        except Exception as e:  # torch raises many types for bad files: zip errors, unpickling errors, EOF ...
+            raise InputError(f"not a readable checkpoint (corrupt, truncated or not made by nmtkit): "
+                             f"{_reason(e)}", path) from None
+    for w in held:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if not isinstance(payload, dict) or payload.get("format") != FORMAT_NAME:
         raise InputError("not an nmtkit checkpoint", path)
     version = payload.get("format_version")

@@ -6,6 +6,7 @@ import copy
 import itertools
 import os
 import re
+import warnings
 
 import pytest
 import torch
@@ -166,6 +167,19 @@ def test_garbage_file(tmp_path, content):
     path.write_bytes(content)
     with pytest.raises(InputError) as e:
         checkpoint.load(path)
+    _assert_one_line(e.value, str(path), "not a readable checkpoint")
+
+
+def test_bad_file_that_starts_like_a_pickle_gives_no_warning(tmp_path):
+    # b"\x80\x9e": a pickle PROTO opcode with protocol 158; torch warns about the protocol before it fails.
+    # Our error must be the only thing a user sees (a CI run once caught this with random bytes).
+    path = tmp_path / "junk.pt"
+    path.write_bytes(b"\x80\x9e" + bytes(range(256)) * 4)
+    with warnings.catch_warnings(record=True) as escaped:
+        warnings.simplefilter("always")
+        with pytest.raises(InputError) as e:
+            checkpoint.load(path)
+    assert [str(w.message) for w in escaped] == []
     _assert_one_line(e.value, str(path), "not a readable checkpoint")
 
 
