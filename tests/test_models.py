@@ -618,7 +618,7 @@ def test_runs_under_bf16_autocast(arch, fused):
 
 # ------------------------------------------------------------------------------------------ the fused training loss
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("chunk_rows", [1, 3, 1000])
+@pytest.mark.parametrize("chunk_rows", [1, 3, 10, 1000])  # 10: chunks of 8, padding rows inside the last
 def test_nll_equals_cross_entropy_of_logits_with_gradients(arch, chunk_rows, monkeypatch):
     """model.nll (output layer only at real positions, fused with softmax and gradient, in row chunks) gives the
     value and every parameter's gradient of plain cross-entropy on forward()'s logits (float64)."""

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from nmtkit.models.matmul import _low, autocast_dtype, padded_vocab
+from nmtkit.models.matmul import ALIGN, _low, autocast_dtype, padded_vocab, round_up
 
 CHUNK_ELEMENTS = 1 << 26  # logits per chunk (256 MB in float32): one chunk for a paper-size batch of ~2,000 targets
 MIN_CHUNK_ROWS = 64  # fewer rows make inefficient matmuls
@@ -65,12 +65,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, lowp, want_grad: bool, t: Tensor, W: Tensor, b: Tensor, y: Tensor) -> Tensor:
         (N, l), V = t.shape, W.shape[0]
-        # V and l rounded up to multiples of 8 (matmul.py): the extra logits are −inf (probability 0), the extra
-        # columns of W and t zero; under lowp W is padded straight into its lowp copy
+        # V, l and N rounded up to multiples of 8 (matmul.py): the extra logits are −inf (probability 0), the
+        # extra columns of W and t zero; under lowp W is padded straight into its lowp copy.  The extra rows of t
+        # (zero) make every product's row count a multiple of 8 too -- the logits (N', V') and ∂L/∂t (N', l')
+        # are results N' rows high: measured 5–20% faster per product for most N here (e.g. N = 1,406: the
+        # three products 409 → 332 ms in bf16) --; their logits are never used and their ∂L/∂z is set to zero.
         W_l, b = padded_vocab(W, b, float("-inf"), columns=True, dtype=lowp)  # (V', l'), (V',)
-        t = F.pad(t, (0, W_l.shape[1] - l))  # (N, l')
+        t = F.pad(t, (0, W_l.shape[1] - l, 0, round_up(N) - N))  # (N', l')
         V2 = W_l.shape[0]
         chunk = max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // V2)
+        chunk -= chunk % ALIGN if chunk > ALIGN else 0  # a multiple of 8 too
         rows = max(1, BLOCK_ELEMENTS // V2)
         buf = None if lowp is None else t.new_empty(min(rows, N), V2)  # float32 logits of one block
         t_l = _low(t, lowp)
@@ -78,10 +82,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if want_grad:
             dt, dW, db = torch.empty_like(t), None, torch.zeros_like(b)  # dW from the first chunk's product
         for start in range(0, N, chunk):
-            tc, yc = t_l[start: start + chunk], y[start: start + chunk].unsqueeze(1)  # (c, l'), (c, 1)
+            tc, yc = t_l[start: start + chunk], y[start: start + chunk].unsqueeze(1)  # (c, l'), (c_real, 1)
             z = _logits(tc, W_l, b if lowp is None else None, lowp)  # (c, V')   logits
-            for r in range(0, len(tc), rows):  # softmax, loss and ∂loss/∂z block by block, in the cache
-                log_p, z_y, db_r = _softmax_rows(z[r: r + rows], b, yc[r: r + rows], want_grad, buf)
+            real = len(yc)  # the chunk's real rows; the rest (at the batch's end) are padding
+            for r in range(0, real, rows):  # softmax, loss and ∂loss/∂z block by block, in the cache
+                log_p, z_y, db_r = _softmax_rows(z[r: min(r + rows, real)], b, yc[r: r + rows], want_grad, buf)
                 lost = (log_p < LOG_TINY).squeeze(1).nonzero().squeeze(1)  # p(y) (nearly) underflowed: recompute
                 if len(lost):  # log p(y) = z_y − log Σ_v exp z_v
                     z_lost = _logits(tc[r: r + rows][lost], W_l, b, lowp)
@@ -90,6 +95,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 if want_grad:
                     db += db_r  # (V',)
             if want_grad:  # z = ∂loss/∂z (c, V')
+                z[real:] = 0.0  # the padding rows: no gradient
                 if lowp is None:
                     torch.mm(z, W_l, out=dt[start: start + chunk])  # (c, l')
                     dW = z.t() @ tc if dW is None else dW.addmm_(z.t(), tc)  # (V', l')
@@ -100,7 +106,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if want_grad:
             if dW is None:  # no rows
                 dW = W_l.new_zeros(W_l.shape, dtype=t.dtype)
-            ctx.save_for_backward(dt[:, :l], dW[:V, :l], db[:V])
+            ctx.save_for_backward(dt[:N, :l], dW[:V, :l], db[:V])
         return loss.to(t.dtype if t.dtype != torch.bfloat16 else torch.float32)
 
     @staticmethod
