@@ -5,7 +5,9 @@ inside ``<doc>``; detected by the ``.sgm``/``.sgml`` extension or by its ``<srcs
 header). Lines are split on ``\\n`` only: ``\\r``, U+2028, U+0085, form feed and the other characters that
 ``str.splitlines()`` treats as line breaks stay inside their line, so line *i* of a source file always meets line
 *i* of its translation. Every line is decoded strictly; invalid UTF-8 is an :class:`~nmtkit.errors.InputError`
-naming the file and line.
+naming the file and line. A UTF-8 byte-order mark at the very start of a file (Windows editors write one) is an
+encoding signature, not text: it is dropped from line 1 (``without_bom``), so that it does not glue itself to the
+first word as an unknown token; a U+FEFF anywhere else is text and stays.
 
 Writing: :func:`atomic_file` and :func:`atomic_dir` build an output under a temporary sibling name and rename it
 into place only when it is complete, so a crash, Ctrl-C or bad input never leaves a half-written output behind.
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from nmtkit.errors import InputError
 
 SGML_HEADERS = (b"<srcset", b"<refset", b"<tstset", b"<mteval")
+BOM = b"\xef\xbb\xbf"  # the UTF-8 byte-order mark (U+FEFF encoded)
 _SEG = re.compile(rb'^\s*<seg\b[^>]*?\bid\s*=\s*"?([^"\s>]+)"?[^>]*>(.*)</seg>\s*$', re.IGNORECASE | re.DOTALL)
 _DOC = re.compile(rb'<doc\b[^>]*?\bdocid\s*=\s*"?([^"\s>]+)"?', re.IGNORECASE)
 
@@ -70,10 +73,15 @@ def is_sgml(path: str | os.PathLike) -> bool:
         return True
     with open_binary(path) as f:
         try:
-            head = f.read(4096).lstrip()
+            head = f.read(4096).removeprefix(BOM).lstrip()
         except (OSError, EOFError, zlib.error) as e:
             raise InputError(f"cannot read: {e}", path) from None
     return head[:7].lower() in SGML_HEADERS
+
+
+def without_bom(raw: bytes, line: int) -> bytes:
+    """The bytes of physical line ``line`` (1-based) without a leading UTF-8 byte-order mark when it is line 1."""
+    return raw[len(BOM):] if line == 1 and raw.startswith(BOM) else raw
 
 
 def decode_line(raw: bytes, path: str, line: int) -> str:
@@ -94,7 +102,7 @@ def read_segments(path: str | os.PathLike) -> Iterator[Segment]:
         try:
             for raw in f:  # a binary file iterates on b"\n" only
                 lineno += 1
-                raw = raw[:-1] if raw.endswith(b"\n") else raw
+                raw = without_bom(raw[:-1] if raw.endswith(b"\n") else raw, lineno)
                 if not sgml:
                     yield Segment(decode_line(raw, path, lineno), lineno)
                     continue

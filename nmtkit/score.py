@@ -46,7 +46,7 @@ DESCRIPTIONS = {
 def read_lines(path: str | os.PathLike) -> list[str]:
     """The segments of a text file (plain, gzip or WMT SGML; ``-`` = stdin), split on ``\\n`` only, strictly
     UTF-8."""
-    from nmtkit.files import decode_line, read_segments
+    from nmtkit.files import decode_line, read_segments, without_bom
 
     if path == "-":
         import sys
@@ -54,7 +54,7 @@ def read_lines(path: str | os.PathLike) -> list[str]:
         data = sys.stdin.buffer.read().split(b"\n")
         if data[-1] == b"":
             data.pop()
-        return [decode_line(raw, "<stdin>", n) for n, raw in enumerate(data, start=1)]
+        return [decode_line(without_bom(raw, n), "<stdin>", n) for n, raw in enumerate(data, start=1)]
     return [s.text for s in read_segments(path)]
 
 

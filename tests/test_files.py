@@ -145,6 +145,14 @@ def test_sgml_detected_by_header_and_inside_gzip(tmp_path):
     assert not is_sgml(write(tmp_path / "plain.en", "<b>not sgml</b>\n"))
 
 
+def test_byte_order_mark_is_dropped_from_line_1_only(tmp_path):
+    bom = "\ufeff"
+    assert texts(write(tmp_path / "x.en", bom + "Hello world\n" + bom + "kept\n")) == ["Hello world", bom + "kept"]
+    assert texts(write(tmp_path / "y.en", gzip.compress((bom + "Bonjour\n").encode()))) == ["Bonjour"]
+    sgml = write(tmp_path / "noext", bom + SGML_EN)  # detected by its header behind the mark
+    assert is_sgml(sgml) and texts(sgml) == texts(write(tmp_path / "x.en.sgm", SGML_EN))
+
+
 def test_sgml_segment_keeps_line_break_characters(tmp_path):
     p = write(tmp_path / "x.sgm", '<refset>\n<doc docid="d">\n<seg id="1">a\u2028b\x85c\rd</seg>\n</doc>\n</refset>\n')
     assert texts(p) == ["a\u2028b\x85c\rd"]

@@ -250,8 +250,9 @@ def test_by_length_plot_is_a_readable_png(tmp_path):
 # -- the command -----------------------------------------------------------------------------------------------
 
 
-def run_score(*args, check=True):
-    proc = subprocess.run(SCORE + [str(a) for a in args], capture_output=True, text=True, env=ENV, timeout=300)
+def run_score(*args, check=True, stdin: str | None = None):
+    proc = subprocess.run(SCORE + [str(a) for a in args], capture_output=True, text=True, env=ENV, timeout=300,
+                          input=stdin)
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
@@ -291,6 +292,17 @@ def test_command_text_output_carries_signatures(small):
     assert sum(int(row.split()[1]) for row in lengths[1:5]) == int(lengths[5].split()[1]) == SMALL
     assert "Paired bootstrap resampling, BLEU (10 resamples" in out and "seed:12345" in out
     assert next(line for line in table if line.startswith(SYSTEMS[0]) and "baseline" in line)
+
+
+def test_a_byte_order_mark_is_not_scored_as_text(small, tmp_path):
+    """A hypothesis file saved with a UTF-8 byte-order mark (file or stdin) scores as the same file without it."""
+    plain = run_score("-r", small["ref"], "--json", small["hyps"][0]).stdout
+    marked = tmp_path / "marked.fr"
+    marked.write_bytes(b"\xef\xbb\xbf" + open(small["hyps"][0], "rb").read())
+    from_file = run_score("-r", small["ref"], "--json", marked).stdout
+    from_stdin = run_score("-r", small["ref"], "--json", "-", stdin=marked.read_bytes().decode("utf-8")).stdout
+    for out in (from_file, from_stdin):
+        assert [s["scores"] for s in json.loads(out)["systems"]] == [s["scores"] for s in json.loads(plain)["systems"]]
 
 
 def test_empty_lines_are_scored_as_sacrebleu_scores_them(small, tmp_path):

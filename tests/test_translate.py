@@ -89,6 +89,13 @@ def test_lines_are_kept_one_for_one_and_in_order(trained, data_dir):
         assert alone == out[k] + "\n"
 
 
+def test_a_byte_order_mark_on_the_first_line_changes_nothing(trained, data_dir):
+    _, ckpt = trained
+    text = ("\n".join(_lines(data_dir / "multi30k" / "test_2016_flickr.en", 3)) + "\n").encode()
+    plain = run_translate(["-m", ckpt], text).stdout
+    assert run_translate(["-m", ckpt], b"\xef\xbb\xbf" + text).stdout == plain
+
+
 def test_batch_and_window_sizes_do_not_change_the_output(trained, data_dir):
     _, ckpt = trained
     text = ("\n".join(_lines(data_dir / "multi30k" / "test_2016_flickr.en", 40)) + "\n").encode()

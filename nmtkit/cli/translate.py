@@ -13,9 +13,12 @@ from nmtkit.cli import run, setup_logging, tune_malloc
 
 def read_input(stream, name: str):
     """(line number, text) for every line of a binary stream, split on b"\\n" only; invalid UTF-8 is reported
-    with its line number and decoded with U+FFFD in place of the bad bytes, so no line is lost."""
+    with its line number and decoded with U+FFFD in place of the bad bytes, so no line is lost; a UTF-8 byte-order
+    mark that starts the stream is dropped (files.without_bom)."""
+    from nmtkit.files import without_bom
+
     for lineno, raw in enumerate(stream, start=1):
-        raw = raw[:-1] if raw.endswith(b"\n") else raw
+        raw = without_bom(raw[:-1] if raw.endswith(b"\n") else raw, lineno)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:

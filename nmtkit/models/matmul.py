@@ -23,7 +23,8 @@ maxout size l = 500 all are not.  Zero padding leaves every value as it is (the 
 costs a copy of one operand, far less than it saves:
 
 - ``padded_vocab``: output layers over V' = V rounded up (zero rows of W_o; the bias of the extra rows chosen by
-  the caller: −inf in the loss, so they get probability 0);
+  the caller: −inf in the loss, so they get probability 0); the training loss (output.py) rounds its count of
+  target rows up too, the logits being N × V';
 - ``aligned_linear``: F.linear with the reduced dimension K rounded up, so that the backward pass's products, whose
   results are K wide (∂L/∂x (N, K) and ∂L/∂W (out, K)), run at full speed.
 
