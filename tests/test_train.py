@@ -663,23 +663,17 @@ def _truncated_last(small, tmp, run, other):
     return [small, "--arch", "rnnsearch-tiny", "--resume"], [str(last), "truncated"]
 
 
-def _garbage_last(small, tmp, run, other):
-    # Fixed bytes, not os.urandom: random garbage that happened to start like a pickle (0x80, protocol byte)
-    # once made torch print a UserWarning before our error -- a flaky test that hid a real defect. Both shapes
-    # are here: plain noise after the pickle-like start, so torch reads a bogus protocol and then fails.
-    last = run / "checkpoint_last.pt"
-    last.unlink()
-    noise = random.Random(5000)
-    last.write_bytes(b"\x80\x9e" + bytes(noise.getrandbits(8) for _ in range(4998)))
-    return [small, "--arch", "rnnsearch-tiny", "--resume"], [str(last), "corrupt"]
-
-
-def _noise_last(small, tmp, run, other):
-    last = run / "checkpoint_last.pt"
-    last.unlink()
-    noise = random.Random(17)
-    last.write_bytes(bytes(noise.getrandbits(8) for _ in range(5000)))
-    return [small, "--arch", "rnnsearch-tiny", "--resume"], [str(last), "corrupt"]
+def _garbage_last_as(head: bytes, seed: int):
+    """checkpoint_last.pt replaced by 5,000 fixed bytes: ``head``, then seeded noise.  Not os.urandom: random
+    garbage that happened to start like a pickle (0x80, protocol byte) once made torch print a UserWarning before
+    our error -- a flaky test that hid a real defect; both shapes are now cases of their own."""
+    def case(small, tmp, run, other):
+        last = run / "checkpoint_last.pt"
+        last.unlink()
+        noise = random.Random(seed)
+        last.write_bytes(head + bytes(noise.getrandbits(8) for _ in range(5000 - len(head))))
+        return [small, "--arch", "rnnsearch-tiny", "--resume"], [str(last), "corrupt"]
+    return case
 
 
 def _unknown_preset(small, tmp, run, other):
@@ -707,8 +701,8 @@ BAD_INPUTS = {
     "not-prepared": _not_prepared,
     "vocab-mismatch": _vocab_mismatch,
     "truncated-last": _truncated_last,
-    "garbage-last": _garbage_last,
-    "noise-last": _noise_last,
+    "garbage-last": _garbage_last_as(b"\x80\x9e", 5000),  # starts like a pickle of protocol 158
+    "noise-last": _garbage_last_as(b"", 17),
     "unknown-preset": _unknown_preset,
     "unknown-model-option": _unknown_model_option,
     "bad-model-value": _bad_model_value,

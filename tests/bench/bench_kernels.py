@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The pieces behind this project's speed notes, each against what it replaced (about two minutes)::
+"""The pieces behind this project's speed notes, each against what it replaced (about three minutes)::
 
     python tests/bench/bench_kernels.py        # writes tests/bench/results/bench_kernels.txt
 
@@ -24,6 +24,11 @@
 6. One Adadelta update of rnnsearch-50's 80M weights (30k vocabularies), with random gradients everywhere and with
    the embeddings' gradients zero outside ``USED_WORDS`` rows, as a minibatch leaves them: ``torch.optim.Adadelta``
    against ``nmtkit.adadelta.Adadelta`` (blocked, rows without gradient only decayed; the same values bit for bit).
+
+7. The bf16 training loss's three products (``nmtkit.models.output``: logits t W_oᵀ, ∂L/∂t = (p − y) W_o,
+   ∂L/∂W_o = (p − y)ᵀ t, with V' = 30,008 and l' = 504) at N target rows, against N rounded up to a multiple
+   of 8 with zero rows (as the loss now does; the extra rows' results are not used), for token counts of real
+   Hansards minibatches.
 
 Each figure is the median of interleaved repeats (milliseconds per call); the machine should be quiet.
 """
@@ -116,9 +121,25 @@ def main() -> int:
     backward_case("∂L/∂t = (p − y) W_o (1,511 × 30,008)", (N_tgt, V), (V, 500), 500)
     backward_case("∂L/∂W_o = (p − y)ᵀ t (30,008 × 1,511)", (V, N_tgt), (N_tgt, 500), 500)
 
+    def loss_rows_case(N):
+        """The fused loss's three bf16 products at N rows against round_up(N) rows (zero rows of t)."""
+        Np = round_up(N)
+        W = (torch.randn(V, 504, generator=g) * 0.1).bfloat16()
+        cases = {}
+        for key, n in (("plain", N), ("padded", Np)):
+            t, z = torch.randn(n, 504, generator=g).bfloat16(), torch.randn(n, V, generator=g).bfloat16()
+            cases[key] = lambda t=t, z=z: (t @ W.t(), z @ W, z.t() @ t)
+        peers.log(f"bf16 loss products: N = {N} against {Np}")
+        r = interleaved(cases, rounds=2)
+        rows.append(["bf16 loss products: t W_oᵀ, (p − y) W_o, (p − y)ᵀ t (V' = 30,008)", f"{default_threads}",
+                     f"N = {N:,}: {r['plain']:.0f}", f"N' = {Np:,}: {r['padded']:.0f}",
+                     f"{r['plain'] / r['padded']:.2f}×"])
+
     encoder_case(rows, default_threads)
     onednn_cases(rows, g, default_threads)
     adadelta_case(rows, default_threads)
+    for N in LOSS_ROWS:
+        loss_rows_case(N)
 
     out += ["", f"Median milliseconds per call over interleaved repeats ({REPEATS} per round).", ""]
     out += peers.table(["what", "threads", "before", "now", "speed-up"], rows, align="lrrrr")
@@ -128,6 +149,8 @@ def main() -> int:
 
 USED_WORDS = 1000  # rows of an embedding a minibatch uses (Hansards, first 23: 93–1,247 distinct words, mean ~530)
 ENCODER_BATCHES = 4  # the first measured minibatches of bench_train.py's paper part
+# target tokens of Hansards minibatches (bench_train.py's paper part; 1,511 its mean per update)
+LOSS_ROWS = (1015, 1406, 1511, 2037)
 
 
 def encoder_case(rows: list, threads: int) -> None:
