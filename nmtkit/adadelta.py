@@ -1,4 +1,4 @@
-"""Adadelta (Zeiler, 2012) as the paper trains with it, one cache-sized block at a time.
+"""Adadelta (Zeiler, 2012) as the paper trains with it, in one pass over memory (compiled) or block by block.
 
     E[g²] ← ρ E[g²] + (1 − ρ) g²
     Δθ = − √(E[Δθ²] + ε) / √(E[g²] + ε) · g
@@ -7,11 +7,18 @@
 
 torch.optim.Adadelta applies each operation to a whole tensor before the next: about 27 passes over memory per
 parameter, each larger than the caches at paper size (80M parameters, ~320 MB per pass), so the step is bound by
-memory bandwidth.  ``Adadelta`` here runs the very same operations in the same order on blocks of ``BLOCK``
-elements, so that a block's intermediates stay in the cache and each array is read and written about once: the
-same values bit for bit (tests compare) and the same state (``square_avg``, ``acc_delta``, ``step``: checkpoints
-interchange).  It takes this path for dense, contiguous float32 parameters on CPU; anything else (CUDA, sparse
-gradients, weight decay, ``maximize``, ...) goes to torch's own step.
+memory bandwidth.  ``Adadelta`` here keeps torch's state (``square_avg``, ``acc_delta``, ``step``: checkpoints
+interchange) and updates dense, contiguous float32 parameters on CPU in one of two ways:
+
+- with the compiled kernel (nmtkit/kernels, adadelta.c; when a C compiler is there): one loop over the
+  elements, each array read and written once -- torch's operations in torch's order, with IEEE square roots
+  where torch's vectorised ones are within 1 ulp, so the values agree to float32 rounding (tests compare);
+  at paper size 60 → 20 ms per update for the 43M dense weights (tests/bench/results/bench_kernels.txt);
+- else the very same torch operations in the same order on blocks of ``BLOCK`` elements, so that a block's
+  intermediates stay in the cache and each array is read and written about once: torch's values bit for bit
+  (tests compare).
+
+Anything else (CUDA, weight decay, ``maximize``, ...) goes to torch's own step.
 
 **Rows without gradient.**  A minibatch uses a few hundred of the 30,000 words, so most rows of the embedding
 matrices' (dense) gradients are zero.  For such a row the update above reduces exactly to E[g²] ← ρ E[g²],
@@ -27,12 +34,14 @@ from __future__ import annotations
 
 import torch
 
+from nmtkit import kernels
+
 BLOCK = 1 << 19  # elements per block (2 MB of float32 per array; 2^18 … 2^21 measure alike here, 2^15 gains nothing)
 SPARSE_MIN_ROWS = 4096  # 2-D parameters with this many rows (vocabulary-sized) are checked for rows without gradient
 
 
 class Adadelta(torch.optim.Adadelta):
-    """torch.optim.Adadelta, blocked for the CPU's caches (see the module docstring)."""
+    """torch.optim.Adadelta in one pass over memory, or blocked for the CPU's caches (see the module docstring)."""
 
     def _blockable(self) -> bool:
         for group in self.param_groups:
@@ -118,7 +127,10 @@ def _update_at(p, rows, g_k, sq, acc, lr, rho, eps, scale=None) -> None:
 
 def _update(p, g, sq, acc, lr, rho, eps, scale=None) -> None:
     """One Adadelta update of p from g (times ``scale``, if given), in place in p and the state sq = E[g²],
-    acc = E[Δθ²] (all contiguous, of one shape)."""
+    acc = E[Δθ²] (all contiguous, of one shape): by the compiled kernel when there is one, else blockwise."""
+    if kernels.usable(p, g, sq, acc):
+        kernels.adadelta(p, g, sq, acc, lr, rho, eps, None if scale is None else float(scale))
+        return
     p, g, sq, acc = p.view(-1), g.view(-1), sq.view(-1), acc.view(-1)  # (N,)
     N = p.numel()
     std_buf = torch.empty(min(BLOCK, N))

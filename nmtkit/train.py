@@ -188,7 +188,7 @@ class Trainer:
         self.model.to(self.device)
         params = list(self.model.parameters())
         if cfg.optimizer == "adadelta":
-            self.optimizer = Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps)  # torch's, blocked for the cache
+            self.optimizer = Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps)  # torch's, in one pass over memory
         elif cfg.optimizer == "adam":
             try:  # one fused kernel per tensor (torch >= 2.4 on CPU): ~2.5x faster steps, the same update rule
                 self.optimizer = torch.optim.Adam(params, lr=cfg.lr, fused=True)

@@ -66,3 +66,22 @@ def _speed_paths_at_every_size(monkeypatch):
     monkeypatch.setattr(fused, "GROUP_MIN_ELEMENTS", 0)
     monkeypatch.setattr(fused, "RECOMPUTE_MIN_ELEMENTS", 0)
     monkeypatch.setattr(adadelta, "SPARSE_MIN_ROWS", 0)
+
+
+@pytest.fixture(scope="session")
+def native_kernels():
+    """nmtkit.kernels with its compiled library available (a C compiler is needed): skipped with the reason when
+    it is not, except under CI, where it is a failure (CI machines have gcc)."""
+    import warnings
+
+    from nmtkit import kernels
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ok = kernels.available()
+    if not ok:
+        msg = "nmtkit's C kernels are unavailable: " + "; ".join(str(w.message) for w in caught)
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(msg + " -- under CI they must build")
+        pytest.skip(msg)
+    return kernels

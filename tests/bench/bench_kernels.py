@@ -23,7 +23,9 @@
    forwards and backwards, and in bf16 too.
 6. One Adadelta update of rnnsearch-50's 80M weights (30k vocabularies), with random gradients everywhere and with
    the embeddings' gradients zero outside ``USED_WORDS`` rows, as a minibatch leaves them: ``torch.optim.Adadelta``
-   against ``nmtkit.adadelta.Adadelta`` (blocked, rows without gradient only decayed; the same values bit for bit).
+   against ``nmtkit.adadelta.Adadelta`` with torch's operations block by block (``NMTKIT_KERNELS=0``; rows without
+   gradient only decayed; the same values bit for bit), and that against its compiled kernel (``nmtkit.kernels``,
+   adadelta.c; the same values to float32 rounding).
 
 7. The bf16 training loss's three products (``nmtkit.models.output``: logits t W_oᵀ, ∂L/∂t = (p − y) W_o,
    ∂L/∂W_o = (p − y)ᵀ t, with V' = 30,008 and l' = 504) at N target rows, against N rounded up to a multiple
@@ -222,30 +224,48 @@ def adadelta_case(rows: list, threads: int) -> None:
 
     import torch
 
+    from nmtkit import kernels
     from nmtkit.adadelta import Adadelta
     from nmtkit.models import build_model
 
     torch.manual_seed(0)
     model = build_model("rnnsearch-50", src_vocab_size=30004, tgt_vocab_size=30004)
-    twin = copy.deepcopy(model)
+    blocked_twin, compiled_twin = copy.deepcopy(model), copy.deepcopy(model)
     n = sum(p.numel() for p in model.parameters())
-    ref = torch.optim.Adadelta(model.parameters(), lr=1.0, rho=0.95, eps=1e-6)
-    ours = Adadelta(twin.parameters(), lr=1.0, rho=0.95, eps=1e-6)
+    opts = dict(lr=1.0, rho=0.95, eps=1e-6)
+    ref = torch.optim.Adadelta(model.parameters(), **opts)
+    blocked, compiled = Adadelta(blocked_twin.parameters(), **opts), Adadelta(compiled_twin.parameters(), **opts)
+    if not kernels.available():
+        raise SystemExit("bench_kernels: nmtkit's C kernels are unavailable (no C compiler?)")
+    real_available = kernels.available
+
+    def blocked_step():
+        kernels.available = lambda: False  # torch's operations, block by block
+        try:
+            blocked.step()
+        finally:
+            kernels.available = real_available
+
     for case in ("dense", "minibatch"):
         # dense: every gradient entry random; minibatch: the embeddings' gradients zero outside USED_WORDS random
         # rows each, as a minibatch leaves them (the other weights' gradients are dense in training too)
-        for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        for (name, p), q, r in zip(model.named_parameters(), blocked_twin.parameters(), compiled_twin.parameters()):
             p.grad = torch.randn_like(p) * 1e-3
             if case == "minibatch" and name in ("E_src", "E_tgt"):
                 p.grad *= torch.zeros(p.shape[0], 1).index_fill_(0, torch.randperm(p.shape[0])[:USED_WORDS], 1.0)
-            q.grad = p.grad.clone()
-        peers.log(f"Adadelta over rnnsearch-50 ({case} gradients): torch against blocked")
-        r = interleaved({"torch": ref.step, "blocked": ours.step}, rounds=2)
-        assert all(torch.equal(p, q) for p, q in zip(model.parameters(), twin.parameters()))
+            q.grad, r.grad = p.grad.clone(), p.grad.clone()
+        peers.log(f"Adadelta over rnnsearch-50 ({case} gradients): torch against blocked against compiled")
+        r = interleaved({"torch": ref.step, "blocked": blocked_step, "compiled": compiled.step}, rounds=2)
+        assert all(torch.equal(p, q) for p, q in zip(model.parameters(), blocked_twin.parameters()))
+        assert all(torch.allclose(p, q, rtol=1e-5, atol=1e-9)
+                   for p, q in zip(model.parameters(), compiled_twin.parameters()))
         what = "random gradients" if case == "dense" else f"embeddings' gradients in {USED_WORDS:,} rows"
         rows.append([f"Adadelta update, rnnsearch-50 ({n / 1e6:.1f}M weights, {what}; the same values)",
-                     f"{threads}", f"torch.optim: {r['torch']:.0f}", f"nmtkit: {r['blocked']:.0f}",
+                     f"{threads}", f"torch.optim: {r['torch']:.0f}", f"blocked: {r['blocked']:.0f}",
                      f"{r['torch'] / r['blocked']:.2f}×"])
+        rows.append([f"Adadelta update, rnnsearch-50 ({what}; float32 rounding apart)", f"{threads}",
+                     f"blocked: {r['blocked']:.0f}", f"compiled: {r['compiled']:.0f}",
+                     f"{r['blocked'] / r['compiled']:.2f}×"])
 
 
 if __name__ == "__main__":

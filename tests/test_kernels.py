@@ -1,0 +1,160 @@
+"""nmtkit.kernels: the compiled C kernels -- built once per machine and reused, a clean fallback without a compiler,
+and the Adadelta kernel's values against torch's and against float64 arithmetic."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+import torch
+
+from nmtkit import adadelta, kernels
+
+
+@pytest.fixture
+def fresh_library(monkeypatch, tmp_path):
+    """kernels with its library forgotten, its cache in tmp_path; forgotten again afterwards, so that the other
+    tests load the usual one."""
+    monkeypatch.setenv("NMTKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("NMTKIT_KERNELS", raising=False)
+    kernels._library.cache_clear()
+    yield tmp_path / "cache" / "kernels"
+    kernels._library.cache_clear()
+
+
+def test_built_once_into_the_cache_and_reused(fresh_library, native_kernels):
+    assert kernels.available()
+    built = list(fresh_library.iterdir())
+    assert len(built) == 1 and built[0].name.startswith("nmtkit-kernels-") and built[0].suffix == ".so"
+    stamp = built[0].stat().st_mtime_ns
+    kernels._library.cache_clear()  # a new process, in effect
+    assert kernels.available()
+    assert list(fresh_library.iterdir()) == built and built[0].stat().st_mtime_ns == stamp  # not rebuilt
+
+
+def test_a_changed_source_or_compiler_builds_anew(fresh_library, native_kernels, monkeypatch):
+    assert kernels.available()
+    monkeypatch.setattr(kernels, "FLAGS", kernels.FLAGS + ("-DNMTKIT_TEST_FLAG=1",))
+    kernels._library.cache_clear()
+    assert kernels.available()
+    assert len(list(fresh_library.iterdir())) == 2  # the two builds side by side, no temporary file left
+
+
+def test_without_a_compiler_warns_once_and_falls_back(fresh_library, monkeypatch):
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    with pytest.warns(RuntimeWarning, match="C kernels unavailable.*no C compiler.*slower torch code"):
+        assert not kernels.available()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second warning
+        assert not kernels.available() and not kernels.usable(torch.zeros(3))
+    # Adadelta still works: torch's blocked operations, torch's values exactly
+    ref = [torch.nn.Parameter(torch.randn(50, 3))]
+    ours = [torch.nn.Parameter(ref[0].detach().clone())]
+    opt_ref, opt_ours = torch.optim.Adadelta(ref), adadelta.Adadelta(ours)
+    for _ in range(3):
+        ref[0].grad = torch.randn(50, 3)
+        ours[0].grad = ref[0].grad.clone()
+        opt_ref.step()
+        opt_ours.step()
+    assert torch.equal(ref[0], ours[0])
+
+
+def test_a_failed_build_leaves_no_file(fresh_library, monkeypatch, tmp_path):
+    fake = tmp_path / "cc"
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && echo "fake cc 1.0" && exit 0\n'
+                    "echo 'cc: error: pretend failure' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake))
+    with pytest.warns(RuntimeWarning, match="pretend failure"):
+        assert not kernels.available()
+    assert not fresh_library.exists() or not list(fresh_library.iterdir())
+
+
+def test_switched_off_by_the_environment(fresh_library, monkeypatch):
+    monkeypatch.setenv("NMTKIT_KERNELS", "0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not kernels.available()
+    assert not fresh_library.exists()
+
+
+def test_only_float32_cpu_tensors_are_taken(native_kernels):
+    assert kernels.usable(torch.zeros(3), torch.zeros(2, 2))
+    assert not kernels.usable(torch.zeros(3), torch.zeros(3, dtype=torch.float64))
+    assert not kernels.usable(torch.zeros(3, dtype=torch.bfloat16))
+
+
+def _arrays(n: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    p = torch.randn(n, generator=g)
+    grad = torch.randn(n, generator=g) * torch.logspace(-6, 1, n)  # gradients over 7 orders of magnitude
+    sq = torch.rand(n, generator=g) * 1e-4
+    acc = torch.rand(n, generator=g) * 1e-6
+    return p, grad, sq, acc
+
+
+@pytest.mark.parametrize("scale", [None, 0.3])
+@pytest.mark.parametrize("lr, rho, eps", [(1.0, 0.95, 1e-6), (0.5, 0.9, 1e-3)])
+def test_adadelta_kernel_against_torch_and_float64(native_kernels, monkeypatch, scale, lr, rho, eps):
+    """Three updates of 100,003 elements (a length that leaves a vector remainder): E[g²] equals torch's
+    (blocked) bit for bit; θ and E[Δθ²] are within float32 rounding of torch's and of the same arithmetic in
+    float64, and in all at least as close to float64 as torch's are."""
+    n = 100_003
+    ours = _arrays(n)
+    torch_path = [t.clone() for t in ours]
+    exact = [t.double() for t in ours]
+    for k in range(3):
+        g = _arrays(n, seed=k + 1)[1]
+        g64 = g.double() * (1.0 if scale is None else torch.tensor(scale, dtype=torch.float32).double())
+        kernels.adadelta(ours[0], g, ours[2], ours[3], lr, rho, eps, scale)
+        with monkeypatch.context() as m:
+            m.setattr(kernels, "available", lambda: False)
+            adadelta._update(torch_path[0], g, torch_path[2], torch_path[3], lr, rho, eps,
+                             None if scale is None else torch.tensor(scale))
+        p, _, sq, acc = exact
+        sq.mul_(rho).add_((1 - rho) * g64 * g64)
+        delta = (acc + eps).sqrt() / (sq + eps).sqrt() * g64
+        acc.mul_(rho).add_((1 - rho) * delta * delta)
+        p.sub_(lr * delta)
+    assert torch.equal(ours[2], torch_path[2])  # E[g²]
+    for i in (0, 3):  # θ, E[Δθ²]: within a few float32 ulps of their largest values (θ crosses zero)
+        atol = 4 * torch.finfo(torch.float32).eps * float(exact[i].abs().max())
+        torch.testing.assert_close(ours[i], torch_path[i], rtol=1e-6, atol=atol)
+        torch.testing.assert_close(ours[i].double(), exact[i], rtol=1e-6, atol=atol)
+        err_ours = (ours[i].double() - exact[i]).abs().sum()
+        err_torch = (torch_path[i].double() - exact[i]).abs().sum()
+        assert err_ours <= err_torch * 1.01
+
+
+def test_adadelta_kernel_is_the_same_on_any_number_of_threads(native_kernels):
+    """Elementwise work: the split between threads changes nothing."""
+    results = []
+    threads = torch.get_num_threads()
+    try:
+        for t in (1, 2, 3):
+            torch.set_num_threads(t)
+            p, g, sq, acc = _arrays(70_001)
+            kernels.adadelta(p, g, sq, acc, 1.0, 0.95, 1e-6, 0.5)
+            results.append((p, sq, acc))
+    finally:
+        torch.set_num_threads(threads)
+    for other in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(results[0], other))
+
+
+def test_adadelta_kernel_refuses_mismatched_operands(native_kernels):
+    p, g, sq, acc = _arrays(12)
+    with pytest.raises(ValueError, match="contiguous and of one size"):
+        kernels.adadelta(p, g[:6], sq, acc, 1.0, 0.95, 1e-6)
+    with pytest.raises(ValueError, match="contiguous and of one size"):
+        kernels.adadelta(p.view(3, 4).t(), g, sq, acc, 1.0, 0.95, 1e-6)
+
+
+def test_the_library_shares_torchs_openmp_runtime(native_kernels):
+    """One OpenMP runtime in the process: the kernels' threads are torch's (no second pool spinning beside it)."""
+    if not os.path.exists("/proc/self/maps"):
+        pytest.skip("no /proc/self/maps on this system")
+    with open("/proc/self/maps") as f:
+        runtimes = {line.split()[-1] for line in f if "libgomp" in line or "libiomp" in line or "libomp" in line}
+    assert len(runtimes) <= 1, runtimes
