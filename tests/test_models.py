@@ -665,6 +665,29 @@ def test_nll_under_bf16_autocast(arch, block_rows, monkeypatch):
     torch.testing.assert_close(loss, expected.detach(), atol=0.05, rtol=0.02)
 
 
+@pytest.mark.parametrize("chunk_rows", [1000, 8])  # one chunk (∂L/∂W_o kept in bf16 until the backward), several
+def test_loss_gradients_under_bf16_autocast(chunk_rows, monkeypatch):
+    """Under bf16 autocast the loss's gradients come back in float32 and scaled by the incoming gradient, within
+    bf16 rounding of float64's, whether ∂L/∂W_o is one chunk's bf16 product or a float32 sum over chunks."""
+    import nmtkit.models.output as output
+
+    monkeypatch.setattr(output, "CHUNK_ELEMENTS", chunk_rows * 56)
+    monkeypatch.setattr(output, "MIN_CHUNK_ROWS", 1)
+    g = torch.Generator().manual_seed(3)
+    t = (torch.randn(29, 13, generator=g)).requires_grad_()  # l = 13, V = 50: both padded (to 16 and 56)
+    W = (torch.randn(50, 13, generator=g) * 0.3).requires_grad_()
+    b = (torch.randn(50, generator=g) * 0.1).requires_grad_()
+    y = torch.randint(0, 50, (29,), generator=g)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = output.linear_cross_entropy(t, W, b, y)
+    (loss / 7).backward()
+    ref = [x.detach().double().requires_grad_() for x in (t, W, b)]
+    (F.cross_entropy(F.linear(ref[0], ref[1], ref[2]), y, reduction="sum") / 7).backward()
+    for x, r in zip((t, W, b), ref):
+        assert x.grad.dtype == torch.float32
+        torch.testing.assert_close(x.grad.double(), r.grad, rtol=0.03, atol=0.01 * float(r.grad.abs().max()))
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_decode_step_with_k_states_per_sentence(arch):
     """Beam search keeps the source side once per sentence and K decoder states per sentence: the step gives what
