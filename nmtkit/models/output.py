@@ -102,8 +102,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     dW = z.t() @ tc if dW is None else dW.addmm_(z.t(), tc)  # (V', l')
                 else:
                     dt[start: start + chunk] = z @ W_l
-                    dW_c = z.t() @ tc  # (V', l')   in lowp; kept so when it is the only chunk (see backward)
-                    dW = dW_c if dW is None else dW.float().add_(dW_c)
+                    dW_c = z.t() @ tc  # (V', l')   in lowp
+                    dW = dW_c.float() if dW is None else dW.add_(dW_c)
         if want_grad:
             if dW is None:  # no rows
                 dW = W_l.new_zeros(W_l.shape, dtype=t.dtype)
@@ -114,10 +114,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad):
         dt, dW, db = ctx.saved_tensors
-        # g as a 1 × 1 tensor: a lowp dW (a single chunk's, as its product left it) times g is then computed and
-        # returned in float32 (type promotion), in one pass, with exactly the values of dW.float() * g
-        g = grad.to(dt.dtype).reshape(1, 1)
-        return None, None, dt * g, dW * g, db * g[0], None
+        g = grad.to(dt.dtype)
+        return None, None, dt * g, dW * g, db * g, None
 
 
 def linear_cross_entropy(t: Tensor, W: Tensor, b: Tensor, y: Tensor) -> Tensor:
