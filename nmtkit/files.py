@@ -7,7 +7,8 @@ header). Lines are split on ``\\n`` only: ``\\r``, U+2028, U+0085, form feed and
 *i* of its translation. Every line is decoded strictly; invalid UTF-8 is an :class:`~nmtkit.errors.InputError`
 naming the file and line. A UTF-8 byte-order mark at the very start of a file (Windows editors write one) is an
 encoding signature, not text: it is dropped from line 1 (``without_bom``), so that it does not glue itself to the
-first word as an unknown token; a U+FEFF anywhere else is text and stays.
+first word as an unknown token (nmt-prepare drops it from a given BPE codes file too); a U+FEFF anywhere else is
+text and stays.
 
 Writing: :func:`atomic_file` and :func:`atomic_dir` build an output under a temporary sibling name and rename it
 into place only when it is complete, so a crash, Ctrl-C or bad input never leaves a half-written output behind.

@@ -26,7 +26,7 @@ from nmtkit import __version__
 from nmtkit import manifest as manifest_format
 from nmtkit.corpus import CorpusWriter, dtype_for_vocab
 from nmtkit.errors import InputError
-from nmtkit.files import atomic_dir, read_parallel, resolve_prefix
+from nmtkit.files import BOM, atomic_dir, read_parallel, resolve_prefix
 from nmtkit.parallel import CHUNK, Mapper
 from nmtkit.text import Preprocessor, TextConfig, learn_bpe_codes
 from nmtkit.vocab import Vocabulary
@@ -130,7 +130,7 @@ def prepare(cfg: PrepareConfig) -> dict:
     if cfg.bpe_codes is not None:
         try:
             with open(cfg.bpe_codes, encoding="utf-8", newline="") as f:
-                codes = f.read()
+                codes = f.read().removeprefix(BOM.decode("utf-8"))  # a byte-order mark at the start is not text
         except (FileNotFoundError, IsADirectoryError):
             raise InputError("no such file (BPE codes)", cfg.bpe_codes) from None
         except UnicodeDecodeError as e:

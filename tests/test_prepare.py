@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
+from nmtkit import files
 from nmtkit.errors import InputError
 from nmtkit.manifest import PreparedData
 from nmtkit.prepare import CHUNK, PrepareConfig, prepare
@@ -360,6 +361,32 @@ def test_line_breaking_characters_end_to_end_and_split_names(tmp_path):
     assert train["lines_in"] == len(TRICKY) and train["removed"] == {"empty": 1, "too_long": 0}
     assert read_lines(dest / "train.kept") == ["1", "2", "3", "4", "5", "7", "8"]
     assert sorted(p for p in os.listdir(tmp_path) if p.startswith(".")) == []
+
+
+def test_bpe_codes_file_with_a_byte_order_mark(tmp_path):
+    """A codes file saved with a UTF-8 byte-order mark (as some editors do) gives the same preparation as without:
+    the mark would otherwise glue itself to the version line, which then passes for a merge, or to the first
+    merge's first symbol, which then never matches."""
+    words = ["lower", "lowest", "newer", "newest", "wider", "widest", "low", "new"]
+    _write(tmp_path / "t.en", [" ".join(words[i:] + words[:i]) for i in range(len(words))])
+    _write(tmp_path / "t.fr", [" ".join(reversed(words[i:] + words[:i])) for i in range(len(words))])
+    prepare(PrepareConfig("en", "fr", train=[str(tmp_path / "t")], dest=str(tmp_path / "learned"), bpe_merges=12))
+    codes = (tmp_path / "learned" / "bpe.codes").read_bytes()
+    assert codes.startswith(b"#version")
+    for variant, text in (("version", codes), ("no-version", codes.split(b"\n", 1)[1])):
+        out = {}
+        for bom in (b"", files.BOM):
+            name = f"{variant}{'-bom' if bom else ''}"
+            (tmp_path / f"{name}.codes").write_bytes(bom + text)
+            prepare(PrepareConfig("en", "fr", train=[str(tmp_path / "t")], dest=str(tmp_path / name),
+                                  bpe_codes=str(tmp_path / f"{name}.codes")))
+            data = PreparedData.open(tmp_path / name)
+            out[bom] = ([data.text_config(lang).bpe_codes for lang in ("en", "fr")],
+                        {f: (tmp_path / name / f).read_bytes() for f in os.listdir(tmp_path / name)
+                         if f.startswith(("vocab.", "train."))})
+        assert out[files.BOM] == out[b""], variant
+        assert out[b""][0][0] == text.decode("utf-8")  # the codes as given, without a mark
+    assert any(t.endswith("@@") for t in read_vocab(tmp_path / "version" / "vocab.en")[0])  # codes applied
 
 
 def test_max_len_boundary_and_lowercase(tmp_path):
