@@ -31,9 +31,9 @@ loss within 2% of fp32's.
 
 Part ``paper``: ``rnnsearch-50`` (m=620, n=1000, n'=1000, l=500) with 30,000-word shortlists on the first 150,000
 Hansards pairs (pairs of at most 50 tokens a side: realistic lengths), Adadelta, batch 80, in fp32 and with
-``--bf16`` (CPU autocast): tokens/s over 20 updates after 3 warm-up updates, the median of 3 interleaved repeats
-(fp32, bf16, bf16, fp32, fp32, bf16: one 20-update run varies by several per cent on this VM, run to run; every
-run's figure is listed). With it: the model's FLOPs per target token, the CPU's measured fp32/bf16 matmul GFLOP/s
+``--bf16`` (CPU autocast): tokens/s over 20 updates after 3 warm-up updates, the median of 5 interleaved repeats
+(fp32, bf16, bf16, fp32, fp32, bf16, ...: one 20-update run varies by up to ±6% on this VM, run to run, the same
+code on the same batches; 5 rather than 3 since stop 16; every run's figure is listed). With it: the model's FLOPs per target token, the CPU's measured fp32/bf16 matmul GFLOP/s
 and the share of that ceiling reached.
 
 FLOPs per target token (counted from the config; matmuls only, 2 FLOPs per multiply-add; elementwise work,
@@ -83,7 +83,7 @@ def parse_args(argv):
     p.add_argument("--skip", type=int, help="updates excluded from the count (also the log interval) [50; quick 20]")
     p.add_argument("--paper-updates", type=int, help="measured updates at paper size [20; quick 2]")
     p.add_argument("--paper-warmup", type=int, help="warm-up updates at paper size, not counted [3; quick 2]")
-    p.add_argument("--paper-repeats", type=int, default=None, help="interleaved fp32/bf16 repeats [3; quick 1]")
+    p.add_argument("--paper-repeats", type=int, default=None, help="interleaved fp32/bf16 repeats [5; quick 1]")
     p.add_argument("--precisions", default="fp32,bf16", help="paper part: fp32, bf16 or both")
     p.add_argument("--quality-updates", type=int, help="quality part: updates per run [600; quick 60]")
     p.add_argument("--hansards-lines", type=int, default=150000, help="Hansards pairs for the 30k-vocabulary corpus")
@@ -103,7 +103,7 @@ def parse_args(argv):
     a.skip = a.skip or (20 if q else 50)
     a.paper_updates = a.paper_updates or (2 if q else 20)
     a.paper_warmup = a.paper_warmup if a.paper_warmup is not None else (2 if q else 3)
-    a.paper_repeats = a.paper_repeats or (1 if q else 3)
+    a.paper_repeats = a.paper_repeats or (1 if q else 5)
     a.quality_updates = a.quality_updates or (60 if q else 600)
     if q and a.onmt_bucket_size is None:
         a.onmt_bucket_size = 8192
