@@ -89,7 +89,8 @@ def autocast_dtype(t: Tensor):
         return torch.get_autocast_cpu_dtype() if dev == "cpu" else torch.get_autocast_gpu_dtype()
 
 
-def _low(t: Tensor, lowp) -> Tensor:
+def in_lowp(t: Tensor, lowp) -> Tensor:
+    """t cast to ``lowp`` (the autocast dtype), or t itself when ``lowp`` is None."""
     return t if lowp is None else t.to(lowp)
 
 
@@ -105,7 +106,7 @@ class Multiplier:
 
     def __init__(self, W: Tensor, lowp=None):
         self.lowp = lowp
-        W = _low(W, lowp)
+        W = in_lowp(W, lowp)
         if onednn(W) and W.numel() >= ONEDNN_MIN_WEIGHT:
             self.packed = torch.ops.mkldnn._reorder_linear_weight(W.contiguous(), ROWS_HINT)
         else:
@@ -115,7 +116,7 @@ class Multiplier:
     def product(self, x: Tensor, float32: bool = True) -> Tensor:
         """x Wᵀ: (M, K) -> (M, N); with ``lowp``, in float32 unless ``float32=False`` (then in ``lowp``, for a
         caller whose next operation promotes it anyway)."""
-        x = _low(x, self.lowp)
+        x = in_lowp(x, self.lowp)
         if self.packed is None or not x.numel():
             out = x @ self.WT
         else:
@@ -136,7 +137,7 @@ def padded_vocab(W: Tensor, b: Tensor, b_fill: float, columns: bool = False, dty
     (V, l), V2 = W.shape, round_up(W.shape[0])
     l2 = round_up(l) if columns else l
     if (V2, l2) == (V, l):
-        return _low(W, dtype), b
+        return in_lowp(W, dtype), b
     W2 = W.new_zeros(V2, l2, dtype=dtype)
     W2[:V, :l] = W
     return W2, torch.cat([b, b.new_full((V2 - V,), b_fill)])

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from nmtkit.models.matmul import ALIGN, _low, autocast_dtype, padded_vocab, round_up
+from nmtkit.models.matmul import ALIGN, autocast_dtype, in_lowp, padded_vocab, round_up
 
 CHUNK_ELEMENTS = 1 << 26  # logits per chunk (256 MB in float32): one chunk for a paper-size batch of ~2,000 targets
 MIN_CHUNK_ROWS = 64  # fewer rows make inefficient matmuls
@@ -78,7 +78,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         chunk -= chunk % ALIGN if chunk > ALIGN else 0  # a multiple of 8 too
         rows = max(1, BLOCK_ELEMENTS // V2)
         buf = None if lowp is None else t.new_empty(min(rows, N), V2)  # float32 logits of one block
-        t_l = _low(t, lowp)
+        t_l = in_lowp(t, lowp)
         loss = t.new_zeros((), dtype=torch.float64)
         if want_grad:
             dt, dW, db = torch.empty_like(t), None, torch.zeros_like(b)  # dW from the first chunk's product
