@@ -8,11 +8,13 @@ the chain becomes one loop:
   reads θ, g, E[g²], E[Δθ²] and writes three of them once.
 
 **Build.**  The C files are compiled by the system's C compiler (``$CC``, else ``cc``) with
-``-O3 -march=native -fopenmp`` into ``$NMTKIT_CACHE/kernels/`` (``~/.cache/nmtkit`` by default; a directory in
-the system's temporary directory when that is not writable).  The file is named by a hash of the sources, the
-compiler, the flags and the CPU: a change of any of them builds anew, and later processes reuse the file (a
-build takes well under a second).  The library links the OpenMP runtime that torch has already loaded (the same
-``libgomp.so.1``), so its threads are torch's (``torch.get_num_threads()``).
+``-O3 -march=native -fopenmp`` into ``$NMTKIT_CACHE/kernels/`` (``~/.cache/nmtkit`` by default; when that is not
+writable, a directory of the user's own in the system's temporary directory, mode 0700, used only if nobody else
+can write to it).  The file is named by a hash of the sources, the compiler, the flags and the CPU: a change of
+any of them builds anew, and later processes reuse the file (a build takes well under a second; a cached file
+that does not load is built once more).  The library links the OpenMP runtime that torch has already loaded (the
+same ``libgomp.so.1`` in torch's Linux wheels), so its threads are torch's (``torch.get_num_threads()``); where
+loading it would bring a second OpenMP runtime into the process, it is not used.
 
 **Fallback.**  Without a C compiler, when the build fails, or with ``NMTKIT_KERNELS=0`` in the environment,
 ``available()`` is False and the callers run their torch code, which computes the same values up to float32
@@ -27,7 +29,10 @@ import functools
 import hashlib
 import os
 import platform
+import re
+import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 import warnings
@@ -39,6 +44,8 @@ from torch import Tensor
 SOURCES = ("adadelta.c",)
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-std=c11", "-shared",
          "-fPIC")
+
+BUILD_TIMEOUT = 120  # seconds for the compiler (a build takes well under one)
 
 _P, _I64, _F, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 _SIGNATURES = {
@@ -61,35 +68,62 @@ def _cache_dir() -> Path:
     return default_cache_dir() / "kernels"
 
 
-def _build() -> Path:
-    """The compiled library's path, building it when no cached one matches (raises on failure)."""
-    cc = os.environ.get("CC") or "cc"
-    if shutil.which(cc) is None:
-        raise RuntimeError(f"no C compiler ({cc!r} is not on PATH)")
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout
+def _private_dir(folder: Path) -> bool:
+    """Whether ``folder`` (created if missing, mode 0700) is a real directory of ours that nobody else can write:
+    a library found in a shared place such as /tmp could otherwise be someone else's."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def _folders() -> list[Path]:
+    """Where the library may be cached: ``$NMTKIT_CACHE/kernels``, else a private directory in the system's
+    temporary directory (POSIX only: elsewhere no fallback)."""
+    folders = [_cache_dir()]
+    if hasattr(os, "getuid"):
+        tmp = Path(tempfile.gettempdir()) / f"nmtkit-kernels-{os.getuid()}"
+        if _private_dir(tmp):
+            folders.append(tmp)
+    return folders
+
+
+def _build(rebuild: bool = False) -> Path:
+    """The compiled library's path, building it when no cached one matches, or anew with ``rebuild`` (raises
+    RuntimeError or OSError on failure)."""
+    cc = shlex.split(os.environ.get("CC") or "cc")  # (it may carry arguments: "ccache gcc")
+    if not cc or shutil.which(cc[0]) is None:
+        raise RuntimeError(f"no C compiler ({' '.join(cc)!r} is not on PATH)")
+    version = subprocess.run([*cc, "--version"], capture_output=True, text=True, check=True,
+                             timeout=BUILD_TIMEOUT).stdout
     here = Path(__file__).parent
     key = hashlib.sha256()
-    for part in (cc, version, " ".join(FLAGS), _cpu_id(), platform.machine()):
+    for part in (" ".join(cc), version, " ".join(FLAGS), _cpu_id(), platform.machine()):
         key.update(part.encode() + b"\0")
     for name in SOURCES:
         key.update((here / name).read_bytes())
     name = f"nmtkit-kernels-{key.hexdigest()[:16]}.so"
-    for folder in (_cache_dir(), Path(tempfile.gettempdir()) / f"nmtkit-kernels-{os.getuid()}"):
+    for folder in _folders():
         target = folder / name
-        if target.exists():
+        if target.exists() and not rebuild:
             return target
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
+            fd, tmp = tempfile.mkstemp(suffix=".so.tmp", dir=folder)
         except OSError:
             continue
         os.close(fd)
         try:
-            done = subprocess.run([cc, *FLAGS, *(str(here / s) for s in SOURCES), "-o", tmp, "-lm"],
-                                  capture_output=True, text=True)
+            done = subprocess.run([*cc, *FLAGS, *(str(here / s) for s in SOURCES), "-o", tmp, "-lm"],
+                                  capture_output=True, text=True, timeout=BUILD_TIMEOUT)
             if done.returncode != 0:
                 last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-                raise RuntimeError(f"{cc} failed: {last}")
+                raise RuntimeError(f"{' '.join(cc)} failed: {last}")
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o755 & ~umask)  # (mkstemp made it 0600: readable by others sharing the cache)
             os.replace(tmp, target)  # atomic: a concurrent build of the same key writes the same file
         finally:
             if os.path.exists(tmp):
@@ -98,15 +132,36 @@ def _build() -> Path:
     raise RuntimeError("no writable directory for the compiled kernels")
 
 
+def _openmp_runtimes() -> set[str]:
+    """The OpenMP runtime libraries mapped into this process (Linux; empty elsewhere)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return {line.split()[-1] for line in f if re.search(r"/lib(g|i)?omp[^/]*\.so", line)}
+    except OSError:
+        return set()
+
+
+def _load(path: Path):
+    lib = ctypes.CDLL(str(path))
+    for name, args in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, None
+    return lib
+
+
 @functools.cache
 def _library():
     if os.environ.get("NMTKIT_KERNELS", "1") == "0":
         return None
     try:
-        lib = ctypes.CDLL(str(_build()))
-        for name, args in _SIGNATURES.items():
-            fn = getattr(lib, name)
-            fn.argtypes, fn.restype = args, None
+        before = _openmp_runtimes()
+        try:
+            lib = _load(_build())
+        except (OSError, AttributeError):  # a damaged cached file (or an old one): built once more
+            lib = _load(_build(rebuild=True))
+        added = _openmp_runtimes() - before
+        if before and added:  # its own OpenMP runtime beside torch's: two thread pools fighting for the cores
+            raise RuntimeError(f"it loaded a second OpenMP runtime ({', '.join(sorted(added))})")
         return lib
     except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as e:
         warnings.warn(f"nmtkit: fused C kernels unavailable ({e}); training uses the slower torch code",
