@@ -144,8 +144,8 @@ def _arrays(n: int, seed: int = 0):
 @pytest.mark.parametrize("lr, rho, eps", [(1.0, 0.95, 1e-6), (0.5, 0.9, 1e-3)])
 def test_adadelta_kernel_against_torch_and_float64(native_kernels, monkeypatch, scale, lr, rho, eps):
     """Three updates of 100,003 elements (a length that leaves a vector remainder): E[g²] equals torch's
-    (blocked) bit for bit (where torch's addcmul uses FMA); θ and E[Δθ²] are within float32 rounding of torch's and of the same arithmetic in
-    float64, and in all at least as close to float64 as torch's are."""
+    (blocked) bit for bit (where torch's addcmul uses FMA); θ and E[Δθ²] are within float32 rounding of torch's
+    and of the same arithmetic in float64, and in all at least as close to float64 as torch's are."""
     n = 100_003
     ours = _arrays(n)
     torch_path = [t.clone() for t in ours]

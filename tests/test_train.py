@@ -362,7 +362,8 @@ def test_adadelta_takes_row_sparse_gradients(update_path, monkeypatch):
         taken.clear()
 
 
-@pytest.mark.parametrize("extra, update_path", [({}, "blocked"), ({}, "kernel"), ({"weight_decay": 0.01}, "torch-step")],
+@pytest.mark.parametrize("extra, update_path",
+                         [({}, "blocked"), ({}, "kernel"), ({"weight_decay": 0.01}, "torch-step")],
                          indirect=["update_path"])
 def test_adadelta_grad_scale_equals_clipping_first(monkeypatch, extra, update_path):
     """step(grad_scale=s) -- the trainer's clipping folded into the update -- gives bit for bit the parameters and
