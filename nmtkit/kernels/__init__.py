@@ -189,4 +189,3 @@ def adadelta(p: Tensor, g: Tensor, sq: Tensor, acc: Tensor, lr: float, rho: floa
     _library().nmt_adadelta(p.data_ptr(), g.data_ptr(), sq.data_ptr(), acc.data_ptr(), p.numel(), lr, rho,
                             1 - rho, eps, scale is not None, 1.0 if scale is None else scale,
                             torch.get_num_threads())
-

@@ -5,8 +5,8 @@
  *     E[Δθ²] ← ρ E[Δθ²] + (1 − ρ) Δθ²
  *     θ ← θ + lr · Δθ
  *
- * torch.optim.Adadelta's operations in its order, with its roundings (its vectorised addcmul rounds once after
- * the multiply-add, as fmaf does here), except the square roots: IEEE-exact here, a polynomial within 1 ulp in
+ * torch.optim.Adadelta's operations in its order, with its roundings (its vectorised addcmul, where it runs with
+ * FMA -- AVX2, AVX-512 --, rounds once after the multiply-add, as fmaf does here), except the square roots: IEEE-exact here, a polynomial within 1 ulp in
  * torch's vectorised code.  So the values agree to float32 rounding, not bit for bit (tests compare).  Compiled
  * with -ffp-contract=off: no other multiply-add is fused.
  */

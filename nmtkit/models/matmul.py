@@ -5,9 +5,9 @@ states (80 × 1,000 → 3,000 and smaller in the paper's decoder).  torch 2.13's
 such thin products poorly on this CPU (AMD EPYC, AVX-512); oneDNN, which the same torch build carries
 (``torch.ops.mkldnn``), runs them faster when the weight is reordered once into its blocked layout: 1.3–1.5× in
 float32 and 1.15–1.3× in bf16 over the last three committed runs of tests/bench/results/bench_kernels.txt
-(1.6–1.7× and 1.4× in an earlier one: torch's own GEMM speed varies more on this VM).  ``Multiplier(W)`` does that: W reordered once
-per forward (or backward) pass, then ``product(x)`` / ``add_product(bias, x, out)`` at every step (weights of at
-least ``ONEDNN_MIN_WEIGHT`` elements: the paper's sizes, not the small preset's).  The values are
+(1.6–1.7× and 1.4× in an earlier one: torch's own GEMM speed varies more on this VM).  ``Multiplier(W)`` does
+that: W reordered once per forward (or backward) pass, then ``product(x)`` / ``add_product(bias, x, out)`` at
+every step (weights of at least ``ONEDNN_MIN_WEIGHT`` elements: the paper's sizes, not the small preset's).  The values are
 float32 GEMM results like torch's, only summed in another order (tests compare).  Elsewhere -- CUDA, float64, a
 torch build without oneDNN, or ``NMTKIT_ONEDNN=0`` in the environment -- ``Multiplier`` calls torch's products.
 

@@ -33,8 +33,9 @@ Part ``paper``: ``rnnsearch-50`` (m=620, n=1000, n'=1000, l=500) with 30,000-wor
 Hansards pairs (pairs of at most 50 tokens a side: realistic lengths), Adadelta, batch 80, in fp32 and with
 ``--bf16`` (CPU autocast): tokens/s over 20 updates after 3 warm-up updates, the median of 5 interleaved repeats
 (fp32, bf16, bf16, fp32, fp32, bf16, ...: one 20-update run varies by up to ±6% on this VM, run to run, the same
-code on the same batches; 5 rather than 3 since stop 16; every run's figure is listed). With it: the model's FLOPs per target token, the CPU's measured fp32/bf16 matmul GFLOP/s
-and the share of that ceiling reached.
+code on the same batches; 5 rather than 3 since stop 16; every run's figure is listed; bench_ab_train.py
+compares two revisions in alternate runs). With it: the model's FLOPs per target token, the CPU's measured
+fp32/bf16 matmul GFLOP/s and the share of that ceiling reached.
 
 FLOPs per target token (counted from the config; matmuls only, 2 FLOPs per multiply-add; elementwise work,
 softmax, embeddings and padding not counted). With m, n, n', l, V the sizes and 2n the annotation size, per

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Two versions of nmtkit head to head: rnnsearch-50 training speed at one revision against another, interleaved
+(about five minutes)::
+
+    python tests/bench/bench_ab_train.py --old dafe6bb            # new = HEAD; bf16; 3 repeats
+    # writes tests/bench/results/bench_ab_train.txt
+
+On this shared VM one run's figure moves by up to ±6% with the machine's phase (bench_train.txt), more than a
+change under test may gain; runs of the two versions made alternately (new, old, old, new, new, old, ...) see the
+same phases, so their medians compare the code, not the hour.  Each run is ``bench_train.py``'s paper-size run:
+``nmt-train`` of the revision's own checkout (a git worktree in the work directory) on the prepared Hansards, the
+same seed and batches, target tokens/s over updates 4–23 from its JSON log.  (The worktrees are registered in
+the repository's .git; ``git worktree prune`` forgets them once the work directory is gone.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peers  # noqa: E402
+
+WARMUP, UPDATES = 3, 20
+
+
+def worktree(work: Path, rev: str) -> Path:
+    """A checkout of ``rev`` (a commit) under the work directory, made once."""
+    sha = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=peers.REPO, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    path = work / f"ab-{sha[:12]}"
+    if not (path / "bin" / "nmt-train").is_file():
+        shutil.rmtree(path, ignore_errors=True)
+        subprocess.run(["git", "worktree", "add", "--force", "--detach", str(path), sha], cwd=peers.REPO,
+                       check=True, capture_output=True)
+    return path
+
+
+def run(checkout: Path, prep: Path, runs: Path, name: str, precision: str) -> float:
+    d = runs / name
+    shutil.rmtree(d, ignore_errors=True)
+    peers.run_measured([sys.executable, checkout / "bin" / "nmt-train", prep, "--arch", "rnnsearch-50",
+                        "--save-dir", d, "--max-updates", WARMUP + UPDATES, "--log-every", 1,
+                        "--valid-every", 10 ** 9, "--valid-bleu-sentences", 0, "--seed", 1, "--force",
+                        "--keep-last", 1] + (["--bf16"] if precision == "bf16" else []),
+                       env=peers.quiet_env(), log_path=runs / f"{name}.log")
+    tok_s = peers.nmtkit_tokens_per_s(d / "train.jsonl", WARMUP)["tok_s"]
+    shutil.rmtree(d, ignore_errors=True)
+    return tok_s
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--old", required=True, help="the revision to compare against")
+    p.add_argument("--new", default="HEAD", help="the revision under test [HEAD]")
+    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each version [3]")
+    p.add_argument("--work", type=Path, default=peers.DEFAULT_WORK)
+    p.add_argument("--out", type=Path, default=peers.REPO / "tests" / "bench" / "results" / "bench_ab_train.txt")
+    a = p.parse_args()
+    t0 = time.time()
+    out = peers.system_header("nmtkit A/B training benchmark", sys.argv)
+    try:
+        prep = peers.prepare_real(a.work)
+        runs = a.work / "ab-runs"
+        checkouts = {v: worktree(a.work, getattr(a, v)) for v in ("new", "old")}
+        results: dict[str, list[float]] = {"new": [], "old": []}
+        order = []
+        for r in range(a.repeats):
+            for v in ("new", "old") if r % 2 == 0 else ("old", "new"):
+                peers.log(f"repeat {r + 1}/{a.repeats}: {v} ({getattr(a, v)})")
+                tok_s = run(checkouts[v], prep, runs, f"{v}-r{r}", a.precision)
+                results[v].append(tok_s)
+                order.append(f"{v} {tok_s:,.0f}")
+                peers.log(f"  → {tok_s:,.0f} target tokens/s")
+    except (peers.BenchError, subprocess.CalledProcessError) as e:
+        return peers.fail_report(out, a.out, e)
+    med = {v: peers.median(x) for v, x in results.items()}
+    out += ["", f"rnnsearch-50 {a.precision}, 30k vocabularies, the first 150,000 Hansards pairs, batch 80, "
+            f"Adadelta; target tokens/s over updates {WARMUP + 1}–{WARMUP + UPDATES}, runs made alternately", ""]
+    out += peers.table(["version", "revision", "tok/s", "(min–max)"],
+                       [[v, f"{getattr(a, v)} ({checkouts[v].name[3:]})", f"{med[v]:,.0f}",
+                         peers.spread(results[v])] for v in ("new", "old")])
+    out += ["", "Runs in the order made: " + "; ".join(order),
+            f"new / old: {med['new'] / med['old']:.3f} (ratio of medians); per repeat (its two runs neighbours in "
+            f"time): {', '.join(f'{n / o:.3f}' for n, o in zip(results['new'], results['old']))} (median "
+            f"{peers.median([n / o for n, o in zip(results['new'], results['old'])]):.3f})",
+            f"\nload average at end: {peers.load_average()}; total time {(time.time() - t0) / 60:.1f} min"]
+    return peers.fail_report(out, a.out, None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
