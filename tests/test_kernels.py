@@ -207,3 +207,46 @@ def test_the_library_shares_torchs_openmp_runtime(native_kernels):
     with open("/proc/self/maps") as f:
         runtimes = {line.split()[-1] for line in f if "libgomp" in line or "libiomp" in line or "libomp" in line}
     assert len(runtimes) <= 1, runtimes
+
+
+def _awkward(rows: int, cols: int, seed: int = 0) -> torch.Tensor:
+    """float32 values over the whole range -- normal, subnormal, ±0, ±inf, NaN, the largest -- and exact ties of
+    the rounding to bfloat16 (low 16 bits 0x8000) with even and odd results."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=g) * torch.logspace(-44, 38, rows).unsqueeze(1)
+    x.view(-1)[:8] = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e-45, -0.0, 0.0, 3.4e38, -1e-40])
+    x[1] = ((torch.arange(cols, dtype=torch.int32) + 0x3F80) << 16 | 0x8000).view(torch.float32)  # ties
+    return x
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal bfloat16 tensors, bit for bit, NaN where NaN (its payload aside)."""
+    nan = a.isnan()
+    return torch.equal(nan, b.isnan()) and torch.equal(a.view(torch.int16)[~nan], b.view(torch.int16)[~nan])
+
+
+def test_cast_to_bf16_rounds_as_torch_for_any_strides(native_kernels):
+    x = _awkward(130, 70)
+    for view in (x, x.t(), x[:, 5:60], x.t()[3:50], x[::2], x[:0]):
+        got = kernels.to_bf16(view)
+        assert got.dtype == torch.bfloat16 and got.shape == view.shape and got.is_contiguous()
+        assert _same_bits(got, view.to(torch.bfloat16)), view.stride()
+
+
+def test_cast_to_bf16_into_a_slice_of_a_padded_buffer(native_kernels):
+    x = _awkward(30, 20)
+    buf = torch.full((24, 32), 7.0, dtype=torch.bfloat16)
+    assert kernels.to_bf16(x.t(), out=buf[:20, :30]) is not None
+    assert _same_bits(buf[:20, :30], x.t().to(torch.bfloat16))
+    assert buf[20:].eq(7).all() and buf[:, 30:].eq(7).all()  # nothing written outside the slice
+
+
+def test_cast_to_bf16_refuses_what_it_cannot_take(native_kernels):
+    with pytest.raises(ValueError, match="2-D float32"):
+        kernels.to_bf16(torch.zeros(3, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="2-D float32"):
+        kernels.to_bf16(torch.zeros(2, 3, 4))
+    with pytest.raises(ValueError, match="contiguous rows"):
+        kernels.to_bf16(torch.zeros(3, 4), out=torch.zeros(4, 3, dtype=torch.bfloat16).t())
+    with pytest.raises(ValueError, match="contiguous rows"):
+        kernels.to_bf16(torch.zeros(3, 4), out=torch.zeros(3, 4))

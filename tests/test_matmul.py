@@ -91,3 +91,23 @@ def test_multiplier_equals_torch(lowp, rows):
                                (xt.to(dtype) @ W.to(dtype)).double(), **tol)
     wide = _rand(rows, 70, seed=4)[:, 10:60]  # (rows, 50), not contiguous
     torch.testing.assert_close(by_W.product(wide).double(), (wide.to(dtype) @ W.to(dtype).t()).double(), **tol)
+
+
+class _NoKernels:
+    @staticmethod
+    def usable(*tensors):
+        return False
+
+
+def test_bf16_weights_are_the_same_with_and_without_the_cast_kernel(native_kernels, monkeypatch):
+    """The C cast (nmtkit/kernels/cast.c) of a transposed weight for a Multiplier, and of W_o into its padded copy,
+    gives torch's bfloat16 values bit for bit, so the products are the same."""
+    W, x = _rand(300, 1000), _rand(9, 300, seed=1)  # (Wᵀ: 1000 × 300, large enough for the oneDNN route)
+    W_o, b_y = _rand(301, 500, seed=2), _rand(301, seed=3)
+    fast = Multiplier(W.t(), torch.bfloat16).product(x)
+    W2, b2 = matmul.padded_vocab(W_o, b_y, float("-inf"), columns=True, dtype=torch.bfloat16)
+    monkeypatch.setattr(matmul, "kernels", _NoKernels)
+    assert torch.equal(fast, Multiplier(W.t(), torch.bfloat16).product(x))
+    W2_torch, b2_torch = matmul.padded_vocab(W_o, b_y, float("-inf"), columns=True, dtype=torch.bfloat16)
+    assert W2.shape == (304, 504) and torch.equal(W2, W2_torch) and torch.equal(b2, b2_torch)
+    assert W2[301:].eq(0).all() and W2[:, 500:].eq(0).all()

@@ -2,10 +2,13 @@
 
 Some of a training step's work is a chain of elementwise operations over arrays far larger than the caches.  As
 torch ops, each operation is one more pass over memory, or over a cache-sized block (nmtkit/adadelta.py).  In C
-the chain becomes one loop:
+the chain becomes one loop.  And some copies -- casts of transposed matrices -- torch does with a slow strided loop:
 
 - ``adadelta``: the optimizer's update (adadelta.c): about 12 torch ops per parameter block become one pass that
-  reads θ, g, E[g²], E[Δθ²] and writes three of them once.
+  reads θ, g, E[g²], E[Δθ²] and writes three of them once;
+- ``to_bf16``: a float32 matrix with any strides cast to bfloat16 (cast.c), in tiles that stay in the cache --
+  the backward pass's transposed weights, which torch casts with a slow strided copy, and W_o cast straight into
+  its padded copy (models/matmul.py).
 
 **Build.**  The C files are compiled by the system's C compiler (``$CC``, else ``cc``) with
 ``-O3 -march=native -fopenmp`` into ``$NMTKIT_CACHE/kernels/`` (``~/.cache/nmtkit`` by default; when that is not
@@ -18,8 +21,8 @@ loading it would bring a second OpenMP runtime into the process, it is not used.
 
 **Fallback.**  Without a C compiler, when the build fails, or with ``NMTKIT_KERNELS=0`` in the environment,
 ``available()`` is False and the callers run their torch code, which computes the same values up to float32
-rounding (tests compare both paths); a failed build warns once.  The kernels take contiguous float32 CPU tensors
-only: other dtypes and CUDA always take the torch path.
+rounding (tests compare both paths); a failed build warns once.  The kernels take float32 CPU tensors only: other
+dtypes and CUDA always take the torch path.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-SOURCES = ("adadelta.c",)
+SOURCES = ("adadelta.c", "cast.c")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-std=c11", "-shared",
          "-fPIC")
 
@@ -50,6 +53,7 @@ BUILD_TIMEOUT = 120  # seconds for the compiler (a build takes well under one)
 _P, _I64, _F, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 _SIGNATURES = {
     "nmt_adadelta": [_P, _P, _P, _P, _I64, _F, _F, _F, _F, _INT, _F, _INT],
+    "nmt_cast_bf16": [_P, _I64, _I64, _I64, _I64, _P, _I64, _INT],
 }
 
 
@@ -189,3 +193,20 @@ def adadelta(p: Tensor, g: Tensor, sq: Tensor, acc: Tensor, lr: float, rho: floa
     _library().nmt_adadelta(p.data_ptr(), g.data_ptr(), sq.data_ptr(), acc.data_ptr(), p.numel(), lr, rho,
                             1 - rho, eps, scale is not None, 1.0 if scale is None else scale,
                             torch.get_num_threads())
+
+
+def to_bf16(src: Tensor, out: Tensor | None = None) -> Tensor:
+    """A 2-D float32 CPU tensor with any strides (a transposed view, a slice) cast to bfloat16 (cast.c): into
+    ``out`` (bfloat16, src's shape, rows contiguous: a slice of a padded buffer, say) when given, else into a new
+    contiguous tensor.  Rounded as torch rounds (to nearest, ties to even)."""
+    if src.dim() != 2 or src.dtype != torch.float32 or src.device.type != "cpu":
+        raise ValueError("to_bf16 kernel: src must be a 2-D float32 CPU tensor")
+    if out is None:
+        out = torch.empty(src.shape, dtype=torch.bfloat16)
+    elif out.dtype != torch.bfloat16 or out.shape != src.shape or out.device.type != "cpu" or (
+            out.shape[1] > 1 and out.stride(1) != 1):
+        raise ValueError("to_bf16 kernel: out must be a bfloat16 CPU tensor of src's shape with contiguous rows")
+    if src.numel():
+        _library().nmt_cast_bf16(src.data_ptr(), src.shape[0], src.shape[1], src.stride(0), src.stride(1),
+                                 out.data_ptr(), out.stride(0), torch.get_num_threads())
+    return out

@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from nmtkit.models.activations import tanh_
 from nmtkit.models.matmul import Multiplier, autocast_dtype, mm
 
 
@@ -55,7 +56,7 @@ def _gru_forward_step(gx_t, s, by_U_zr, by_U, zr_out, h_out, rs_out, s_out, pre_
     else:
         torch.add(gx_t[:, : 2 * n], pre_zr, out=zr_out).sigmoid_()
     torch.mul(zr_out[:, n:], s, out=rs_out)  # (B, n)   r ∘ s
-    by_U.add_product(gx_t[:, 2 * n :], rs_out, out=h_out).tanh_()  # (B, n)   s̃
+    tanh_(by_U.add_product(gx_t[:, 2 * n :], rs_out, out=h_out))  # (B, n)   s̃ (activations.py)
     torch.lerp(s, h_out, zr_out[:, :n], out=s_out)  # (B, n)   (1 − z) ∘ s + z ∘ s̃
 
 
@@ -195,7 +196,7 @@ class _AttentiveDecoder(torch.autograd.Function):
         if real is None:
             CH = mm(H.view(B * Tx, ctx_dim), C_stack.t(), lowp).view(B, Tx, 3 * n)
         else:
-            CH_real = mm(H.view(B * Tx, ctx_dim)[real], C_stack.t(), lowp)  # (N, 3n)
+            CH_real = mm(H.view(B * Tx, ctx_dim).index_select(0, real), C_stack.t(), lowp)  # (N, 3n)
             CH = CH_real.new_empty(B, Tx, 3 * n)
             CH.view(B * Tx, 3 * n).index_fill_(0, pad.flatten().nonzero().squeeze(1), 0.0).index_copy_(0, real, CH_real)
         groups = _row_groups(src_mask, n_a)
@@ -300,7 +301,7 @@ class _AttentiveDecoder(torch.autograd.Function):
         dCH_flat, H_flat = dCH.view(B * Tx, 3 * n), H.reshape(B * Tx, ctx_dim)
         real = ctx.real
         if real is not None:  # only the real positions' rows: the padding's are 0 (h_j = 0, α_ij = 0) or unused
-            dCH_flat, H_flat = dCH_flat[real], H_flat[real]  # (N, 3n), (N, 2n)
+            dCH_flat, H_flat = dCH_flat.index_select(0, real), H_flat.index_select(0, real)  # (N, 3n), (N, 2n)
         dH_C = mm(dCH_flat, C_stack, lowp)  # C_stackᵀ ∂L/∂(C_stack h_j)
         if real is None:
             dH += dH_C.view(B, Tx, ctx_dim)

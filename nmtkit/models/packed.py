@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from nmtkit.models.activations import tanh_
 from nmtkit.models.matmul import Multiplier, autocast_dtype, mm
 
 
@@ -94,7 +95,7 @@ class _PackedGRUs(torch.autograd.Function):
             if prev is None:  # s_prev = 0: [U_z; U_r] s and U [r ∘ s] vanish
                 zr.copy_(gx[:, rows, : 2 * n]).sigmoid_()
                 rs.zero_()
-                torch.tanh(gx[:, rows, 2 * n:], out=h)
+                tanh_(h.copy_(gx[:, rows, 2 * n:]))
                 torch.mul(h, zr[..., :n], out=H[:, rows])  # (1 − z) ∘ 0 + z ∘ s̃
                 continue
             s = H[:, prev]  # (D, b, n)   s_prev of the same sentences
@@ -104,7 +105,7 @@ class _PackedGRUs(torch.autograd.Function):
             torch.mul(zr[..., n:], s, out=rs)  # r ∘ s
             for d in range(D):
                 by_U[d].add_product(gx[d, rows, 2 * n:], rs[d], out=h[d])
-            h.tanh_()  # s̃ = tanh(W x + U [r ∘ s] + b)
+            tanh_(h)  # s̃ = tanh(W x + U [r ∘ s] + b)   (activations.py)
             torch.lerp(s, h, zr[..., :n], out=H[:, rows])  # (1 − z) ∘ s + z ∘ s̃
         ctx.lowp, ctx.pack = lowp, pack
         ctx.save_for_backward(U_zr, U, H, ZR, Hc, RS)

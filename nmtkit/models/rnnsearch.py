@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nmtkit.models import register_model, register_preset
+from nmtkit.models.activations import pairwise_max
 from nmtkit.models.attention import AdditiveAttention, alignment
 from nmtkit.models.encoder import GRU_UNITS, EncoderStates, SourceEncoder
 from nmtkit.models.fused import attentive_decoder, by_source_length, gru_sequence
@@ -200,7 +201,7 @@ class _RNNTranslator(nn.Module):
 
     def _pairwise_max(self, t_tilde: Tensor) -> Tensor:
         """t̃_i (..., 2l) -> t_i (..., l): t_{i,j} = max(t̃_{i,2j-1}, t̃_{i,2j}), then dropout (if any)."""
-        return self.dropout(t_tilde.unflatten(-1, (-1, 2)).amax(dim=-1))
+        return self.dropout(pairwise_max(t_tilde))  # (activations.py)
 
     def readout(self, t: Tensor) -> Tensor:
         """t_i (..., l) -> logits W_o t_i + b_y (..., V)."""
