@@ -2,8 +2,9 @@
 
 Shared conventions, applied by :func:`run`:
 
-- a bad input is reported as one line, ``nmt-<tool>: error: FILE:LINE: problem``, with exit code 1
-  (click's own usage errors exit 2);
+- a bad input is reported as one line, ``nmt-<tool>: error: FILE:LINE: problem``, with exit code 1; a bad
+  command line as one line too, ``nmt-<tool>: error: <click's message> (see 'nmt-<tool> --help')``, with click's
+  exit code 2 (:class:`ToolCommand`, every tool's command class);
 - Ctrl-C and SIGTERM stop the tool cleanly (outputs are written atomically, so nothing half-written remains),
   exit code 130;
 - progress and reports go to stderr, never to stdout, so stdout can feed a pipeline.
@@ -47,6 +48,45 @@ def tune_malloc() -> None:
         libc.mallopt(-1, -1)  # M_TRIM_THRESHOLD = -1: never hand freed heap back (see above)
     except (OSError, AttributeError, TypeError):
         pass
+
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+
+
+class _OneLineError(click.ClickException):
+    """A click error (a usage error, an unreadable file) shown as one line in the tools' format, with the original's
+    exit code (2 for usage errors)."""
+
+    def __init__(self, error: click.ClickException, prog: str):
+        super().__init__(" ".join(error.format_message().split()))
+        self.exit_code, self.prog = error.exit_code, prog
+        self.usage = isinstance(error, click.UsageError)
+
+    def show(self, file=None) -> None:
+        hint = f" (see '{self.prog} --help')" if self.usage else ""
+        click.echo(f"{self.prog}: error: {self.message}{hint}", err=True)
+
+
+class ToolCommand(click.Command):
+    """The tools' click command: click's errors -- an unknown option, a missing argument, a bad value -- are shown
+    as one line, ``nmt-<tool>: error: ...``, instead of click's usage block (the tools' convention for any bad
+    input; see the module docstring)."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except _OneLineError:
+            raise
+        except click.ClickException as e:
+            raise _OneLineError(e, info_name or self.name or "nmtkit") from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except _OneLineError:
+            raise
+        except click.ClickException as e:
+            raise _OneLineError(e, ctx.command_path) from None
 
 
 def _sigterm(signum, frame):

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from nmtkit.cli import run, setup_logging
+from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
 
 
 def parse_ranges(spec: str | None, count: int) -> list[int]:
@@ -36,7 +36,7 @@ def render_scores(scores, gold: str) -> str:
             f"|A∩P| {scores.hits_possible}; AER = 1 - (|A∩S| + |A∩P|) / (|A| + |S|))\n")
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.command(cls=ToolCommand, context_settings=CONTEXT)
 @click.option("--model", "-m", required=True, type=click.Path(dir_okay=False), help="An RNNsearch checkpoint.")
 @click.option("--source", "-s", required=True, type=click.Path(dir_okay=False), help="Source sentences.")
 @click.option("--target", "-t", type=click.Path(dir_okay=False),

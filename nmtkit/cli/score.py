@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from nmtkit.cli import run, setup_logging
+from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
 
 
 def _num(x, digits: int = 2) -> str:
@@ -83,7 +83,7 @@ def render_text(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.command(cls=ToolCommand, context_settings=CONTEXT)
 @click.argument("hypotheses", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--reference", "-r", required=True, type=click.Path(dir_okay=False),
               help="Reference translations (plain text, gzip or WMT SGML).")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from nmtkit.cli import run, setup_logging
+from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.command(cls=ToolCommand, context_settings=CONTEXT)
 @click.option("--source-lang", "-s", required=True, help="Source language code, the suffix of source files (en).")
 @click.option("--target-lang", "-t", help="Target language code (fr); leave out for monolingual corpora.")
 @click.option("--in-domain", "in_domain", multiple=True, required=True, metavar="PREFIX",

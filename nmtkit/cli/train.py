@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from nmtkit.cli import run, setup_logging, tune_malloc
+from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging, tune_malloc
 
 
 def _model_option(ctx, param, values):
@@ -26,7 +26,7 @@ def _model_option(ctx, param, values):
     return out
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.command(cls=ToolCommand, context_settings=CONTEXT)
 @click.argument("data", type=click.Path(file_okay=False))
 @click.option("--arch", "-a", required=True, help="Architecture or preset: rnnsearch-50, rnnencdec-30, "
               "rnnsearch-small, rnnsearch, ... (see --list-archs).")

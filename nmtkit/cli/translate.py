@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from nmtkit.cli import run, setup_logging, tune_malloc
+from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging, tune_malloc
 
 
 def read_input(stream, name: str):
@@ -40,7 +40,7 @@ def _output(path: str | None):
             yield f
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.command(cls=ToolCommand, context_settings=CONTEXT)
 @click.option("--model", "-m", "models", multiple=True, required=True, type=click.Path(dir_okay=False),
               help="Checkpoint; repeat for an ensemble (averaged log-probabilities).")
 @click.option("--input", "-i", "input_path", default="-", type=click.Path(dir_okay=False, allow_dash=True),

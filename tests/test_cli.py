@@ -1,0 +1,41 @@
+"""Conventions shared by the six tools: a bad command line is reported as one line, like any bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TOOLS = ["nmt-prepare", "nmt-select", "nmt-train", "nmt-translate", "nmt-score", "nmt-align"]
+
+
+def _run(tool: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "bin" / tool), *args], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_bad_command_line_is_one_line_with_exit_code_2(tool):
+    r = _run(tool, "--no-such-option")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1, r.stderr  # one line, no usage block
+    assert r.stderr.startswith(f"{tool}: error: No such option '--no-such-option'")
+    assert r.stderr.rstrip().endswith(f"(see '{tool} --help')")
+    r = _run(tool)  # every tool needs something: an argument or a required option
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"{tool}: error: Missing "), r.stderr
+
+
+def test_a_bad_value_is_one_line_too():
+    r = _run("nmt-translate", "-m", "model.pt", "--beam", "many")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("nmt-translate: error: Invalid value for '--beam'") and "'many'" in r.stderr
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_help_still_prints_the_usage(tool):
+    r = _run(tool, "--help")
+    assert r.returncode == 0 and r.stdout.startswith(f"Usage: {tool} ") and r.stderr == ""
