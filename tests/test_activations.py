@@ -61,3 +61,9 @@ def test_pairwise_max_gradient_goes_to_the_larger_of_each_pair():
 def test_pairwise_max_gradcheck(shape):
     x = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2), requires_grad=True)
     assert torch.autograd.gradcheck(pairwise_max, (x,))
+
+
+def test_pairwise_max_wants_pairs():
+    for grad in (False, True):
+        with pytest.raises(ValueError, match="must be even"):
+            pairwise_max(torch.zeros(2, 5, requires_grad=grad))

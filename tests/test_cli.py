@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
+
+from nmtkit.cli import _flat
+from nmtkit.models import list_presets
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = ["nmt-prepare", "nmt-select", "nmt-train", "nmt-translate", "nmt-score", "nmt-align"]
@@ -39,3 +43,23 @@ def test_a_bad_value_is_one_line_too():
 def test_help_still_prints_the_usage(tool):
     r = _run(tool, "--help")
     assert r.returncode == 0 and r.stdout.startswith(f"Usage: {tool} ") and r.stderr == ""
+
+
+def test_a_usage_error_is_still_a_click_usage_error_for_callers():
+    """A library caller running a tool's command without click's standalone mode can still catch it as such."""
+    from nmtkit.cli.train import main
+
+    with pytest.raises(click.UsageError, match="No such option '--nope'"):
+        main(["--nope"], prog_name="nmt-train", standalone_mode=False)
+
+
+def test_messages_are_put_on_one_line_without_touching_their_spaces():
+    assert _flat("bad value for 'a  b'\n   see the manual\n") == "bad value for 'a  b' see the manual"
+
+
+def test_list_archs():
+    r = _run("nmt-train", "--list-archs")  # no DATA, no --arch: it answers and exits, as --help does
+    assert r.returncode == 0 and r.stderr == ""
+    lines = r.stdout.splitlines()
+    assert "rnnsearch-50\trnnsearch: emb_dim=620 hidden_dim=1000 maxout_dim=500 attn_dim=1000 max_len=50" in lines
+    assert [ln.split("\t")[0] for ln in lines] == ["rnnencdec", "rnnsearch"] + list_presets()

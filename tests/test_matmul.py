@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from nmtkit import kernels
 from nmtkit.models import build_model, matmul
 from nmtkit.models.matmul import Multiplier
 
@@ -104,10 +105,25 @@ def test_bf16_weights_are_the_same_with_and_without_the_cast_kernel(native_kerne
     gives torch's bfloat16 values bit for bit, so the products are the same."""
     W, x = _rand(300, 1000), _rand(9, 300, seed=1)  # (Wᵀ: 1000 × 300, large enough for the oneDNN route)
     W_o, b_y = _rand(301, 500, seed=2), _rand(301, seed=3)
+    calls = []
+    real_cast = kernels.to_bf16
+    monkeypatch.setattr(kernels, "to_bf16", lambda *a, **k: calls.append(a[0].shape) or real_cast(*a, **k))
     fast = Multiplier(W.t(), torch.bfloat16).product(x)
     W2, b2 = matmul.padded_vocab(W_o, b_y, float("-inf"), columns=True, dtype=torch.bfloat16)
+    # the kernel cast W_o, and Wᵀ too where the product goes through oneDNN
+    assert calls == ([(1000, 300)] if matmul.onednn(W) else []) + [(301, 500)]
     monkeypatch.setattr(matmul, "kernels", _NoKernels)
     assert torch.equal(fast, Multiplier(W.t(), torch.bfloat16).product(x))
     W2_torch, b2_torch = matmul.padded_vocab(W_o, b_y, float("-inf"), columns=True, dtype=torch.bfloat16)
     assert W2.shape == (304, 504) and torch.equal(W2, W2_torch) and torch.equal(b2, b2_torch)
     assert W2[301:].eq(0).all() and W2[:, 500:].eq(0).all()
+
+
+def test_float16_autocast_takes_torchs_products():
+    """oneDNN's float16 reorder needs CPU features this machine lacks: the route is chosen on the dtype the product
+    runs in, so float16 weights stay with torch's products (any weight size)."""
+    W, x = _rand(600, 1000), _rand(7, 1000, seed=1)
+    by_W = Multiplier(W, torch.float16)
+    assert by_W.packed is None
+    torch.testing.assert_close(by_W.product(x), (x.half() @ W.half().t()).float())
+    assert Multiplier(W.t(), torch.float16).product(_rand(3, 600, seed=2)).shape == (3, 1000)

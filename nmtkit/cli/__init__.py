@@ -15,6 +15,7 @@ Heavy libraries (torch) are imported inside the commands, so ``--help`` stays fa
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -53,18 +54,40 @@ def tune_malloc() -> None:
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
 
-class _OneLineError(click.ClickException):
-    """A click error (a usage error, an unreadable file) shown as one line in the tools' format, with the original's
-    exit code (2 for usage errors)."""
+def _flat(message: str) -> str:
+    """A message on one line: its line breaks (and the spaces around them) become one space."""
+    return re.sub(r"\s*\n\s*", " ", message.strip())
 
-    def __init__(self, error: click.ClickException, prog: str):
-        super().__init__(" ".join(error.format_message().split()))
-        self.exit_code, self.prog = error.exit_code, prog
-        self.usage = isinstance(error, click.UsageError)
+
+class _OneLineUsageError(click.UsageError):
+    """A click usage error (an unknown option, a missing argument, a bad value) shown as one line in the tools'
+    format; still a ``click.UsageError`` (exit code 2) for callers that catch it."""
+
+    def __init__(self, error: click.UsageError, prog: str):
+        super().__init__(_flat(error.format_message()), error.ctx)
+        self.prog = prog
 
     def show(self, file=None) -> None:
-        hint = f" (see '{self.prog} --help')" if self.usage else ""
-        click.echo(f"{self.prog}: error: {self.message}{hint}", err=True)
+        click.echo(f"{self.prog}: error: {self.message} (see '{self.prog} --help')", err=True)
+
+
+class _OneLineError(click.ClickException):
+    """Any other click error (an unreadable ``click.File``) as one line, with the original's exit code."""
+
+    def __init__(self, error: click.ClickException, prog: str):
+        super().__init__(_flat(error.format_message()))
+        self.exit_code, self.prog = error.exit_code, prog
+
+    def show(self, file=None) -> None:
+        click.echo(f"{self.prog}: error: {self.message}", err=True)
+
+
+def _one_line(error: click.ClickException, prog: str) -> click.ClickException:
+    if isinstance(error, (_OneLineUsageError, _OneLineError)):
+        return error
+    if isinstance(error, click.UsageError):
+        return _OneLineUsageError(error, prog)
+    return _OneLineError(error, prog)
 
 
 class ToolCommand(click.Command):
@@ -75,18 +98,14 @@ class ToolCommand(click.Command):
     def make_context(self, info_name, args, parent=None, **extra):
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
-        except _OneLineError:
-            raise
         except click.ClickException as e:
-            raise _OneLineError(e, info_name or self.name or "nmtkit") from None
+            raise _one_line(e, info_name or self.name or "nmtkit") from None
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except _OneLineError:
-            raise
         except click.ClickException as e:
-            raise _OneLineError(e, ctx.command_path) from None
+            raise _one_line(e, ctx.command_path) from None
 
 
 def _sigterm(signum, frame):

@@ -26,10 +26,26 @@ def _model_option(ctx, param, values):
     return out
 
 
+def _list_archs(ctx, param, value):
+    """--list-archs: the registry's architectures and presets on stdout, one per line, then exit."""
+    if not value or ctx.resilient_parsing:
+        return
+    from nmtkit.models import list_models, list_presets, resolve
+
+    for name in list_models():
+        click.echo(f"{name}\tarchitecture (its config's defaults; -o KEY=VALUE to change them)")
+    for name in list_presets():
+        arch, fields = resolve(name)
+        click.echo(f"{name}\t{arch}: " + " ".join(f"{k}={v}" for k, v in fields.items()))
+    ctx.exit()
+
+
 @click.command(cls=ToolCommand, context_settings=CONTEXT)
 @click.argument("data", type=click.Path(file_okay=False))
 @click.option("--arch", "-a", required=True, help="Architecture or preset: rnnsearch-50, rnnencdec-30, "
               "rnnsearch-small, rnnsearch, ... (see --list-archs).")
+@click.option("--list-archs", is_flag=True, is_eager=True, expose_value=False, callback=_list_archs,
+              help="List the architectures and presets, then exit.")
 @click.option("--save-dir", required=True, type=click.Path(file_okay=False), help="Where checkpoints go.")
 @click.option("--model-option", "-o", "model_options", multiple=True, callback=_model_option, metavar="KEY=VALUE",
               help="Override a model setting, e.g. -o hidden_dim=512 -o dropout=0.2. Repeatable.")

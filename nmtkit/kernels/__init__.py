@@ -21,8 +21,8 @@ loading it would bring a second OpenMP runtime into the process, it is not used.
 
 **Fallback.**  Without a C compiler, when the build fails, or with ``NMTKIT_KERNELS=0`` in the environment,
 ``available()`` is False and the callers run their torch code, which computes the same values up to float32
-rounding (tests compare both paths); a failed build warns once.  The kernels take float32 CPU tensors only: other
-dtypes and CUDA always take the torch path.
+rounding (tests compare both paths); a failed build warns once.  The kernels take float32 CPU tensors only
+(``adadelta`` contiguous ones): other dtypes and CUDA always take the torch path.
 """
 
 from __future__ import annotations
@@ -198,14 +198,16 @@ def adadelta(p: Tensor, g: Tensor, sq: Tensor, acc: Tensor, lr: float, rho: floa
 def to_bf16(src: Tensor, out: Tensor | None = None) -> Tensor:
     """A 2-D float32 CPU tensor with any strides (a transposed view, a slice) cast to bfloat16 (cast.c): into
     ``out`` (bfloat16, src's shape, rows contiguous: a slice of a padded buffer, say) when given, else into a new
-    contiguous tensor.  Rounded as torch rounds (to nearest, ties to even)."""
+    contiguous tensor.  Rounded as torch rounds (to nearest, ties to even); a NaN stays NaN (its payload may
+    differ from torch's)."""
     if src.dim() != 2 or src.dtype != torch.float32 or src.device.type != "cpu":
         raise ValueError("to_bf16 kernel: src must be a 2-D float32 CPU tensor")
     if out is None:
         out = torch.empty(src.shape, dtype=torch.bfloat16)
     elif out.dtype != torch.bfloat16 or out.shape != src.shape or out.device.type != "cpu" or (
-            out.shape[1] > 1 and out.stride(1) != 1):
-        raise ValueError("to_bf16 kernel: out must be a bfloat16 CPU tensor of src's shape with contiguous rows")
+            out.shape[1] > 1 and out.stride(1) != 1) or (out.shape[0] > 1 and out.stride(0) < out.shape[1]):
+        raise ValueError("to_bf16 kernel: out must be a bfloat16 CPU tensor of src's shape with contiguous, "
+                         "non-overlapping rows")
     if src.numel():
         _library().nmt_cast_bf16(src.data_ptr(), src.shape[0], src.shape[1], src.stride(0), src.stride(1),
                                  out.data_ptr(), out.stride(0), torch.get_num_threads())

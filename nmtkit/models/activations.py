@@ -3,7 +3,7 @@
 torch 2.13's CPU ``tanh`` is not vectorised: on this machine it takes ~145 µs for a (80, 1,000) float32 block of a
 GRU step, against ~22 µs for ``sigmoid``.  Since tanh(x) = 2σ(2x) − 1, ``tanh_`` computes that instead: four
 vectorised passes over a block that stays in the cache, ~50 µs.  The result is within 2e-7 of tanh (absolute;
-float32's own tanh is within 3e-8): far below the rounding of the products that feed it.  Other dtypes (float64:
+float32's own tanh is within ~3e-8): far below the rounding of the products that feed it.  Other dtypes (float64:
 the exact tests and gradient checks) and CUDA get torch's tanh.  The attention computes its tanh the same way,
 folded into its scores (attention.alignment).
 """
@@ -42,6 +42,8 @@ def pairwise_max(t_tilde: Tensor) -> Tensor:
     ``amax`` would split it).  Written so because ``amax`` over pairs and its backward (a comparison, a count, a
     division) took ~10 ms for 2,000 rows of the paper's sizes here, this ~5 ms.  Without autograd: the elementwise
     maximum of the two halves, the same values."""
+    if t_tilde.shape[-1] % 2:
+        raise ValueError(f"pairwise_max: the last dimension must be even, not {t_tilde.shape[-1]}")
     if torch.is_grad_enabled() and t_tilde.requires_grad:
         return _PairwiseMax.apply(t_tilde)
     return torch.maximum(t_tilde[..., 0::2], t_tilde[..., 1::2])

@@ -7,9 +7,10 @@ such thin products poorly on this CPU (AMD EPYC, AVX-512); oneDNN, which the sam
 float32 and 1.15–1.3× in bf16 over the last three committed runs of tests/bench/results/bench_kernels.txt
 (1.6–1.7× and 1.4× in an earlier one: torch's own GEMM speed varies more on this VM).  ``Multiplier(W)`` does
 that: W reordered once per forward (or backward) pass, then ``product(x)`` / ``add_product(bias, x, out)`` at
-every step (weights of at least ``ONEDNN_MIN_WEIGHT`` elements: the paper's sizes, not the small preset's).  The values are
-float32 GEMM results like torch's, only summed in another order (tests compare).  Elsewhere -- CUDA, float64, a
-torch build without oneDNN, or ``NMTKIT_ONEDNN=0`` in the environment -- ``Multiplier`` calls torch's products.
+every step (weights of at least ``ONEDNN_MIN_WEIGHT`` elements: the paper's sizes, not the small preset's).  The
+values are float32 GEMM results like torch's, only summed in another order (tests compare).  Elsewhere -- CUDA,
+float64, float16 autocast, a torch build without oneDNN, or ``NMTKIT_ONEDNN=0`` in the environment --
+``Multiplier`` calls torch's products.
 
 Only these: oneDNN keeps a compiled primitive, with its buffers, for every distinct product shape it meets (up to
 1,024 of them).  The per-step shapes are few (rows up to the batch size), but the large products -- the output
@@ -100,7 +101,7 @@ def contiguous_in_lowp(t: Tensor, lowp) -> Tensor:
     """t cast to ``lowp`` (when given) and contiguous.  A float32 CPU matrix cast to bfloat16 that is not
     contiguous (the backward pass's Wᵀ, a transposed view) goes through the C kernel (nmtkit/kernels/cast.c):
     torch's strided copy is slower (Wᵀ of 3,000 × 1,000: ~3 ms against 1.2-1.5 ms here, one-off measurements);
-    the values are the same, bit for bit."""
+    the values are the same, bit for bit (NaN payloads aside)."""
     if lowp is torch.bfloat16 and t.dim() == 2 and not t.is_contiguous() and kernels.usable(t):
         return kernels.to_bf16(t)
     return in_lowp(t, lowp).contiguous()
@@ -118,7 +119,8 @@ class Multiplier:
 
     def __init__(self, W: Tensor, lowp=None):
         self.lowp = lowp
-        if onednn(W) and W.numel() >= ONEDNN_MIN_WEIGHT:
+        # the route is chosen on the dtype the products run in (float16 autocast: torch's products)
+        if onednn(W) and lowp in (None, torch.float32, torch.bfloat16) and W.numel() >= ONEDNN_MIN_WEIGHT:
             W = contiguous_in_lowp(W, lowp)
             self.packed = torch.ops.mkldnn._reorder_linear_weight(W, ROWS_HINT)
         else:
@@ -151,7 +153,8 @@ def padded_vocab(W: Tensor, b: Tensor, b_fill: float, columns: bool = False, dty
     l2 = round_up(l) if columns else l
     if (V2, l2) == (V, l):
         return in_lowp(W, dtype), b
-    if dtype is torch.bfloat16 and kernels.usable(W):  # cast straight into the padded copy (cast.c): faster
+    if dtype is torch.bfloat16 and kernels.usable(W) and not (torch.is_grad_enabled() and W.requires_grad):
+        # cast straight into the padded copy (cast.c, faster; it records no autograd graph)
         W2 = W.new_empty(V2, l2, dtype=dtype)
         kernels.to_bf16(W, out=W2[:V, :l])
         W2[V:].zero_()
