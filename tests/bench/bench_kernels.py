@@ -31,6 +31,12 @@
    ∂L/∂W_o = (p − y)ᵀ t, with V' = 30,008 and l' = 504) at N target rows, against N rounded up to a multiple
    of 8 with zero rows (as the loss now does; the extra rows' results are not used), for token counts of real
    Hansards minibatches.
+8. Stop 17's smaller items, each against the torch code it replaced (``nmtkit.models.activations``,
+   ``nmtkit.kernels.to_bf16``): the GRUs' candidate tanh over a packed step's (2, 80, 1,000) block, ``tanh_``
+   (2σ(2x) − 1) against torch's tanh; the maxout over a paper-size batch (1,511 × 2l = 1,000, forward and
+   backward), ``pairwise_max`` against ``amax`` over pairs; the bf16 copy of a backward pass's transposed weight
+   (Wcatᵀ, 1,000 × 3,000 from a float32 3,000 × 1,000), the C kernel against torch's cast and contiguous copy;
+   W_o (30,004 × 500) cast into its padded bf16 copy (30,008 × 504), the kernel against torch's copy.
 
 Each figure is the median of interleaved repeats (milliseconds per call); the machine should be quiet.
 """
@@ -142,6 +148,7 @@ def main() -> int:
     adadelta_case(rows, default_threads)
     for N in LOSS_ROWS:
         loss_rows_case(N)
+    small_items_cases(rows, g, default_threads)
 
     out += ["", f"Median milliseconds per call over interleaved repeats ({REPEATS} per round).", ""]
     out += peers.table(["what", "threads", "before", "now", "speed-up"], rows, align="lrrrr")
@@ -267,6 +274,60 @@ def adadelta_case(rows: list, threads: int) -> None:
         rows.append([f"Adadelta update, rnnsearch-50 ({what}; float32 rounding apart)", f"{threads}",
                      f"blocked: {r['blocked']:.0f}", f"compiled: {r['compiled']:.0f}",
                      f"{r['blocked'] / r['compiled']:.2f}×"])
+
+
+def small_items_cases(rows: list, g, threads: int) -> None:
+    import torch
+
+    from nmtkit import kernels
+    from nmtkit.models import matmul
+    from nmtkit.models.activations import pairwise_max, tanh_
+
+    x = torch.randn(2, 80, 1000, generator=g) * 2
+    h = torch.empty_like(x)
+    peers.log("GRU candidate tanh: torch against tanh_")
+    r = interleaved({"torch": lambda: torch.tanh(x, out=h), "now": lambda: tanh_(h.copy_(x))})
+    rows.append(["GRU candidate tanh, one packed step (2 × 80 × 1,000)", f"{threads}", f"torch.tanh: {r['torch']:.3f}",
+                 f"2σ(2x) − 1: {r['now']:.3f}", f"{r['torch'] / r['now']:.2f}×"])
+
+    t_tilde = torch.randn(1511, 1000, generator=g).requires_grad_()
+    dt = torch.randn(1511, 500, generator=g)
+
+    def amax_pairs():
+        t_tilde.grad = None
+        t_tilde.unflatten(-1, (-1, 2)).amax(dim=-1).backward(dt)
+
+    def pairs_now():
+        t_tilde.grad = None
+        pairwise_max(t_tilde).backward(dt)
+
+    peers.log("maxout forward and backward: amax against pairwise_max")
+    r = interleaved({"torch": amax_pairs, "now": pairs_now})
+    rows.append(["maxout forward + backward (1,511 × 1,000 → 500)", f"{threads}", f"amax: {r['torch']:.2f}",
+                 f"pairwise_max: {r['now']:.2f}", f"{r['torch'] / r['now']:.2f}×"])
+
+    if not kernels.available():
+        raise SystemExit("bench_kernels: nmtkit's C kernels are unavailable (no C compiler?)")
+    W = torch.randn(3000, 1000, generator=g)
+    assert torch.equal(kernels.to_bf16(W.t()), W.t().to(torch.bfloat16).contiguous())
+    peers.log("transposed weight to bf16: torch against the kernel")
+    r = interleaved({"torch": lambda: W.t().to(torch.bfloat16).contiguous(), "now": lambda: kernels.to_bf16(W.t())})
+    rows.append(["backward's Wcatᵀ to bf16, contiguous (1,000 × 3,000)", f"{threads}", f"torch: {r['torch']:.2f}",
+                 f"cast.c: {r['now']:.2f}", f"{r['torch'] / r['now']:.2f}×"])
+
+    W_o, b_y = torch.randn(30004, 500, generator=g) * 0.1, torch.zeros(30004)
+
+    def padded_torch():
+        W2 = W_o.new_zeros(30008, 504, dtype=torch.bfloat16)
+        W2[:30004, :500] = W_o
+        return W2
+
+    assert torch.equal(padded_torch(), matmul.padded_vocab(W_o, b_y, 0.0, columns=True, dtype=torch.bfloat16)[0])
+    peers.log("W_o into its padded bf16 copy: torch against the kernel")
+    r = interleaved({"torch": padded_torch,
+                     "now": lambda: matmul.padded_vocab(W_o, b_y, 0.0, columns=True, dtype=torch.bfloat16)})
+    rows.append(["W_o to bf16, padded (30,004 × 500 → 30,008 × 504)", f"{threads}", f"torch: {r['torch']:.2f}",
+                 f"cast.c: {r['now']:.2f}", f"{r['torch'] / r['now']:.2f}×"])
 
 
 if __name__ == "__main__":
