@@ -252,3 +252,102 @@ def test_cast_to_bf16_refuses_what_it_cannot_take(native_kernels):
         kernels.to_bf16(torch.zeros(3, 4), out=torch.zeros(3, 4))
     with pytest.raises(ValueError, match="non-overlapping rows"):  # threads would write the same memory
         kernels.to_bf16(torch.zeros(3, 4), out=torch.zeros(1, 4, dtype=torch.bfloat16).expand(3, 4))
+
+
+# ------------------------------------------------------------------------------------------------ attention.c
+def _attention_case(seed: int = 0, B: int = 7, Tx: int = 9, na: int = 37, n3: int = 23, spread: float = 3.0):
+    """Operands of one attention step as fused.py passes them: q, dg and the partial α row views of wider
+    buffers; keys2 with values up to ±spread·5 (σ saturates at the top)."""
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    keys2 = r(B, Tx, na) * spread
+    keys2[0, 0, :4] = torch.tensor([90.0, -90.0, 30.0, -30.0])  # beyond the exponential's clamp
+    P = r(B, na + 5) * spread  # q: the first na columns of a wider product, as [2 W_a s; U_zr s]
+    Di = r(B, na + n3)  # dg: the last n3 columns of D[i]; dq written into the first na
+    lens = torch.randint(1, Tx + 1, (B,), generator=g)
+    lens[1] = Tx
+    return dict(keys2=keys2, q=P[:, :na], v2=r(na), lens=lens, CH=r(B, Tx, n3), gx=r(B, n3), Di=Di, dA=r(B, Tx),
+                dkeys2=r(B, Tx, na), na=na)
+
+
+def _attention_reference(c, with_dA: bool):
+    """The step in float64 torch ops (the formulas of attention.c), autograd for the backward."""
+    d = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v for k, v in c.items()}
+    na, (B, Tx, _) = c["na"], c["keys2"].shape
+    keys2, q, v2 = (d[k].clone().requires_grad_() for k in ("keys2", "q", "v2"))
+    mask = torch.arange(Tx).unsqueeze(0) < c["lens"].unsqueeze(1)
+    sig = torch.sigmoid(keys2 + q.unsqueeze(1))  # (B, Tx, na)
+    alpha = torch.softmax((sig @ v2).masked_fill(~mask, float("-inf")), dim=-1)  # (B, Tx)
+    g = d["gx"] + torch.einsum("bj,bjk->bk", alpha, d["CH"])
+    loss = (g * d["Di"][:, na:]).sum() + ((alpha * d["dA"]).sum() if with_dA else 0)
+    dkeys, dq, dv = torch.autograd.grad(loss, (keys2, q, v2))
+    # the kernel leaves out the factor v2 in dkeys2 (fused.py applies it after the sum over steps)
+    return alpha.detach(), g.detach(), d["dkeys2"] + dkeys / v2.detach(), dv, dq
+
+
+@pytest.mark.parametrize("with_dA", [False, True])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_attention_kernel_against_float64(native_kernels, with_dA, threads):
+    """attend_forward and attend_backward (attention.c) against the step's float64 torch ops: α (exactly 0 at
+    padding), g = gx + Σ_j α_ij CH_j, and the backward's sums into dkeys2 and dv and its dq, on any number of
+    threads, with rows of every length and scores where σ saturates."""
+    c = _attention_case(seed=threads)
+    B, Tx, na = c["keys2"].shape
+    alpha_ref, g_ref, dkeys2_ref, dv_ref, dq_ref = _attention_reference(c, with_dA)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        alpha, g = torch.full((B, Tx), 7.0), torch.empty(B, c["CH"].shape[2])
+        kernels.attend_forward(c["keys2"], c["q"], c["v2"], c["lens"], alpha, c["CH"], c["gx"], g)
+        dkeys2, dv, Di = c["dkeys2"].clone(), torch.zeros(threads, na), c["Di"].clone()
+        kernels.attend_backward(c["keys2"], c["q"], c["v2"], c["lens"], alpha, c["dA"] if with_dA else None,
+                                c["CH"], Di[:, na:], dkeys2, dv, Di[:, :na])
+    finally:
+        torch.set_num_threads(old)
+    torch.testing.assert_close(alpha.double(), alpha_ref, rtol=1e-5, atol=1e-7)
+    assert (alpha[torch.arange(Tx).unsqueeze(0) >= c["lens"].unsqueeze(1)] == 0).all()
+    torch.testing.assert_close(g.double(), g_ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(dkeys2.double(), dkeys2_ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dv.sum(0).double(), dv_ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(Di[:, :na].double(), dq_ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(Di[:, na:], c["Di"][:, na:], rtol=0, atol=0)  # dg untouched
+
+
+def test_attention_kernel_sigmoid_over_the_whole_range(native_kernels):
+    """The kernel's σ (its own vectorised exponential) within 2.5e-7 of float64's over [−100, 100], read off
+    the backward's sums: with one position per row, ∂L/∂e = α (∂L/∂α − α ∂L/∂α) = 0, so two positions of
+    which the second has keys2 = −inf-like scores; dv = Σ_j ∂L/∂e_j σ_j."""
+    x = torch.linspace(-100, 100, 4001)
+    na = x.numel()
+    keys2 = torch.stack([x, torch.zeros(na)]).unsqueeze(0)  # (1, 2, na): position 0 sweeps x, position 1 is 0
+    q, v2, lens = torch.zeros(1, na), torch.zeros(na), torch.tensor([2])
+    alpha = torch.empty(1, 2)
+    kernels.attend_forward(keys2, q, v2, lens, alpha)
+    assert torch.equal(alpha, torch.tensor([[0.5, 0.5]]))  # v2 = 0: equal scores
+    CH = torch.tensor([[[1.0], [0.0]]])  # ∂L/∂α = dg · CH_j = (1, 0): ∂L/∂e = (0.25, −0.25)
+    dv = torch.zeros(torch.get_num_threads(), na)
+    kernels.attend_backward(keys2, q, v2, lens, alpha, None, CH, torch.ones(1, 1), torch.zeros(1, 2, na), dv,
+                            torch.empty(1, na))
+    want = 0.25 * torch.sigmoid(x.double()) - 0.25 * 0.5
+    torch.testing.assert_close(dv.sum(0).double(), want, rtol=0, atol=0.25 * 2.5e-7)
+
+
+def test_attention_kernel_clamps_lengths_and_refuses_bad_operands(native_kernels):
+    """Lengths outside [0, Tx] never reach outside the arrays (a row without positions: α = 0, g = gx); operands
+    of the wrong dtype, shape or layout are refused with a ValueError."""
+    c = _attention_case()
+    B, Tx, na = c["keys2"].shape
+    lens = c["lens"].clone()
+    lens[0], lens[2] = Tx + 5, 0
+    alpha, g = torch.empty(B, Tx), torch.empty(B, c["CH"].shape[2])
+    kernels.attend_forward(c["keys2"], c["q"], c["v2"], lens, alpha, c["CH"], c["gx"], g)
+    assert (alpha[2] == 0).all() and torch.equal(g[2], c["gx"][2])
+    torch.testing.assert_close(alpha[0].sum(), torch.tensor(1.0))
+    ok = dict(keys2=c["keys2"], q=c["q"], v2=c["v2"], lens=c["lens"], alpha=alpha)
+    for bad in (dict(keys2=c["keys2"].double()), dict(q=c["q"].t().contiguous().t()), dict(lens=c["lens"].int()),
+                dict(alpha=torch.empty(B, Tx + 1)), dict(v2=c["v2"][:-1])):
+        with pytest.raises(ValueError, match="attention kernel"):
+            kernels.attend_forward(**{**ok, **bad})
+    with pytest.raises(ValueError, match="dv must be"):
+        kernels.attend_backward(c["keys2"], c["q"], c["v2"], c["lens"], alpha, None, c["CH"], c["gx"],
+                                torch.zeros_like(c["keys2"]), torch.zeros(1, na - 1), torch.empty(B, na))
