@@ -285,13 +285,15 @@ def _attention_reference(c, with_dA: bool):
     return alpha.detach(), g.detach(), d["dkeys2"] + dkeys / v2.detach(), dv, dq
 
 
+@pytest.mark.parametrize("ch_dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("with_dA", [False, True])
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_attention_kernel_against_float64(native_kernels, with_dA, threads):
+def test_attention_kernel_against_float64(native_kernels, with_dA, threads, ch_dtype):
     """attend_forward and attend_backward (attention.c) against the step's float64 torch ops: α (exactly 0 at
     padding), g = gx + Σ_j α_ij CH_j, and the backward's sums into dkeys2 and dv and its dq, on any number of
-    threads, with rows of every length and scores where σ saturates."""
+    threads, with rows of every length, scores where σ saturates, and CH in float32 or bfloat16."""
     c = _attention_case(seed=threads)
+    c["CH"] = c["CH"].to(ch_dtype)
     B, Tx, na = c["keys2"].shape
     alpha_ref, g_ref, dkeys2_ref, dv_ref, dq_ref = _attention_reference(c, with_dA)
     old = torch.get_num_threads()

@@ -432,13 +432,20 @@ def test_attention_kernel_equals_torch_ops(native_kernels, monkeypatch, bf16):
     (row groups, σ recomputed) give the same loss, logits, attention weights (exactly 0 at padding) and
     gradients of every parameter, with a loss on α as well: in float32 within float32 rounding of each other and
     of the float64 reference path; under bf16 autocast, where a last-bit difference can flip a bf16 rounding,
-    within 2e-3 of each tensor's largest value (measured: 7e-4).  A spy checks which path ran."""
+    within 2e-3 of each tensor's largest value (measured: 7e-4).  A spy checks which path ran, and that under
+    bf16 the kernel reads C_stack h_j in bf16."""
     import nmtkit.models.fused as fused
 
-    calls = []
-    for name in ("attend_forward", "attend_backward"):
+    calls, ch_dtypes = [], set()
+    for name, ch_arg in (("attend_forward", 5), ("attend_backward", 6)):  # (CH's position)
         real = getattr(native_kernels, name)
-        monkeypatch.setattr(native_kernels, name, lambda *a, _r=real, _n=name, **k: calls.append(_n) or _r(*a, **k))
+
+        def spy(*a, _r=real, _n=name, _c=ch_arg):
+            calls.append(_n)
+            ch_dtypes.add(None if a[_c] is None else a[_c].dtype)
+            return _r(*a)
+
+        monkeypatch.setattr(native_kernels, name, spy)
     model = randomize_(tiny("rnnsearch"), std=0.2)
     src, lens, tgt_in, tgt_out = make_batch(GROUP_SRC, GROUP_TGT)
     results = []
@@ -458,6 +465,8 @@ def test_attention_kernel_equals_torch_ops(native_kernels, monkeypatch, bf16):
         assert (len(calls) > 0) == bool(kernel)
         if kernel:
             assert calls.count("attend_forward") == calls.count("attend_backward") == 2 * (max(GROUP_TGT) + 1)
+            # C_stack h_j as the bf16 product gave it (the kernel reads half the bytes), else float32
+            assert ch_dtypes - {None} == {torch.bfloat16 if bf16 else torch.float32}
         results.append([nll.detach(), logits.detach(), alpha.detach(), *(p.grad for p in m.parameters())])
     assert (results[0][2].masked_select((src == PAD).unsqueeze(1)) == 0).all()
     names = ["nll", "logits", "alpha", *(k for k, _ in model.named_parameters())]

@@ -57,9 +57,9 @@ _SIGNATURES = {
     "nmt_adadelta": [_P, _P, _P, _P, _I64, _F, _F, _F, _F, _INT, _F, _INT],
     "nmt_cast_bf16": [_P, _I64, _I64, _I64, _I64, _P, _I64, _INT],
     "nmt_attend_forward": [_P, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _I64, _P, _P, _I64, _P, _I64, _I64, _I64,
-                           _P, _I64, _P, _I64, _INT],
+                           _INT, _P, _I64, _P, _I64, _INT],
     "nmt_attend_backward": [_P, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _I64, _P, _P, _I64, _P, _I64, _P, _I64,
-                            _I64, _I64, _P, _I64, _P, _I64, _I64, _P, _P, _I64, _INT],
+                            _I64, _I64, _INT, _P, _I64, _P, _I64, _I64, _P, _P, _I64, _INT],
 }
 
 
@@ -220,20 +220,23 @@ def to_bf16(src: Tensor, out: Tensor | None = None) -> Tensor:
     return out
 
 
-def _rows(t: Tensor, name: str, dims: int) -> None:
-    """Checks that t is a float32 CPU tensor of ``dims`` dimensions whose last one is contiguous (what the C loops
-    index with one stride per other dimension)."""
-    if t.dtype != torch.float32 or t.device.type != "cpu" or t.dim() != dims or (t.shape[-1] > 1 and t.stride(-1) != 1):
-        raise ValueError(f"attention kernel: {name} must be a {dims}-D float32 CPU tensor, contiguous in its last "
-                         f"dimension; got {tuple(t.shape)} {t.dtype} strides {t.stride()}")
+def _rows(t: Tensor, name: str, dims: int, dtypes=(torch.float32,)) -> None:
+    """Checks that t is a CPU tensor of ``dims`` dimensions and one of ``dtypes`` (float32) whose last dimension
+    is contiguous (what the C loops index with one stride per other dimension)."""
+    if t.dtype not in dtypes or t.device.type != "cpu" or t.dim() != dims or (t.shape[-1] > 1 and t.stride(-1) != 1):
+        raise ValueError(f"attention kernel: {name} must be a {dims}-D {'/'.join(map(str, dtypes))} CPU tensor, "
+                         f"contiguous in its last dimension; got {tuple(t.shape)} {t.dtype} strides {t.stride()}")
+
+
+_CH_DTYPES = (torch.float32, torch.bfloat16)  # CH = C_stack h_j: a float32 or a bf16 product's result
 
 
 def attend_forward(keys2: Tensor, q: Tensor, v2: Tensor, lens: Tensor, alpha: Tensor, CH: Tensor | None = None,
                    gx: Tensor | None = None, g: Tensor | None = None) -> None:
     """One attention step forwards (attention.c), float32 CPU tensors: keys2 (B, Tx, n') = 2 U_a h_j, q (B, n') =
-    2 W_a s_{i-1}, v2 (n') = 2 v_a, lens (B,) int64 (1 ≤ lens ≤ Tx, real positions first) -> α_i written into
-    alpha (B, Tx) (0 at padding) and, when CH (B, Tx, 3n) = C_stack h_j is given, g = gx + Σ_j α_ij CH_j into
-    g (B, 3n)."""
+    2 W_a s_{i-1}, v2 (n') = 2 v_a, lens (B,) int64 (real positions first; clamped to [0, Tx]) -> α_i written
+    into alpha (B, Tx) (0 at padding) and, when CH (B, Tx, 3n) = C_stack h_j is given (float32 or bfloat16),
+    g = gx + Σ_j α_ij CH_j into g (B, 3n)."""
     B, Tx, na = keys2.shape
     for t, name, dims in ((keys2, "keys2", 3), (q, "q", 2), (v2, "v2", 1), (alpha, "alpha", 2)):
         _rows(t, name, dims)
@@ -242,7 +245,8 @@ def attend_forward(keys2: Tensor, q: Tensor, v2: Tensor, lens: Tensor, alpha: Te
         raise ValueError("attention kernel: q, v2, alpha or lens do not match keys2")
     n3, ch = 0, (None, 0, 0)
     if CH is not None:
-        for t, name, dims in ((CH, "CH", 3), (gx, "gx", 2), (g, "g", 2)):
+        _rows(CH, "CH", 3, _CH_DTYPES)
+        for t, name, dims in ((gx, "gx", 2), (g, "g", 2)):
             _rows(t, name, dims)
         n3 = CH.shape[2]
         if CH.shape[:2] != (B, Tx) or gx.shape != (B, n3) or g.shape != (B, n3):
@@ -252,22 +256,24 @@ def attend_forward(keys2: Tensor, q: Tensor, v2: Tensor, lens: Tensor, alpha: Te
     _library().nmt_attend_forward(
         keys2.data_ptr(), keys2.stride(0), keys2.stride(1), q.data_ptr(), q.stride(0), v2.data_ptr(), na,
         lens.data_ptr(), B, Tx, scratch.data_ptr(), alpha.data_ptr(), alpha.stride(0), *ch, n3,
-        None if gx is None else gx.data_ptr(), 0 if gx is None else gx.stride(0),
-        None if g is None else g.data_ptr(), 0 if g is None else g.stride(0), torch.get_num_threads())
+        CH is not None and CH.dtype == torch.bfloat16, None if gx is None else gx.data_ptr(),
+        0 if gx is None else gx.stride(0), None if g is None else g.data_ptr(), 0 if g is None else g.stride(0),
+        torch.get_num_threads())
 
 
 def attend_backward(keys2: Tensor, q: Tensor, v2: Tensor, lens: Tensor, alpha: Tensor, dA: Tensor | None,
                     CH: Tensor, dg: Tensor, dkeys2: Tensor, dv: Tensor, dq: Tensor) -> None:
-    """One attention step backwards (attention.c), with ``attend_forward``'s keys2, q, v2, lens and alpha, float32
-    CPU tensors: from dg = ∂L/∂g_i (B, 3n) and dA (B, Tx, optional) = ∂L/∂α_i from elsewhere, accumulates
+    """One attention step backwards (attention.c), with ``attend_forward``'s keys2, q, v2, lens, alpha and CH,
+    float32 CPU tensors (CH also bfloat16): from dg = ∂L/∂g_i (B, 3n) and dA (B, Tx, optional) = ∂L/∂α_i from elsewhere, accumulates
     Σ_i ∂L/∂e_ij σ'(…) into dkeys2 (B, Tx, n') and Σ_j ∂L/∂e_ij σ(…) into the rows of dv (threads, n'), one row
     per thread (``torch.get_num_threads()`` rows at least; their sum is ∂L/∂v2), and writes ∂L/∂q into
     dq (B, n')."""
     B, Tx, na = keys2.shape
     threads = torch.get_num_threads()
-    for t, name, dims in ((keys2, "keys2", 3), (q, "q", 2), (v2, "v2", 1), (alpha, "alpha", 2), (CH, "CH", 3),
-                          (dg, "dg", 2), (dkeys2, "dkeys2", 3), (dq, "dq", 2)):
+    for t, name, dims in ((keys2, "keys2", 3), (q, "q", 2), (v2, "v2", 1), (alpha, "alpha", 2), (dg, "dg", 2),
+                          (dkeys2, "dkeys2", 3), (dq, "dq", 2)):
         _rows(t, name, dims)
+    _rows(CH, "CH", 3, _CH_DTYPES)
     if q.shape != (B, na) or v2.shape != (na,) or alpha.shape != (B, Tx) or lens.shape != (B,) or \
             lens.dtype != torch.int64 or not lens.is_contiguous() or CH.shape[:2] != (B, Tx) or \
             dg.shape != (B, CH.shape[2]) or dkeys2.shape != keys2.shape or dq.shape != (B, na):
@@ -284,5 +290,5 @@ def attend_backward(keys2: Tensor, q: Tensor, v2: Tensor, lens: Tensor, alpha: T
         keys2.data_ptr(), keys2.stride(0), keys2.stride(1), q.data_ptr(), q.stride(0), v2.data_ptr(), na,
         lens.data_ptr(), B, Tx, scratch.data_ptr(), alpha.data_ptr(), alpha.stride(0),
         None if dA is None else dA.data_ptr(), 0 if dA is None else dA.stride(0), CH.data_ptr(), CH.stride(0),
-        CH.stride(1), CH.shape[2], dg.data_ptr(), dg.stride(0), dkeys2.data_ptr(), dkeys2.stride(0),
-        dkeys2.stride(1), dv.data_ptr(), dq.data_ptr(), dq.stride(0), threads)
+        CH.stride(1), CH.shape[2], CH.dtype == torch.bfloat16, dg.data_ptr(), dg.stride(0), dkeys2.data_ptr(),
+        dkeys2.stride(0), dkeys2.stride(1), dv.data_ptr(), dq.data_ptr(), dq.stride(0), threads)

@@ -43,19 +43,28 @@ static inline float exp_clamped(float x)
     return p * scale;
 }
 
+static inline float from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 static inline float sigmoid(float x)
 {
     return 1.0f / (1.0f + exp_clamped(-x));
 }
 
 /* Forward of one step for rows b < B.  keys2[b·k_bs + j·k_js + k] (k < na), q[b·q_rs + k], v2[k]; lens[b] real
- * positions (clamped to [0, Tx]; a row without any has α = 0 and g = gx).  Writes α to alpha[b·a_rs + j] for j < Tx (0 at padding) and, when CH is not
- * NULL, g[b·g_rs + k] = gx[b·gx_rs + k] + Σ_j α_bj CH[b·c_bs + j·c_js + k] for k < n3.  e (B · Tx floats) is
- * scratch. */
+ * positions (clamped to [0, Tx]; a row without any has α = 0 and g = gx).  Writes α to alpha[b·a_rs + j] for
+ * j < Tx (0 at padding) and, when CH is not NULL, g[b·g_rs + k] = gx[b·gx_rs + k] + Σ_j α_bj CH[b·c_bs + j·c_js + k]
+ * for k < n3, CH float32 or, with ch_bf16, bfloat16 (a bf16 product's result, read at half the bytes).
+ * e (B · Tx floats) is scratch. */
 void nmt_attend_forward(const float *keys2, int64_t k_bs, int64_t k_js, const float *q, int64_t q_rs,
                         const float *v2, int64_t na, const int64_t *lens, int64_t B, int64_t Tx, float *e,
-                        float *alpha, int64_t a_rs, const float *CH, int64_t c_bs, int64_t c_js, int64_t n3,
-                        const float *gx, int64_t gx_rs, float *g, int64_t g_rs, int nthreads)
+                        float *alpha, int64_t a_rs, const void *CH, int64_t c_bs, int64_t c_js, int64_t n3,
+                        int ch_bf16, const float *gx, int64_t gx_rs, float *g, int64_t g_rs, int nthreads)
 {
 #pragma omp parallel for num_threads(nthreads) schedule(static, 1)
     for (int64_t b = 0; b < B; b++) {
@@ -85,11 +94,18 @@ void nmt_attend_forward(const float *keys2, int64_t k_bs, int64_t k_js, const fl
             float *gb = g + b * g_rs;
             memcpy(gb, gx + b * gx_rs, n3 * sizeof *gb);
             for (int64_t j = 0; j < len; j++) {
-                const float *cj = CH + b * c_bs + j * c_js;
                 float a = ab[j];
+                if (ch_bf16) {
+                    const uint16_t *cj = (const uint16_t *)CH + b * c_bs + j * c_js;
 #pragma omp simd
-                for (int64_t k = 0; k < n3; k++)
-                    gb[k] += a * cj[k];
+                    for (int64_t k = 0; k < n3; k++)
+                        gb[k] += a * from_bf16(cj[k]);
+                } else {
+                    const float *cj = (const float *)CH + b * c_bs + j * c_js;
+#pragma omp simd
+                    for (int64_t k = 0; k < n3; k++)
+                        gb[k] += a * cj[k];
+                }
             }
         }
     }
@@ -102,11 +118,12 @@ void nmt_attend_forward(const float *keys2, int64_t k_bs, int64_t k_js, const fl
  *     dkeys2[b, j, k] += ∂L/∂e_bj σ'_bjk         (summed over steps; the caller multiplies by v2 at the end),
  *     dv[t·na + k]    += ∂L/∂e_bj σ_bjk          (one row of partial sums per thread t, added up by the caller),
  *     dq[b·dq_rs + k]  = v2_k Σ_j ∂L/∂e_bj σ'_bjk  (∂L/∂q, written).
- * alpha as written by the forward; de (B · Tx floats) is scratch. */
+ * alpha as written by the forward; CH as there; de (B · Tx floats) is scratch. */
 void nmt_attend_backward(const float *keys2, int64_t k_bs, int64_t k_js, const float *q, int64_t q_rs,
                          const float *v2, int64_t na, const int64_t *lens, int64_t B, int64_t Tx, float *de,
-                         const float *alpha, int64_t a_rs, const float *dA, int64_t da_rs, const float *CH,
-                         int64_t c_bs, int64_t c_js, int64_t n3, const float *dg, int64_t dg_rs, float *dkeys2,
+                         const float *alpha, int64_t a_rs, const float *dA, int64_t da_rs, const void *CH,
+                         int64_t c_bs, int64_t c_js, int64_t n3, int ch_bf16, const float *dg, int64_t dg_rs,
+                         float *dkeys2,
                          int64_t dk_bs, int64_t dk_js, float *dv, float *dq, int64_t dq_rs, int nthreads)
 {
 #pragma omp parallel num_threads(nthreads)
@@ -123,11 +140,18 @@ void nmt_attend_backward(const float *keys2, int64_t k_bs, int64_t k_js, const f
             int64_t len = lens[b] < 0 ? 0 : (lens[b] > Tx ? Tx : lens[b]);
             float dot = 0.0f;
             for (int64_t j = 0; j < len; j++) {
-                const float *cj = CH + b * c_bs + j * c_js;
                 float s = 0.0f;
+                if (ch_bf16) {
+                    const uint16_t *cj = (const uint16_t *)CH + b * c_bs + j * c_js;
 #pragma omp simd reduction(+ : s)
-                for (int64_t k = 0; k < n3; k++)
-                    s += dgb[k] * cj[k];
+                    for (int64_t k = 0; k < n3; k++)
+                        s += dgb[k] * from_bf16(cj[k]);
+                } else {
+                    const float *cj = (const float *)CH + b * c_bs + j * c_js;
+#pragma omp simd reduction(+ : s)
+                    for (int64_t k = 0; k < n3; k++)
+                        s += dgb[k] * cj[k];
+                }
                 if (dA)
                     s += dA[b * da_rs + j];
                 deb[j] = s;

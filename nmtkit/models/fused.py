@@ -210,13 +210,16 @@ class _AttentiveDecoder(torch.autograd.Function):
         # C_stack h_j for every source position: (B, Tx, 3n); one matmul per call, over the real positions
         # ``real`` (flat indices into B·Tx) when given (C_stack h_j = 0 at padding, where h_j = 0)
         pad = ~src_mask  # (B, Tx)
+        kernel = _kernel_usable(gx, keys2, H)
+        # the kernel reads a bf16 product's result as it is: half the bytes of mm's float32 copy, the same values
+        raw = kernel and lowp is torch.bfloat16
+        by_C = (lambda x: x.to(lowp) @ C_stack.t().to(lowp)) if raw else (lambda x: mm(x, C_stack.t(), lowp))
         if real is None:
-            CH = mm(H.view(B * Tx, ctx_dim), C_stack.t(), lowp).view(B, Tx, 3 * n)
+            CH = by_C(H.view(B * Tx, ctx_dim)).view(B, Tx, 3 * n)
         else:
-            CH_real = mm(H.view(B * Tx, ctx_dim).index_select(0, real), C_stack.t(), lowp)  # (N, 3n)
+            CH_real = by_C(H.view(B * Tx, ctx_dim).index_select(0, real))  # (N, 3n)
             CH = CH_real.new_empty(B, Tx, 3 * n)
             CH.view(B * Tx, 3 * n).index_fill_(0, pad.flatten().nonzero().squeeze(1), 0.0).index_copy_(0, real, CH_real)
-        kernel = _kernel_usable(gx, keys2, H)
         if kernel:  # the C kernel: each sentence's real positions, σ(…) recomputed in the backward from Q
             groups, covered, lens = None, 0, src_mask.sum(1)  # lens (B,) int64
             gx = gx if gx.stride(-1) == 1 else gx.contiguous()

@@ -37,6 +37,10 @@
    backward), ``pairwise_max`` against ``amax`` over pairs; the bf16 copy of a backward pass's transposed weight
    (Wcatᵀ, 1,000 × 3,000 from a float32 3,000 × 1,000), the C kernel against torch's cast and contiguous copy;
    W_o (30,004 × 500) cast into its padded bf16 copy (30,008 × 504), the kernel against torch's copy.
+9. The paper-size attentive decoder (``nmtkit.models.fused.attentive_decoder``, forward and backward, bf16
+   autocast and float32) over ``bench_train.py``'s first measured paper-size minibatches (the encoder part's):
+   each step's attention as torch ops in row groups (``ATTENTION_KERNEL = False``) against the C kernel
+   (nmtkit/kernels/attention.c).
 
 Each figure is the median of interleaved repeats (milliseconds per call); the machine should be quiet.
 """
@@ -149,6 +153,7 @@ def main() -> int:
     for N in LOSS_ROWS:
         loss_rows_case(N)
     small_items_cases(rows, g, default_threads)
+    attention_case(rows, default_threads)
 
     out += ["", f"Median milliseconds per call over interleaved repeats ({REPEATS} per round).", ""]
     out += peers.table(["what", "threads", "before", "now", "speed-up"], rows, align="lrrrr")
@@ -328,6 +333,52 @@ def small_items_cases(rows: list, g, threads: int) -> None:
                      "now": lambda: matmul.padded_vocab(W_o, b_y, 0.0, columns=True, dtype=torch.bfloat16)})
     rows.append(["W_o to bf16, padded (30,004 × 500 → 30,008 × 504)", f"{threads}", f"torch: {r['torch']:.2f}",
                  f"cast.c: {r['now']:.2f}", f"{r['torch'] / r['now']:.2f}×"])
+
+
+def attention_case(rows: list, threads: int) -> None:
+    import torch
+
+    from bench_train import scheduled_lengths
+    from nmtkit.models import fused
+    from nmtkit.models.packed import packing
+
+    prep = peers.prepare_real(peers.DEFAULT_WORK)
+    lengths = scheduled_lengths(prep, "rnnsearch-50", 3, ENCODER_BATCHES)
+    n, n_a = 1000, 1000
+    g = torch.Generator().manual_seed(1)
+    r = lambda *shape, std=0.01: (torch.randn(*shape, generator=g) * std).requires_grad_()  # noqa: E731
+    weights = [r(n_a, n), r(n_a, std=0.1), r(2 * n, n), r(n, n), r(3 * n, 2 * n)]  # W_a, v_a, U_zr, U, C_stack
+    cases = []
+    for src, tgt in lengths:
+        L = torch.tensor(sorted(src, reverse=True))  # nll's order: longest source first
+        B, Tx, Ty = len(L), int(L.max()), max(tgt)
+        mask = torch.arange(Tx).unsqueeze(0) < L.unsqueeze(1)
+        H = (torch.randn(B, Tx, 2 * n, generator=g) * mask.unsqueeze(-1)).requires_grad_()
+        keys = r(B, Tx, n_a, std=1.0)
+        cases.append(((r(Ty, B, 3 * n, std=1.0), r(B, n, std=0.5), H, keys, mask), packing(L, Tx).fwd_index,
+                      torch.randn(Ty, B, n, generator=g), torch.randn(Ty, B, 2 * n, generator=g)))
+
+    def run(kernel: bool, bf16: bool):
+        fused.ATTENTION_KERNEL = kernel
+        for args, real, wS, wC in cases:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                S, CTX, _ = fused.attentive_decoder(*args, *weights, real=real)
+            ((S * wS).sum() + (CTX * wC).sum()).backward()
+
+    try:
+        for bf16 in (True, False):
+            name = "bf16" if bf16 else "float32"
+            peers.log(f"attentive decoder ({name}) over {ENCODER_BATCHES} Hansards minibatches: torch against C")
+            times: dict[str, list[float]] = {"torch": [], "now": []}
+            for _ in range(3):
+                times["torch"] += timed(lambda: run(False, bf16), repeats=1)
+                times["now"] += timed(lambda: run(True, bf16), repeats=1)
+            t = {k: statistics.median(v) for k, v in times.items()}
+            rows.append([f"attentive decoder fwd+bwd ({name}), {ENCODER_BATCHES} Hansards batches of 80",
+                         f"{threads}", f"torch ops: {t['torch']:.0f}", f"attention.c: {t['now']:.0f}",
+                         f"{t['torch'] / t['now']:.2f}×"])
+    finally:
+        fused.ATTENTION_KERNEL = True
 
 
 if __name__ == "__main__":
