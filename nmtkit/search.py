@@ -84,7 +84,7 @@ def top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     reduction), the k best blocks, then top-k among their values, gathered in index order. The same values and
     indices as ``topk`` (among exactly equal values neither promises an order; with fewer than k finite values in
     a row, the -inf ones returned may differ); 2.2–2.7× faster over beam search's (sentences, K·V) candidates
-    (tests/bench/results/bench_kernels.txt: 2.46× in the committed run, 2.67× and 2.23× before). Narrow rows go
+    (tests/bench/results/bench_kernels.txt: 2.49× in the committed run, 2.46×, 2.67× and 2.23× before). Narrow rows go
     to ``topk``.
     """
     A, N = x.shape
