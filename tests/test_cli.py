@@ -33,6 +33,17 @@ def test_a_bad_command_line_is_one_line_with_exit_code_2(tool):
     assert r.stderr.startswith(f"{tool}: error: Missing "), r.stderr
 
 
+def test_the_datasets_command_follows_the_same_convention():
+    """``python -m nmtkit.datasets`` (not one of the six tools, but a command users type) reports its usage errors
+    on one line too, and its own usage error (no dataset named) the same way."""
+    for args, start in ((["--no-such-option"], "No such option '--no-such-option'"),
+                        ([], "name at least one dataset"), (["--retries", "x"], "Invalid value for '--retries'")):
+        r = subprocess.run([sys.executable, "-m", "nmtkit.datasets", *args], capture_output=True, text=True,
+                           timeout=120, cwd=REPO)
+        assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr.startswith(f"python -m nmtkit.datasets: error: {start}"), r.stderr
+
+
 def test_a_bad_value_is_one_line_too():
     r = _run("nmt-translate", "-m", "model.pt", "--beam", "many")
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr

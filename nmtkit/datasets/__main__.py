@@ -12,9 +12,9 @@ from nmtkit.datasets.fetch import Fetcher, describe, link
 def _main(argv=None) -> None:
     import click
 
-    from nmtkit.cli import run, setup_logging
+    from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
 
-    @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+    @click.command(cls=ToolCommand, context_settings=CONTEXT)  # one-line usage errors, as the tools give them
     @click.argument("names", nargs=-1, metavar="[NAME]...")
     @click.option("--list", "list_", is_flag=True, help="List the catalogue (name, pairs, address, checksums).")
     @click.option("--all", "all_", is_flag=True, help="Every dataset of the catalogue (tens of GB: the WMT'14 "
