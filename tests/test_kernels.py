@@ -261,11 +261,13 @@ def _attention_case(seed: int = 0, B: int = 7, Tx: int = 9, na: int = 37, n3: in
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
     keys2 = r(B, Tx, na) * spread
-    keys2[0, 0, :4] = torch.tensor([90.0, -90.0, 30.0, -30.0])  # beyond the exponential's clamp
+    if B and Tx:
+        keys2[0, 0, :4] = torch.tensor([90.0, -90.0, 30.0, -30.0])  # beyond the exponential's clamp
     P = r(B, na + 5) * spread  # q: the first na columns of a wider product, as [2 W_a s; U_zr s]
     Di = r(B, na + n3)  # dg: the last n3 columns of D[i]; dq written into the first na
-    lens = torch.randint(1, Tx + 1, (B,), generator=g)
-    lens[1] = Tx
+    lens = torch.randint(1, Tx + 1, (B,), generator=g) if Tx else torch.zeros(B, dtype=torch.int64)
+    if B > 1:
+        lens[1] = Tx
     return dict(keys2=keys2, q=P[:, :na], v2=r(na), lens=lens, CH=r(B, Tx, n3), gx=r(B, n3), Di=Di, dA=r(B, Tx),
                 dkeys2=r(B, Tx, na), na=na)
 
@@ -334,22 +336,107 @@ def test_attention_kernel_sigmoid_over_the_whole_range(native_kernels):
     torch.testing.assert_close(dv.sum(0).double(), want, rtol=0, atol=0.25 * 2.5e-7)
 
 
-def test_attention_kernel_clamps_lengths_and_refuses_bad_operands(native_kernels):
-    """Lengths outside [0, Tx] never reach outside the arrays (a row without positions: α = 0, g = gx); operands
-    of the wrong dtype, shape or layout are refused with a ValueError."""
-    c = _attention_case()
+def _attend(c, lens=None, threads=None, dA=True, bwd_threads=None, layout=lambda name, t: t):
+    """Both directions of the kernel on case c (``layout`` may give any operand another memory layout); returns
+    (alpha, g, dkeys2, dv rows, dq)."""
+    B, Tx, na = c["keys2"].shape
+    lens = c["lens"] if lens is None else lens
+    L = lambda name, t: layout(name, t.clone())  # noqa: E731
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads or old)
+        alpha, g = L("alpha", torch.full((B, Tx), 7.0)), L("g", torch.full((B, c["CH"].shape[2]), 7.0))
+        keys2, q, v2, CH = L("keys2", c["keys2"]), L("q", c["q"]), L("v2", c["v2"]), L("CH", c["CH"])
+        kernels.attend_forward(keys2, q, v2, lens, alpha, CH, L("gx", c["gx"]), g)
+        torch.set_num_threads(bwd_threads or threads or old)
+        dkeys2, dq = L("dkeys2", c["dkeys2"]), L("dq", torch.full((B, na), 7.0))
+        dv = torch.zeros(torch.get_num_threads() + 1, na)  # a row more than threads: left alone
+        kernels.attend_backward(keys2, q, v2, lens, alpha, L("dA", c["dA"]) if dA else None, CH,
+                                L("dg", c["Di"][:, na:]), dkeys2, dv, dq)
+    finally:
+        torch.set_num_threads(old)
+    assert (dv[-1] == 0).all()
+    return alpha, g, dkeys2, dv, dq
+
+
+def _wider(name, t):
+    """t as a slice of a larger buffer: every dimension strided (the last one contiguous)."""
+    big = torch.full([n + 3 for n in t.shape[:-1]] + [t.shape[-1] + 5], float("nan"), dtype=t.dtype)
+    view = big[tuple(slice(1, 1 + n) for n in t.shape)]
+    return view.copy_(t)
+
+
+def test_attention_kernel_takes_any_row_strides_and_repeats_itself_exactly(native_kernels):
+    """Every operand as a slice of a wider buffer (NaN around it) gives the same bits as contiguous ones; the
+    same call twice gives the same bits; and the forward on one thread with the backward on two gives the
+    backward's values of two threads for everything but the per-thread rows of dv."""
+    c = _attention_case(seed=4)
+    plain = _attend(c, threads=2)
+    for a, b in zip(plain, _attend(c, threads=2, layout=_wider)):
+        assert torch.equal(a, b)
+    for a, b in zip(plain, _attend(c, threads=2)):
+        assert torch.equal(a, b)
+    mixed = _attend(c, threads=1, bwd_threads=2)
+    for k in (0, 1, 2, 4):  # α, g, dkeys2, dq: one thread per row, whatever the count
+        assert torch.equal(plain[k], mixed[k])
+    torch.testing.assert_close(plain[3].sum(0), mixed[3].sum(0), rtol=1e-6, atol=1e-6)
+
+
+def test_attention_kernel_clamps_lengths(native_kernels):
+    """Lengths outside [0, Tx] -- negative, zero, beyond Tx -- never reach outside the arrays: they count as 0
+    and Tx, both ways; a row without positions gets α = 0, g = gx, ∂L/∂q = 0 and adds nothing to dkeys2."""
+    c = _attention_case(seed=5)
     B, Tx, na = c["keys2"].shape
     lens = c["lens"].clone()
-    lens[0], lens[2] = Tx + 5, 0
-    alpha, g = torch.empty(B, Tx), torch.empty(B, c["CH"].shape[2])
-    kernels.attend_forward(c["keys2"], c["q"], c["v2"], lens, alpha, c["CH"], c["gx"], g)
-    assert (alpha[2] == 0).all() and torch.equal(g[2], c["gx"][2])
-    torch.testing.assert_close(alpha[0].sum(), torch.tensor(1.0))
+    lens[0], lens[2], lens[3] = Tx + 5, -2, 0
+    got = _attend(c, lens=lens)
+    want = _attend(c, lens=lens.clamp(0, Tx))
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    alpha, g, dkeys2, _, dq = got
+    for row in (2, 3):
+        assert (alpha[row] == 0).all() and torch.equal(g[row], c["gx"][row]) and (dq[row] == 0).all()
+        assert torch.equal(dkeys2[row], c["dkeys2"][row])
+    c["lens"] = lens.clamp(min=1)  # the float64 reference's softmax needs a position per row
+    ref = _attention_reference(c, True)
+    torch.testing.assert_close(alpha[0].double(), ref[0][0], rtol=1e-5, atol=1e-7)
+
+
+def test_attention_kernel_empty_shapes_and_nan(native_kernels):
+    """No rows, or no positions (g = gx), run cleanly; a NaN score makes its row's α NaN, as torch's softmax
+    does, and leaves the other rows alone."""
+    c = _attention_case(seed=6, B=0)
+    _attend(c)
+    c = _attention_case(seed=6, Tx=0)
+    alpha, g, _, _, dq = _attend(c)
+    assert alpha.numel() == 0 and torch.equal(g, c["gx"]) and (dq == 0).all()
+    c = _attention_case(seed=6)
+    c["keys2"][1, 0, 3] = float("nan")
+    alpha = _attend(c)[0]
+    assert alpha[1].isnan().all() and not alpha[torch.arange(len(alpha)) != 1].isnan().any()
+
+
+def test_attention_kernel_refuses_bad_operands(native_kernels):
+    """Operands of the wrong dtype, shape, device or layout, and outputs that overlap themselves (the threads
+    would race on them), are refused with a ValueError before any C code runs."""
+    c = _attention_case()
+    B, Tx, na = c["keys2"].shape
+    alpha = torch.empty(B, Tx)
     ok = dict(keys2=c["keys2"], q=c["q"], v2=c["v2"], lens=c["lens"], alpha=alpha)
     for bad in (dict(keys2=c["keys2"].double()), dict(q=c["q"].t().contiguous().t()), dict(lens=c["lens"].int()),
-                dict(alpha=torch.empty(B, Tx + 1)), dict(v2=c["v2"][:-1])):
+                dict(lens=c["lens"].to("meta")), dict(lens=torch.stack([c["lens"], c["lens"]], 1)[:, 0]),
+                dict(alpha=torch.empty(B, Tx + 1)), dict(alpha=torch.empty(1, Tx).expand(B, Tx)),
+                dict(v2=c["v2"][:-1]), dict(keys2=c["keys2"].to("meta"))):
         with pytest.raises(ValueError, match="attention kernel"):
             kernels.attend_forward(**{**ok, **bad})
-    with pytest.raises(ValueError, match="dv must be"):
-        kernels.attend_backward(c["keys2"], c["q"], c["v2"], c["lens"], alpha, None, c["CH"], c["gx"],
-                                torch.zeros_like(c["keys2"]), torch.zeros(1, na - 1), torch.empty(B, na))
+    with pytest.raises(ValueError, match="overlaps itself"):
+        kernels.attend_forward(**ok, CH=c["CH"], gx=c["gx"], g=torch.empty(1, c["CH"].shape[2]).expand(B, -1))
+    args = dict(keys2=c["keys2"], q=c["q"], v2=c["v2"], lens=c["lens"], alpha=alpha, dA=None, CH=c["CH"],
+                dg=c["gx"], dkeys2=torch.zeros_like(c["keys2"]), dv=torch.zeros(torch.get_num_threads(), na),
+                dq=torch.empty(B, na))
+    kernels.attend_backward(**args)
+    for bad, match in ((dict(dv=torch.zeros(1, na - 1)), "dv must be"), (dict(dg=None), "go together"),
+                       (dict(dkeys2=torch.zeros(B, 1, na).expand(B, Tx, na)), "overlaps itself"),
+                       (dict(dq=torch.empty(B, 1).expand(B, na)), "attention kernel")):
+        with pytest.raises(ValueError, match=match):
+            kernels.attend_backward(**{**args, **bad})

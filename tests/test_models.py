@@ -426,14 +426,15 @@ def test_attention_groups_equal_one_group(monkeypatch):
         torch.testing.assert_close(grads[k], grads_1[k], msg=k)
 
 
+@pytest.mark.parametrize("unit", ["paper", "torch"])  # packed encoder (C_stack h_j at the real positions) or not
 @pytest.mark.parametrize("bf16", [False, True])
-def test_attention_kernel_equals_torch_ops(native_kernels, monkeypatch, bf16):
+def test_attention_kernel_equals_torch_ops(native_kernels, monkeypatch, bf16, unit):
     """The fused decoder's attention step through the C kernel (nmtkit/kernels/attention.c) and through torch ops
     (row groups, σ recomputed) give the same loss, logits, attention weights (exactly 0 at padding) and
     gradients of every parameter, with a loss on α as well: in float32 within float32 rounding of each other and
     of the float64 reference path; under bf16 autocast, where a last-bit difference can flip a bf16 rounding,
-    within 2e-3 of each tensor's largest value (measured: 7e-4).  A spy checks which path ran, and that under
-    bf16 the kernel reads C_stack h_j in bf16."""
+    within 1e-2 of each tensor's largest value (measured: 7e-4 with the packed encoder, 3.5e-3 with
+    torch.nn.GRU's).  A spy checks which path ran, and that under bf16 the kernel reads C_stack h_j in bf16."""
     import nmtkit.models.fused as fused
 
     calls, ch_dtypes = [], set()
@@ -446,7 +447,7 @@ def test_attention_kernel_equals_torch_ops(native_kernels, monkeypatch, bf16):
             return _r(*a)
 
         monkeypatch.setattr(native_kernels, name, spy)
-    model = randomize_(tiny("rnnsearch"), std=0.2)
+    model = randomize_(tiny("rnnsearch", encoder_gru=unit), std=0.2)
     src, lens, tgt_in, tgt_out = make_batch(GROUP_SRC, GROUP_TGT)
     results = []
     for kernel in (True, False) if bf16 else (True, False, None):  # None: the float64 reference
@@ -474,9 +475,44 @@ def test_attention_kernel_equals_torch_ops(native_kernels, monkeypatch, bf16):
         for what, a, b in zip(names, results[0], other):
             a, b = a.double(), b.double()
             if bf16:
-                assert (a - b).abs().max() <= 2e-3 * b.abs().max(), what
+                assert (a - b).abs().max() <= 1e-2 * b.abs().max(), what
             else:
                 torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=what)
+
+
+def test_attention_kernel_without_gradients_and_with_a_mask_that_is_not_right_padding(native_kernels,
+                                                                                     monkeypatch):
+    """Without autograd (validation, alignment) the kernel gives the torch ops' α; a source mask that is not
+    right padding (the kernel reads each row's first positions) goes to the torch ops, with their values."""
+    import nmtkit.models.fused as fused
+
+    calls = []
+    real = native_kernels.attend_forward
+    monkeypatch.setattr(native_kernels, "attend_forward", lambda *a: calls.append(1) or real(*a))
+    model = randomize_(tiny("rnnsearch"), std=0.2)
+    src, lens, tgt_in, _ = make_batch(GROUP_SRC, GROUP_TGT)
+    alphas = []
+    for kernel in (True, False):
+        monkeypatch.setattr(fused, "ATTENTION_KERNEL", kernel)
+        with torch.no_grad():
+            alphas.append(model(src, lens, tgt_in, return_attention=True)[1])
+    assert calls
+    torch.testing.assert_close(alphas[0], alphas[1], rtol=1e-5, atol=1e-7)
+    torch.manual_seed(3)
+    B, Tx, Ty, n, m = 3, 4, 2, 5, 6
+    mask = torch.tensor([[True, False, True, False], [True, True, True, True], [True, True, False, False]])
+    H = torch.randn(B, Tx, 2 * n) * mask.unsqueeze(-1)
+    args = (torch.randn(Ty, B, 3 * n), torch.randn(B, n), H, torch.randn(B, Tx, m), mask, torch.randn(m, n),
+            torch.randn(m), torch.randn(2 * n, n), torch.randn(n, n), torch.randn(3 * n, 2 * n))
+    outs = []
+    for kernel in (True, False):
+        monkeypatch.setattr(fused, "ATTENTION_KERNEL", kernel)
+        calls.clear()
+        outs.append(fused.attentive_decoder(*args))
+        assert not calls
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+    assert outs[0][2][:, 0, 1].eq(0).all() and outs[0][2][:, 0, 2].gt(0).all()  # α follows the mask
 
 
 class _NLL(torch.nn.Module):

@@ -24,7 +24,8 @@ loading it would bring a second OpenMP runtime into the process, it is not used.
 **Fallback.**  Without a C compiler, when the build fails, or with ``NMTKIT_KERNELS=0`` in the environment,
 ``available()`` is False and the callers run their torch code, which computes the same values up to float32
 rounding (tests compare both paths); a failed build warns once.  The kernels take float32 CPU tensors only
-(``adadelta`` contiguous ones): other dtypes and CUDA always take the torch path.
+(``adadelta`` contiguous ones; the attention kernel also bf16 C_stack h_j and int64 lengths, and wants the last
+dimension contiguous): other dtypes and CUDA always take the torch path.
 """
 
 from __future__ import annotations
@@ -56,10 +57,10 @@ _P, _I64, _F, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_i
 _SIGNATURES = {
     "nmt_adadelta": [_P, _P, _P, _P, _I64, _F, _F, _F, _F, _INT, _F, _INT],
     "nmt_cast_bf16": [_P, _I64, _I64, _I64, _I64, _P, _I64, _INT],
-    "nmt_attend_forward": [_P, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _I64, _P, _P, _I64, _P, _I64, _I64, _I64,
-                           _INT, _P, _I64, _P, _I64, _INT],
-    "nmt_attend_backward": [_P, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _I64, _P, _P, _I64, _P, _I64, _P, _I64,
-                            _I64, _I64, _INT, _P, _I64, _P, _I64, _I64, _P, _P, _I64, _INT],
+    "nmt_attend_forward": [_P, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _I64, _P, _P, _I64, _INT, _P, _I64, _I64,
+                           _I64, _INT, _P, _I64, _P, _I64, _INT],
+    "nmt_attend_backward": [_P, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _I64, _P, _P, _I64, _P, _I64, _INT, _P,
+                            _I64, _I64, _I64, _INT, _P, _I64, _P, _I64, _I64, _P, _P, _I64, _INT],
 }
 
 
@@ -220,12 +221,24 @@ def to_bf16(src: Tensor, out: Tensor | None = None) -> Tensor:
     return out
 
 
-def _rows(t: Tensor, name: str, dims: int, dtypes=(torch.float32,)) -> None:
+def _rows(t: Tensor, name: str, dims: int, dtypes=(torch.float32,), output: bool = False) -> None:
     """Checks that t is a CPU tensor of ``dims`` dimensions and one of ``dtypes`` (float32) whose last dimension
-    is contiguous (what the C loops index with one stride per other dimension)."""
+    is contiguous (what the C loops index with one stride per other dimension); an ``output`` also must not
+    overlap itself (the threads write it row by row)."""
     if t.dtype not in dtypes or t.device.type != "cpu" or t.dim() != dims or (t.shape[-1] > 1 and t.stride(-1) != 1):
         raise ValueError(f"attention kernel: {name} must be a {dims}-D {'/'.join(map(str, dtypes))} CPU tensor, "
                          f"contiguous in its last dimension; got {tuple(t.shape)} {t.dtype} strides {t.stride()}")
+    if output:
+        inner = t.shape[-1]  # elements one index of the dimension before spans, from its start
+        for d in range(dims - 2, -1, -1):
+            if t.shape[d] > 1 and t.stride(d) < inner:
+                raise ValueError(f"attention kernel: the output {name} overlaps itself (strides {t.stride()})")
+            inner = t.stride(d) * (t.shape[d] - 1) + inner
+
+
+def _lens(lens: Tensor, B: int) -> None:
+    if lens.shape != (B,) or lens.dtype != torch.int64 or lens.device.type != "cpu" or not lens.is_contiguous():
+        raise ValueError(f"attention kernel: lens must be a contiguous int64 CPU tensor of {B} lengths")
 
 
 _CH_DTYPES = (torch.float32, torch.bfloat16)  # CH = C_stack h_j: a float32 or a bf16 product's result
@@ -234,61 +247,74 @@ _CH_DTYPES = (torch.float32, torch.bfloat16)  # CH = C_stack h_j: a float32 or a
 def attend_forward(keys2: Tensor, q: Tensor, v2: Tensor, lens: Tensor, alpha: Tensor, CH: Tensor | None = None,
                    gx: Tensor | None = None, g: Tensor | None = None) -> None:
     """One attention step forwards (attention.c), float32 CPU tensors: keys2 (B, Tx, n') = 2 U_a h_j, q (B, n') =
-    2 W_a s_{i-1}, v2 (n') = 2 v_a, lens (B,) int64 (real positions first; clamped to [0, Tx]) -> α_i written
-    into alpha (B, Tx) (0 at padding) and, when CH (B, Tx, 3n) = C_stack h_j is given (float32 or bfloat16),
-    g = gx + Σ_j α_ij CH_j into g (B, 3n)."""
+    2 W_a s_{i-1}, v2 (n') = 2 v_a, lens (B,) int64 (the real positions are each row's first lens[b], clamped
+    to [0, Tx]) -> α_i written into alpha (B, Tx) (0 at padding; 0 in a row without real positions) and, when
+    CH (B, Tx, 3n) = C_stack h_j is given (float32 or bfloat16), g = gx + Σ_j α_ij CH_j into g (B, 3n).  The
+    outputs must not overlap the inputs."""
+    _rows(keys2, "keys2", 3)
     B, Tx, na = keys2.shape
-    for t, name, dims in ((keys2, "keys2", 3), (q, "q", 2), (v2, "v2", 1), (alpha, "alpha", 2)):
+    for t, name, dims in ((q, "q", 2), (v2, "v2", 1)):
         _rows(t, name, dims)
-    if q.shape != (B, na) or v2.shape != (na,) or alpha.shape != (B, Tx) or lens.shape != (B,) or \
-            lens.dtype != torch.int64 or not lens.is_contiguous():
-        raise ValueError("attention kernel: q, v2, alpha or lens do not match keys2")
-    n3, ch = 0, (None, 0, 0)
+    _rows(alpha, "alpha", 2, output=True)
+    _lens(lens, B)
+    if q.shape != (B, na) or v2.shape != (na,) or alpha.shape != (B, Tx):
+        raise ValueError("attention kernel: q, v2 or alpha do not match keys2")
+    ch = (False, None, 0, 0, 0, False, None, 0, None, 0)
     if CH is not None:
         _rows(CH, "CH", 3, _CH_DTYPES)
-        for t, name, dims in ((gx, "gx", 2), (g, "g", 2)):
-            _rows(t, name, dims)
+        _rows(gx, "gx", 2)
+        _rows(g, "g", 2, output=True)
         n3 = CH.shape[2]
         if CH.shape[:2] != (B, Tx) or gx.shape != (B, n3) or g.shape != (B, n3):
             raise ValueError("attention kernel: CH, gx or g do not match keys2")
-        ch = (CH.data_ptr(), CH.stride(0), CH.stride(1))
+        ch = (True, CH.data_ptr(), CH.stride(0), CH.stride(1), n3, CH.dtype == torch.bfloat16, gx.data_ptr(),
+              gx.stride(0), g.data_ptr(), g.stride(0))
     scratch = torch.empty(B, Tx)
     _library().nmt_attend_forward(
         keys2.data_ptr(), keys2.stride(0), keys2.stride(1), q.data_ptr(), q.stride(0), v2.data_ptr(), na,
-        lens.data_ptr(), B, Tx, scratch.data_ptr(), alpha.data_ptr(), alpha.stride(0), *ch, n3,
-        CH is not None and CH.dtype == torch.bfloat16, None if gx is None else gx.data_ptr(),
-        0 if gx is None else gx.stride(0), None if g is None else g.data_ptr(), 0 if g is None else g.stride(0),
+        lens.data_ptr(), B, Tx, scratch.data_ptr(), alpha.data_ptr(), alpha.stride(0), *ch,
         torch.get_num_threads())
 
 
 def attend_backward(keys2: Tensor, q: Tensor, v2: Tensor, lens: Tensor, alpha: Tensor, dA: Tensor | None,
-                    CH: Tensor, dg: Tensor, dkeys2: Tensor, dv: Tensor, dq: Tensor) -> None:
+                    CH: Tensor | None, dg: Tensor | None, dkeys2: Tensor, dv: Tensor, dq: Tensor) -> None:
     """One attention step backwards (attention.c), with ``attend_forward``'s keys2, q, v2, lens, alpha and CH,
-    float32 CPU tensors (CH also bfloat16): from dg = ∂L/∂g_i (B, 3n) and dA (B, Tx, optional) = ∂L/∂α_i from elsewhere, accumulates
-    Σ_i ∂L/∂e_ij σ'(…) into dkeys2 (B, Tx, n') and Σ_j ∂L/∂e_ij σ(…) into the rows of dv (threads, n'), one row
-    per thread (``torch.get_num_threads()`` rows at least; their sum is ∂L/∂v2), and writes ∂L/∂q into
-    dq (B, n')."""
+    float32 CPU tensors (CH also bfloat16): from dg = ∂L/∂g_i (B, 3n) (with CH; both None where ∂L/∂g_i = 0) and
+    dA (B, Tx, optional) = ∂L/∂α_i from elsewhere, accumulates Σ_i ∂L/∂e_ij σ'(…) into dkeys2 (B, Tx, n') and
+    Σ_j ∂L/∂e_ij σ(…) into the rows of dv (threads, n'), one row per thread (``torch.get_num_threads()`` rows at
+    least; their sum is ∂L/∂v2), and writes ∂L/∂q into dq (B, n').  The outputs must not overlap one another or
+    the inputs."""
+    _rows(keys2, "keys2", 3)
     B, Tx, na = keys2.shape
     threads = torch.get_num_threads()
-    for t, name, dims in ((keys2, "keys2", 3), (q, "q", 2), (v2, "v2", 1), (alpha, "alpha", 2), (dg, "dg", 2),
-                          (dkeys2, "dkeys2", 3), (dq, "dq", 2)):
+    for t, name, dims in ((q, "q", 2), (v2, "v2", 1), (alpha, "alpha", 2)):
         _rows(t, name, dims)
-    _rows(CH, "CH", 3, _CH_DTYPES)
-    if q.shape != (B, na) or v2.shape != (na,) or alpha.shape != (B, Tx) or lens.shape != (B,) or \
-            lens.dtype != torch.int64 or not lens.is_contiguous() or CH.shape[:2] != (B, Tx) or \
-            dg.shape != (B, CH.shape[2]) or dkeys2.shape != keys2.shape or dq.shape != (B, na):
+    _rows(dkeys2, "dkeys2", 3, output=True)
+    _rows(dq, "dq", 2, output=True)
+    _lens(lens, B)
+    if q.shape != (B, na) or v2.shape != (na,) or alpha.shape != (B, Tx) or dkeys2.shape != keys2.shape or \
+            dq.shape != (B, na):
         raise ValueError("attention kernel: the backward's operands do not match keys2")
-    if dv.dtype != torch.float32 or not dv.is_contiguous() or dv.dim() != 2 or dv.shape[0] < threads or \
-            dv.shape[1] != na:
-        raise ValueError(f"attention kernel: dv must be a contiguous float32 ({threads}, {na}) tensor")
+    if dv.dtype != torch.float32 or dv.device.type != "cpu" or not dv.is_contiguous() or dv.dim() != 2 or \
+            dv.shape[0] < threads or dv.shape[1] != na:
+        raise ValueError(f"attention kernel: dv must be a contiguous float32 CPU ({threads}, {na}) tensor")
     if dA is not None:
         _rows(dA, "dA", 2)
         if dA.shape != (B, Tx):
             raise ValueError("attention kernel: dA does not match keys2")
+    ch = (False, None, 0, 0, 0, False, None, 0)
+    if (CH is None) != (dg is None):
+        raise ValueError("attention kernel: CH and dg go together")
+    if CH is not None:
+        _rows(CH, "CH", 3, _CH_DTYPES)
+        _rows(dg, "dg", 2)
+        if CH.shape[:2] != (B, Tx) or dg.shape != (B, CH.shape[2]):
+            raise ValueError("attention kernel: CH or dg do not match keys2")
+        ch = (True, CH.data_ptr(), CH.stride(0), CH.stride(1), CH.shape[2], CH.dtype == torch.bfloat16,
+              dg.data_ptr(), dg.stride(0))
     scratch = torch.empty(B, Tx)
     _library().nmt_attend_backward(
         keys2.data_ptr(), keys2.stride(0), keys2.stride(1), q.data_ptr(), q.stride(0), v2.data_ptr(), na,
         lens.data_ptr(), B, Tx, scratch.data_ptr(), alpha.data_ptr(), alpha.stride(0),
-        None if dA is None else dA.data_ptr(), 0 if dA is None else dA.stride(0), CH.data_ptr(), CH.stride(0),
-        CH.stride(1), CH.shape[2], CH.dtype == torch.bfloat16, dg.data_ptr(), dg.stride(0), dkeys2.data_ptr(),
+        None if dA is None else dA.data_ptr(), 0 if dA is None else dA.stride(0), *ch, dkeys2.data_ptr(),
         dkeys2.stride(0), dkeys2.stride(1), dv.data_ptr(), dq.data_ptr(), dq.stride(0), threads)

@@ -22,14 +22,16 @@ no autograd graph inside the time loop, and rearrange the work so that the loop 
   (kernels/attention.c) that visits each sentence's real source positions once per direction, σ(…) computed in
   registers and recomputed in the backward from the stored 2 W_a s_{i-1}.  The same 20 Hansards updates,
   interleaved in one process (one-off, like the figures below): bf16 5.3% less time per update at paper size,
-  float32 7% at the small preset's.  The torch ops below remain the path elsewhere (CUDA, float64, no compiler;
-  ``ATTENTION_KERNEL = False``);
+  float32 7% at the small preset's.  Where a row has no real source position, its α is 0 (the torch ops give
+  NaN).  The torch ops below remain the path elsewhere (CUDA, float64, no compiler, a source mask that is not
+  right padding; ``ATTENTION_KERNEL = False``);
 - torch ops, on CPU and at the paper's sizes: a batch sorted by source length (``nll`` sorts it) attends in
   ``ATTENTION_GROUPS`` row groups, each over its own longest source only: the attention's elementwise work
   covers ~1.12× the real source positions instead of ~1.5× on the Hansards (``_row_groups``);
 - backwards, the attention's v_a is applied after the sums over positions and steps (one pass less per step);
-- at paper size, the attention's σ(2 (W_a s_{i-1} + U_a h_j)) over (b, T, n') is recomputed in the backward from
-  the stored 2 W_a s_{i-1} (B, n' per step) instead of being stored for every step (``RECOMPUTE_MIN_ELEMENTS``):
+- torch ops, at paper size: the attention's σ(2 (W_a s_{i-1} + U_a h_j)) over (b, T, n') is recomputed in the
+  backward from the stored 2 W_a s_{i-1} (B, n' per step) instead of being stored for every step (the kernel
+  recomputes it at every size; ``RECOMPUTE_MIN_ELEMENTS``):
   stored, it is the pass's largest tensor (~340 MB), written to and read back from memory, whereas one step's
   stays in the cache (one-off measurement, the same 20 Hansards updates interleaved in one process: bf16
   836 → 887 target tokens/s, float32 unchanged, 526 → 527; at the small preset's size the recomputation cost
@@ -210,7 +212,9 @@ class _AttentiveDecoder(torch.autograd.Function):
         # C_stack h_j for every source position: (B, Tx, 3n); one matmul per call, over the real positions
         # ``real`` (flat indices into B·Tx) when given (C_stack h_j = 0 at padding, where h_j = 0)
         pad = ~src_mask  # (B, Tx)
-        kernel = _kernel_usable(gx, keys2, H)
+        kernel, lens = _kernel_usable(gx, keys2, H), src_mask.sum(1)  # lens (B,) int64
+        if kernel and not torch.equal(src_mask, torch.arange(Tx, device=lens.device) < lens.unsqueeze(1)):
+            kernel = False  # the kernel takes each row's first lens[b] positions: right padding only
         # the kernel reads a bf16 product's result as it is: half the bytes of mm's float32 copy, the same values
         raw = kernel and lowp is torch.bfloat16
         by_C = (lambda x: x.to(lowp) @ C_stack.t().to(lowp)) if raw else (lambda x: mm(x, C_stack.t(), lowp))
@@ -221,8 +225,8 @@ class _AttentiveDecoder(torch.autograd.Function):
             CH = CH_real.new_empty(B, Tx, 3 * n)
             CH.view(B * Tx, 3 * n).index_fill_(0, pad.flatten().nonzero().squeeze(1), 0.0).index_copy_(0, real, CH_real)
         if kernel:  # the C kernel: each sentence's real positions, σ(…) recomputed in the backward from Q
-            groups, covered, lens = None, 0, src_mask.sum(1)  # lens (B,) int64
-            gx = gx if gx.stride(-1) == 1 else gx.contiguous()
+            groups, covered = None, 0
+            gx, keys2 = gx.contiguous(), keys2.contiguous()  # (no copies: the model's are)
             recompute = keep
         else:
             groups = _row_groups(src_mask, n_a)
@@ -302,8 +306,10 @@ class _AttentiveDecoder(torch.autograd.Function):
                 ds = torch.zeros_like(ds)  # s_Ty is not computed
             ds += dS[i]
             if lens is not None:  # (B, n')   Di[:, :n'] = ∂L/∂(2 W_a s_{i-1}), and the sums into dkeys2, dv_a
+                last = i + 1 == Ty  # (∂L/∂g = 0: C_stack h_j is not read)
                 kernels.attend_backward(keys2, Q[i].float(), v_a2, lens, A[i], None if dA_c is None else dA_c[i],
-                                        CH, Di[:, n_a:], dkeys2, dv_a, Di[:, :n_a])
+                                        None if last else CH, None if last else Di[:, n_a:], dkeys2, dv_a,
+                                        Di[:, :n_a])
             for (r0, r1, T, sig), (_, _, _, de) in [] if lens is not None else zip(
                     _group_views(ctx.groups, SIG[0 if recompute else i]), _group_views(ctx.groups, DE)):
                 # (b, T)   ∂L/∂α_i via C_stack c_i (the gates) and c_i (the caller's: dA_c)
