@@ -275,7 +275,7 @@ def _attention_case(seed: int = 0, B: int = 7, Tx: int = 9, na: int = 37, n3: in
 def _attention_reference(c, with_dA: bool):
     """The step in float64 torch ops (the formulas of attention.c), autograd for the backward."""
     d = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v for k, v in c.items()}
-    na, (B, Tx, _) = c["na"], c["keys2"].shape
+    na, Tx = c["na"], c["keys2"].shape[1]
     keys2, q, v2 = (d[k].clone().requires_grad_() for k in ("keys2", "q", "v2"))
     mask = torch.arange(Tx).unsqueeze(0) < c["lens"].unsqueeze(1)
     sig = torch.sigmoid(keys2 + q.unsqueeze(1))  # (B, Tx, na)
