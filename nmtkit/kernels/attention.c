@@ -89,6 +89,22 @@ static inline float dot_ch(const float *d, const void *CH, int64_t offset, int64
     return s;
 }
 
+/* out[k] += a · CH_j[k] over k < n3, CH_j float32 or (ch_bf16) bfloat16 */
+static inline void axpy_ch(float a, const void *CH, int64_t offset, int64_t n3, int ch_bf16, float *out)
+{
+    if (ch_bf16) {
+        const uint16_t *c = (const uint16_t *)CH + offset;
+#pragma omp simd
+        for (int64_t k = 0; k < n3; k++)
+            out[k] += a * from_bf16(c[k]);
+    } else {
+        const float *c = (const float *)CH + offset;
+#pragma omp simd
+        for (int64_t k = 0; k < n3; k++)
+            out[k] += a * c[k];
+    }
+}
+
 /* Forward of one step for rows b < B: keys2[b·k_bs + j·k_js + k] (k < na), q[b·q_rs + k], v2[k], lens[b].
  * Writes α to alpha[b·a_rs + j] for j < Tx (0 at padding) and, with with_ch,
  * g[b·g_rs + k] = gx[b·gx_rs + k] + Σ_j α_bj CH[b·c_bs + j·c_js + k] for k < n3, CH float32 or, with ch_bf16,
@@ -128,20 +144,8 @@ void nmt_attend_forward(const float *keys2, int64_t k_bs, int64_t k_js, const fl
             const float *gxb = gx + b * gx_rs;
             for (int64_t k = 0; k < n3; k++)
                 gb[k] = gxb[k];
-            for (int64_t j = 0; j < len; j++) {
-                float a = ab[j];
-                if (ch_bf16) {
-                    const uint16_t *cj = (const uint16_t *)CH + b * c_bs + j * c_js;
-#pragma omp simd
-                    for (int64_t k = 0; k < n3; k++)
-                        gb[k] += a * from_bf16(cj[k]);
-                } else {
-                    const float *cj = (const float *)CH + b * c_bs + j * c_js;
-#pragma omp simd
-                    for (int64_t k = 0; k < n3; k++)
-                        gb[k] += a * cj[k];
-                }
-            }
+            for (int64_t j = 0; j < len; j++)
+                axpy_ch(ab[j], CH, b * c_bs + j * c_js, n3, ch_bf16, gb);
         }
     }
 }

@@ -41,8 +41,8 @@ def pairwise_max(t_tilde: Tensor) -> Tensor:
 
     Its gradient goes to the larger element of each pair (at a tie, to one of them: a subgradient, where
     ``amax`` would split it).  Written so because ``amax`` over pairs and its backward (a comparison, a count, a
-    division) took 4.9 ms forward and backward for a paper-size batch (1,511 × 1,000), this 3.7 ms
-    (tests/bench/results/bench_kernels.txt).  Without autograd: the elementwise
+    division) took 4.6–4.9 ms forward and backward for a paper-size batch (1,511 × 1,000), this 3.7 ms (the
+    last two runs of tests/bench/results/bench_kernels.txt).  Without autograd: the elementwise
     maximum of the two halves, the same values."""
     if t_tilde.shape[-1] % 2:
         raise ValueError(f"pairwise_max: the last dimension must be even, not {t_tilde.shape[-1]}")

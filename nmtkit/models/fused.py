@@ -215,13 +215,12 @@ class _AttentiveDecoder(torch.autograd.Function):
         kernel, lens = _kernel_usable(gx, keys2, H), src_mask.sum(1)  # lens (B,) int64
         if kernel and not torch.equal(src_mask, torch.arange(Tx, device=lens.device) < lens.unsqueeze(1)):
             kernel = False  # the kernel takes each row's first lens[b] positions: right padding only
-        # the kernel reads a bf16 product's result as it is: half the bytes of mm's float32 copy, the same values
-        raw = kernel and lowp is torch.bfloat16
-        by_C = (lambda x: x.to(lowp) @ C_stack.t().to(lowp)) if raw else (lambda x: mm(x, C_stack.t(), lowp))
+        # the kernel reads a bf16 product's result as it is: half the bytes of its float32 copy, the same values
+        f32 = not (kernel and lowp is torch.bfloat16)
         if real is None:
-            CH = by_C(H.view(B * Tx, ctx_dim)).view(B, Tx, 3 * n)
+            CH = mm(H.view(B * Tx, ctx_dim), C_stack.t(), lowp, f32).view(B, Tx, 3 * n)
         else:
-            CH_real = by_C(H.view(B * Tx, ctx_dim).index_select(0, real))  # (N, 3n)
+            CH_real = mm(H.view(B * Tx, ctx_dim).index_select(0, real), C_stack.t(), lowp, f32)  # (N, 3n)
             CH = CH_real.new_empty(B, Tx, 3 * n)
             CH.view(B * Tx, 3 * n).index_fill_(0, pad.flatten().nonzero().squeeze(1), 0.0).index_copy_(0, real, CH_real)
         if kernel:  # the C kernel: each sentence's real positions, σ(…) recomputed in the backward from Q

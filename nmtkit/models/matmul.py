@@ -108,11 +108,13 @@ def contiguous_in_lowp(t: Tensor, lowp) -> Tensor:
     return in_lowp(t, lowp).contiguous()
 
 
-def mm(a: Tensor, b: Tensor, lowp=None) -> Tensor:
-    """a @ b for a (M, K), b (K, N); in ``lowp`` with a float32 result when given (torch's product)."""
+def mm(a: Tensor, b: Tensor, lowp=None, float32: bool = True) -> Tensor:
+    """a @ b for a (M, K), b (K, N); in ``lowp`` when given, with a float32 result unless ``float32=False``
+    (torch's product; as ``Multiplier.product``)."""
     if lowp is None:
         return a @ b
-    return (a.to(lowp) @ b.to(lowp)).float()
+    out = a.to(lowp) @ b.to(lowp)
+    return out.float() if float32 else out
 
 
 class Multiplier:
