@@ -26,7 +26,10 @@ def test_onednn_route_is_taken_for_per_step_products_only():
     every batch (matmul.py), so any product with more rows than the batch would make a process grow."""
     if os.environ.get("NMTKIT_ONEDNN") == "0":
         pytest.skip("NMTKIT_ONEDNN=0 in the environment")
-    assert matmul.onednn(torch.zeros(1)) and matmul.onednn(torch.zeros(1, dtype=torch.bfloat16))
+    assert matmul.onednn(torch.zeros(1))
+    # bf16 where this CPU runs oneDNN's bf16 products (AVX512-BW / AVX-NE-CONVERT), else torch's products
+    assert matmul.onednn(torch.zeros(1, dtype=torch.bfloat16)) == matmul._onednn_works(torch.bfloat16)
+    assert matmul.onednn(torch.zeros(1), torch.bfloat16) == matmul._onednn_works(torch.bfloat16)
     assert not matmul.onednn(torch.zeros(1, dtype=torch.float64))
     from torch.profiler import ProfilerActivity, profile
 
@@ -111,7 +114,7 @@ def test_bf16_weights_are_the_same_with_and_without_the_cast_kernel(native_kerne
     fast = Multiplier(W.t(), torch.bfloat16).product(x)
     W2, b2 = matmul.padded_vocab(W_o, b_y, float("-inf"), columns=True, dtype=torch.bfloat16)
     # the kernel cast W_o, and Wᵀ too where the product goes through oneDNN
-    assert calls == ([(1000, 300)] if matmul.onednn(W) else []) + [(301, 500)]
+    assert calls == ([(1000, 300)] if matmul.onednn(W, torch.bfloat16) else []) + [(301, 500)]
     monkeypatch.setattr(matmul, "kernels", _NoKernels)
     assert torch.equal(fast, Multiplier(W.t(), torch.bfloat16).product(x))
     W2_torch, b2_torch = matmul.padded_vocab(W_o, b_y, float("-inf"), columns=True, dtype=torch.bfloat16)

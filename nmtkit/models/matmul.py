@@ -57,24 +57,28 @@ def round_up(k: int) -> int:
 
 
 @functools.cache
-def _onednn_works() -> bool:
-    """Whether this torch build's oneDNN product with a reordered weight is there and agrees with torch's (checked
-    once)."""
+def _onednn_works(dtype: torch.dtype = torch.float32) -> bool:
+    """Whether this torch build's oneDNN product with a reordered weight is there, runs in ``dtype`` on this CPU and
+    agrees with torch's (checked once per dtype).  bf16 needs CPU support that float32 does not (oneDNN's bf16
+    reorder asks for AVX512-BW or AVX-NE-CONVERT): on an AVX2-only CPU the float32 route works, the bf16 one raises."""
     if os.environ.get("NMTKIT_ONEDNN", "1") == "0":
         return False
     try:  # (its own generator: the probe runs inside a caller's first product and must not move the global RNG)
         g = torch.Generator().manual_seed(0)
-        a, w = torch.randn(5, 11, generator=g), torch.randn(7, 11, generator=g)
+        a, w = torch.randn(5, 11, generator=g).to(dtype), torch.randn(7, 11, generator=g).to(dtype)
         packed = torch.ops.mkldnn._reorder_linear_weight(w, 5)
-        return bool(torch.allclose(torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], ""), a @ w.t(),
-                                   atol=1e-5))
+        out = torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "").float()
+        tol = 1e-5 if dtype == torch.float32 else 5e-2  # (bf16: one rounding of the result)
+        return bool(torch.allclose(out, a.float() @ w.float().t(), atol=tol, rtol=tol))
     except (AttributeError, RuntimeError):
         return False
 
 
-def onednn(t: Tensor) -> bool:
-    """Whether products with t go through oneDNN (CPU, float32 or bfloat16, oneDNN usable)."""
-    return t.device.type == "cpu" and t.dtype in (torch.float32, torch.bfloat16) and _onednn_works()
+def onednn(t: Tensor, dtype: torch.dtype | None = None) -> bool:
+    """Whether products with t, run in ``dtype`` (default t's), go through oneDNN: CPU, float32 or bfloat16, and
+    oneDNN usable in that dtype here."""
+    dtype = t.dtype if dtype is None else dtype
+    return t.device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and _onednn_works(dtype)
 
 
 def autocast_dtype(t: Tensor):
@@ -123,7 +127,7 @@ class Multiplier:
     def __init__(self, W: Tensor, lowp=None):
         self.lowp = lowp
         # the route is chosen on the dtype the products run in (float16 autocast: torch's products)
-        if onednn(W) and lowp in (None, torch.float32, torch.bfloat16) and W.numel() >= ONEDNN_MIN_WEIGHT:
+        if onednn(W, lowp or W.dtype) and W.numel() >= ONEDNN_MIN_WEIGHT:
             W = contiguous_in_lowp(W, lowp)
             self.packed = torch.ops.mkldnn._reorder_linear_weight(W, ROWS_HINT)
         else:
