@@ -24,6 +24,7 @@ from nmtkit.models import (
     register_preset,
 )
 from nmtkit.models.gru import PaperGRU, gru_recurrence
+from nmtkit.models.init import initialize
 from nmtkit.models.fused import gru_sequence
 from nmtkit.models.packed import gru_packed, packing, unpack
 from nmtkit.models.rnnsearch import RNNsearchConfig
@@ -601,6 +602,97 @@ def test_initialisation_statistics():
     assert not torch.equal(model.E_src, again.E_src)
 
 
+
+RECURRENT = ("U", "U_z", "U_r")
+
+
+def _xavier(arch: str, unit: str, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    model = build_model(f"{arch}-tiny", V_SRC, V_TGT, encoder_gru=unit)
+    initialize(model, "xavier")
+    return model
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("unit", ["paper", "torch"])
+def test_xavier_initialisation(arch, unit):
+    """initialize(model, "xavier"): every non-recurrent matrix Glorot-uniform on its own shape (within
+    sqrt(6 / (fan_in + fan_out)), with the uniform's std bound/sqrt(3)), v_a as a (1 x n') matrix, U, U_z, U_r
+    orthogonal n x n blocks (as in B.1), every bias zero."""
+    model = _xavier(arch, unit)
+    torch.manual_seed(0)
+    paper = build_model(f"{arch}-tiny", V_SRC, V_TGT, encoder_gru=unit)
+    P, B1 = paper_parameters(model), paper_parameters(paper)
+    assert P.keys() == B1.keys()
+    matrices = 0
+    for key, val in P.items():
+        name = key.rsplit(".", 1)[-1]
+        if name.startswith("b"):  # b, b_z, b_r, b_s, b_o, b_y (and torch's b_hn)
+            assert val.dim() == 1 and torch.all(val == 0), key
+        elif name in RECURRENT:
+            n = val.shape[0]
+            assert val.shape == (n, n), key
+            torch.testing.assert_close(val @ val.T, torch.eye(n), atol=1e-5, rtol=0, msg=key)
+            assert val.abs().max() > 0.05, key  # (not a scaled identity or zeros)
+        elif name == "v_a":
+            bound = (6 / (1 + val.numel())) ** 0.5
+            assert val.dim() == 1 and bool(torch.all(val != 0)) and val.abs().max() <= bound, key
+        else:
+            assert val.dim() == 2, key
+            fan_out, fan_in = val.shape
+            bound = (6 / (fan_in + fan_out)) ** 0.5
+            assert val.abs().max() <= bound, (key, val.abs().max().item(), bound)
+            assert val.abs().max() > 0.9 * bound, key  # not a smaller scale (B.1's 0.01 is far below)
+            if val.numel() >= 1000:
+                assert abs(val.std().item() / (bound / 3 ** 0.5) - 1) < 0.25, (key, val.std().item(), bound)
+                assert abs(val.mean().item()) < 0.1 * bound, key
+            assert not torch.equal(val, B1[key]), key
+            matrices += 1
+    assert matrices == (21 if arch == "rnnsearch" else 16)  # E_src, E_tgt, W, W_z, W_r a GRU, C, C_z, C_r, W_s, U_o...
+    if unit == "torch":  # torch's own four tensors per direction: biases zero, recurrent rows orthogonal blocks
+        for name, p in model.encoder.rnn.named_parameters():
+            if name.startswith("bias"):
+                assert torch.all(p == 0), name
+            elif name.startswith("weight_hh"):
+                n = p.shape[1]
+                for k in range(3):
+                    torch.testing.assert_close(p[k * n : (k + 1) * n] @ p[k * n : (k + 1) * n].T, torch.eye(n),
+                                               atol=1e-5, rtol=0, msg=name)
+    # the model computes with what paper_parameters reports
+    copy = build_model(f"{arch}-tiny", V_SRC, V_TGT, encoder_gru=unit)
+    load_paper_parameters(copy, {k: v.clone() for k, v in P.items()})
+    src, lens, tgt_in, _ = make_batch([4, 6, 2], [5, 3, 4])
+    torch.testing.assert_close(copy(src, lens, tgt_in), model(src, lens, tgt_in), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("unit", ["paper", "torch"])
+def test_initialisation_schemes_are_reproducible(arch, unit):
+    """Both schemes draw from torch's global generator: the same seed gives the same weights bit for bit; "paper"
+    is the model as built, "xavier" differs from it; an unknown scheme is a ValueError naming the schemes."""
+    a, b = _xavier(arch, unit), _xavier(arch, unit)
+    for (k, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), k
+    other = _xavier(arch, unit, seed=1)
+    assert not torch.equal(a.E_src, other.E_src) and not torch.equal(a.W_o, other.W_o)
+
+    torch.manual_seed(0)
+    built = build_model(f"{arch}-tiny", V_SRC, V_TGT, encoder_gru=unit)
+    reset = build_model(f"{arch}-tiny", V_SRC, V_TGT, encoder_gru=unit)  # (another draw: different weights)
+    assert not torch.equal(built.E_src, reset.E_src)
+    torch.manual_seed(0)
+    initialize(reset, "paper")
+    assert built.state_dict().keys() == reset.state_dict().keys() == a.state_dict().keys()
+    for (k, x), y in zip(built.state_dict().items(), reset.state_dict().values()):
+        assert x.dtype == y.dtype and torch.equal(x, y), k
+    changed = [k for k, x in a.state_dict().items() if not torch.equal(x, built.state_dict()[k])]
+    assert "E_src" in changed and "W_o" in changed and len(changed) >= len(a.state_dict()) // 3
+    for bad in ("glorot", "Xavier", ""):
+        with pytest.raises(ValueError, match="unknown initialisation .*paper, xavier"):
+            initialize(reset, bad)
+    for (k, x), y in zip(built.state_dict().items(), reset.state_dict().values()):
+        assert torch.equal(x, y), k  # refused before touching anything
+
 def test_rnnsearch_50_weight_count():
     with torch.device("meta"):
         model = build_model("rnnsearch-50", 30000, 30000)
@@ -755,9 +847,11 @@ def test_nll_under_bf16_autocast(arch, block_rows, monkeypatch):
 
 
 @pytest.mark.parametrize("chunk_rows", [1000, 8])  # one chunk (∂L/∂W_o kept in bf16 until the backward), several
-def test_loss_gradients_under_bf16_autocast(chunk_rows, monkeypatch):
+@pytest.mark.parametrize("eps", [0.0, 0.2])  # label smoothing
+def test_loss_gradients_under_bf16_autocast(chunk_rows, eps, monkeypatch):
     """Under bf16 autocast the loss's gradients come back in float32 and scaled by the incoming gradient, within
-    bf16 rounding of float64's, whether ∂L/∂W_o is one chunk's bf16 product or a float32 sum over chunks."""
+    bf16 rounding of float64's, whether ∂L/∂W_o is one chunk's bf16 product or a float32 sum over chunks; with
+    label smoothing too (value and gradients of F.cross_entropy(…, label_smoothing=ε))."""
     import nmtkit.models.output as output
 
     monkeypatch.setattr(output, "CHUNK_ELEMENTS", chunk_rows * 56)
@@ -768,10 +862,13 @@ def test_loss_gradients_under_bf16_autocast(chunk_rows, monkeypatch):
     b = (torch.randn(50, generator=g) * 0.1).requires_grad_()
     y = torch.randint(0, 50, (29,), generator=g)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = output.linear_cross_entropy(t, W, b, y)
+        loss = output.linear_cross_entropy(t, W, b, y, label_smoothing=eps)
     (loss / 7).backward()
     ref = [x.detach().double().requires_grad_() for x in (t, W, b)]
-    (F.cross_entropy(F.linear(ref[0], ref[1], ref[2]), y, reduction="sum") / 7).backward()
+    expected = F.cross_entropy(F.linear(ref[0], ref[1], ref[2]), y, reduction="sum", label_smoothing=eps)
+    (expected / 7).backward()
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss.detach().double(), expected.detach(), rtol=0.01, atol=0)
     for x, r in zip((t, W, b), ref):
         assert x.grad.dtype == torch.float32
         torch.testing.assert_close(x.grad.double(), r.grad, rtol=0.03, atol=0.01 * float(r.grad.abs().max()))
@@ -827,10 +924,11 @@ def test_linear_cross_entropy_for_any_vocabulary_size(V, l):
 
 @pytest.mark.parametrize("bf16", [False, True])
 @pytest.mark.parametrize("block_rows", [2, 1000])
-def test_linear_cross_entropy_when_the_reference_word_underflows(bf16, block_rows, monkeypatch):
+@pytest.mark.parametrize("eps", [0.0, 0.1])  # label smoothing
+def test_linear_cross_entropy_when_the_reference_word_underflows(bf16, block_rows, eps, monkeypatch):
     """−log p(y) comes from the softmax's p(y); where p(y) underflows in float32 (a reference word 150 nats below
     the best) it is recomputed from the logits: finite and exact, in float32 and under bf16 autocast, also when
-    the softmax runs in blocks of rows."""
+    the softmax runs in blocks of rows, and with label smoothing (whose extra term needs no log p)."""
     import nmtkit.models.output as output
     from nmtkit.models.output import linear_cross_entropy
 
@@ -844,12 +942,145 @@ def test_linear_cross_entropy_when_the_reference_word_underflows(bf16, block_row
     y = torch.tensor([3, 1, 3, 0, 12])
     t.requires_grad_()
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        loss = linear_cross_entropy(t, W, b, y)
+        loss = linear_cross_entropy(t, W, b, y, label_smoothing=eps)
     loss.backward()
-    expected = F.cross_entropy(F.linear(t.detach().double(), W.double(), b.double()), y, reduction="sum")
+    expected = F.cross_entropy(F.linear(t.detach().double(), W.double(), b.double()), y, reduction="sum",
+                               label_smoothing=eps)
     assert torch.isfinite(loss) and torch.isfinite(t.grad).all()
-    assert float(expected) > 300  # two words 150 nats down
+    assert float(expected) > 250  # two words 150 nats down
     torch.testing.assert_close(loss.double(), expected, rtol=1e-3 if bf16 else 1e-6, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("chunk_rows", [1000, 8, 3])  # one chunk; several (padding rows in the last); blocks of 1
+@pytest.mark.parametrize("eps", [0.1, 0.35])
+def test_linear_cross_entropy_with_label_smoothing(dtype, chunk_rows, eps, monkeypatch):
+    """With label smoothing ε the fused loss is F.cross_entropy(…, label_smoothing=ε) -- the cross-entropy against
+    (1 − ε) onehot(y) + ε/V over the real vocabulary, V = 29 padded to 32 inside -- in value and in the gradients
+    of t, W and b, in one chunk of rows or several; the second result is the plain −Σ log p(y), detached."""
+    import nmtkit.models.output as output
+
+    V, l, N = 29, 5, 37  # V' = 32, l' = 8, N' = 40
+    monkeypatch.setattr(output, "CHUNK_ELEMENTS", chunk_rows * 32)
+    monkeypatch.setattr(output, "MIN_CHUNK_ROWS", 1)
+    monkeypatch.setattr(output, "BLOCK_ELEMENTS", 2 * 32)  # the softmax in blocks of two rows (or one)
+    g = torch.Generator().manual_seed(7)
+    t = torch.randn(N, l, generator=g, dtype=dtype, requires_grad=True)
+    W = torch.randn(V, l, generator=g, dtype=dtype, requires_grad=True)
+    b = torch.randn(V, generator=g, dtype=dtype, requires_grad=True)
+    y = torch.randint(0, V, (N,), generator=g)
+    loss, nll = output.linear_cross_entropy_with_nll(t, W, b, y, label_smoothing=eps)
+    assert loss.dtype == nll.dtype == dtype and loss.requires_grad and not nll.requires_grad
+    grads = torch.autograd.grad(3 * loss, (t, W, b))
+    logits = F.linear(t, W, b)
+    expected = F.cross_entropy(logits, y, reduction="sum", label_smoothing=eps)
+    expected_grads = torch.autograd.grad(3 * expected, (t, W, b))
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(nll, F.cross_entropy(logits, y, reduction="sum").detach())
+    assert float(loss.detach()) > float(nll)  # random logits: the smoothed target puts mass on less likely words
+    for a, e in zip(grads, expected_grads):
+        assert a.shape == e.shape and a.dtype == dtype
+        torch.testing.assert_close(a, e)
+    torch.testing.assert_close(output.linear_cross_entropy(t, W, b, y, label_smoothing=eps), expected)
+    with torch.no_grad():  # evaluation: the same values
+        for a, e in zip(output.linear_cross_entropy_with_nll(t, W, b, y, label_smoothing=eps), (loss, nll)):
+            torch.testing.assert_close(a, e)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("chunk_rows", [1000, 8])
+def test_linear_cross_entropy_without_label_smoothing_is_unchanged(bf16, chunk_rows, monkeypatch):
+    """ε = 0 is the plain loss, bit for bit: the value, its gradients and the returned −Σ log p(y) are those of
+    linear_cross_entropy(t, W, b, y) without the option."""
+    import nmtkit.models.output as output
+
+    monkeypatch.setattr(output, "CHUNK_ELEMENTS", chunk_rows * 32)
+    monkeypatch.setattr(output, "MIN_CHUNK_ROWS", 1)
+    g = torch.Generator().manual_seed(8)
+    inputs = (torch.randn(21, 6, generator=g), torch.randn(27, 6, generator=g), torch.randn(27, generator=g))
+    y = torch.randint(0, 27, (21,), generator=g)
+    results = []
+    for how in ("plain", "eps", "with_nll"):
+        t, W, b = (x.clone().requires_grad_() for x in inputs)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            if how == "plain":
+                loss = output.linear_cross_entropy(t, W, b, y)
+            elif how == "eps":
+                loss = output.linear_cross_entropy(t, W, b, y, label_smoothing=0.0)
+            else:
+                loss, nll = output.linear_cross_entropy_with_nll(t, W, b, y, 0)
+                assert torch.equal(nll, loss.detach())
+        loss.backward()
+        results.append((loss.detach(), t.grad, W.grad, b.grad))
+    for other in results[1:]:
+        for a, e in zip(other, results[0]):
+            assert torch.equal(a, e)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0, 1.5, float("nan"), True, "0.1", None])
+def test_label_smoothing_out_of_range_raises(bad):
+    from nmtkit.models.output import linear_cross_entropy, linear_cross_entropy_with_nll
+
+    t, W, b, y = torch.randn(3, 4), torch.randn(5, 4), torch.zeros(5), torch.tensor([0, 1, 4])
+    for f in (linear_cross_entropy, linear_cross_entropy_with_nll):
+        with pytest.raises(ValueError, match="label_smoothing must be a number in \\[0, 1\\)"):
+            f(t, W, b, y, label_smoothing=bad)
+    model = tiny("rnnsearch")
+    with pytest.raises(ValueError, match="label_smoothing"):
+        model.training_loss(*make_batch([4, 2], [3, 2]), label_smoothing=bad)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("eps", [0.0, 0.15])
+def test_training_loss_equals_smoothed_cross_entropy_of_logits(arch, fused, eps, monkeypatch):
+    """model.training_loss gives the value and every parameter's gradient of
+    F.cross_entropy(forward()'s logits, label_smoothing=ε, ignore_index=PAD, reduction="sum") (float64, the
+    fused output layer in several chunks), on the fused and the reference recurrences; its second result is
+    model.nll's value, detached."""
+    import nmtkit.models.output as output
+
+    monkeypatch.setattr(output, "CHUNK_ELEMENTS", 3 * V_TGT)
+    monkeypatch.setattr(output, "MIN_CHUNK_ROWS", 1)
+    model = randomize_(tiny(arch)).double()
+    model.fused = fused
+    src, lens, tgt_in, tgt_out = make_batch([4, 6, 2], [5, 3, 1])
+    results = []
+    for fused_loss in (True, False):
+        model.zero_grad()
+        if fused_loss:
+            loss, nll = model.training_loss(src, lens, tgt_in, tgt_out, label_smoothing=eps)
+            assert loss.dtype == nll.dtype == torch.float64 and not nll.requires_grad
+        else:
+            logits = model(src, lens, tgt_in).reshape(-1, V_TGT)
+            loss = F.cross_entropy(logits, tgt_out.reshape(-1), ignore_index=PAD, reduction="sum",
+                                   label_smoothing=eps)
+            plain = F.cross_entropy(logits, tgt_out.reshape(-1), ignore_index=PAD, reduction="sum")
+        (0.5 * loss).backward()
+        results.append((loss.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}))
+    torch.testing.assert_close(results[0][0], results[1][0])
+    for k in results[0][1]:
+        torch.testing.assert_close(results[0][1][k], results[1][1][k], msg=k)
+    torch.testing.assert_close(nll, plain.detach())
+    with torch.no_grad():
+        assert torch.equal(nll, model.nll(src, lens, tgt_in, tgt_out))
+        if eps == 0:
+            assert torch.equal(results[0][0], nll)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_training_loss_under_bf16_autocast(arch):
+    """The trainer's --bf16 option with label smoothing: float32 results close to float32's."""
+    model = randomize_(tiny(arch), std=0.1)
+    src, lens, tgt_in, tgt_out = make_batch([4, 6, 2], [5, 3, 4])
+    logits = model(src, lens, tgt_in).reshape(-1, V_TGT)
+    expected = F.cross_entropy(logits, tgt_out.reshape(-1), ignore_index=PAD, reduction="sum", label_smoothing=0.1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, nll = model.training_loss(src, lens, tgt_in, tgt_out, label_smoothing=0.1)
+    assert loss.dtype == nll.dtype == torch.float32
+    loss.backward()
+    assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
+    torch.testing.assert_close(loss, expected.detach(), atol=0.05, rtol=0.02)
 
 
 @pytest.mark.parametrize("K", [5, 16])

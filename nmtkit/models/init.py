@@ -37,3 +37,48 @@ def orthogonal_blocks_(t: Tensor, n: int) -> Tensor:
     for k in range(t.shape[0] // n):
         torch.nn.init.orthogonal_(t[k * n : (k + 1) * n])
     return t
+
+
+# ------------------------------------------------------------------------------------------- initialisation schemes
+INIT_SCHEMES = ("paper", "xavier")
+RECURRENT = ("U", "U_z", "U_r")  # the paper's recurrent matrices (suffixes of enc.fwd.*, enc.bwd.*, dec.*)
+
+
+@torch.no_grad()
+def initialize(model, scheme: str = "paper") -> None:
+    """(Re-)initialise every parameter of an RNNsearch / RNNencdec by a named scheme, from torch's global generator.
+
+    - ``paper``: Appendix B.1 (see the top of this module), the very weights the model's constructor draws from the
+      generator's state: under ``torch.manual_seed(s)`` those of ``build_model`` under ``torch.manual_seed(s)``.
+    - ``xavier``: Glorot-uniform for every non-recurrent matrix, each of the paper's matrices on its own shape
+      (W_z, W_r and W separately; embeddings, C's, W_s, U_o, V_o, C_o, W_o, W_a, U_a); v_a as a (1 × n') matrix;
+      U, U_z, U_r random orthogonal as in B.1; biases zero.  B.1's N(0, 0.01²) is 6x smaller than Glorot's scale
+      for a 256 × 256 matrix and its N(0, 0.001²) W_a, U_a with v_a = 0 start the alignment model flat: with
+      either, a small model learns far less in its first thousands of updates (tests/bench/bench_learning.py).
+    """
+    if scheme not in INIT_SCHEMES:
+        raise ValueError(f"unknown initialisation '{scheme}' (choose from {', '.join(INIT_SCHEMES)})")
+    if scheme == "paper":
+        if any(p.is_meta for p in model.parameters()):
+            model.reset_parameters()  # (nothing to draw)
+            return
+        # the weights of the model as built under the generator's state: the constructors draw in another order
+        # than reset_parameters (the encoder and decoder first, nn.GRU's own init too), so build one on the CPU,
+        # as build_model does, and copy it in
+        fresh = type(model)(model.config).state_dict()
+        for name, p in model.state_dict().items():
+            p.copy_(fresh[name])
+        return
+    model.reset_parameters()
+    from nmtkit.models.params import load_paper_parameters, paper_parameters
+
+    params = {k: v.clone() for k, v in paper_parameters(model).items()}
+    for key, p in params.items():
+        leaf = key.rsplit(".", 1)[-1]
+        if leaf in RECURRENT or leaf.startswith("b"):  # orthogonal (already) and zero biases (b_hn included)
+            continue
+        if leaf == "v_a":
+            torch.nn.init.xavier_uniform_(p.view(1, -1))
+        else:
+            torch.nn.init.xavier_uniform_(p)
+    load_paper_parameters(model, params)

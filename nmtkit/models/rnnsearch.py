@@ -38,6 +38,8 @@ multiplies s_{i-1} and E y_{i-1} through the stacked or tabulated weights of ste
 API (used by training, search and alignment):
     forward(src, src_lens, tgt_in[, return_attention]) -> logits (B, Ty, V) [, α (B, Ty, Tx) or None]
     nll(src, src_lens, tgt_in, tgt_out) -> summed −log p of the real targets (the training loss; output.py)
+    training_loss(src, src_lens, tgt_in, tgt_out[, label_smoothing]) -> (the loss to backpropagate, label-smoothed
+        when label_smoothing > 0; the detached summed −log p, as nll gives it)
     encode(src, src_lens) -> EncoderOut;  init_decoder(enc) -> s_0 (B, n)
     decode_step(y_prev, state, enc) -> logits (B·K, V), new state (B·K, n), α (B·K, Tx) or None, for K states per
         sentence of enc (beam search); prepare_decoding(enc) precomputes what every step reads of the source
@@ -62,7 +64,7 @@ from nmtkit.models.fused import attentive_decoder, by_source_length, gru_sequenc
 from nmtkit.models.gru import ConditionalGRU, gru_update
 from nmtkit.models.init import PAPER_STD, normal_, zeros_
 from nmtkit.models.matmul import aligned_linear
-from nmtkit.models.output import linear_cross_entropy
+from nmtkit.models.output import check_label_smoothing, linear_cross_entropy, linear_cross_entropy_with_nll
 from nmtkit.models.packed import Packing, packing, unpack
 from nmtkit.models.stepweights import StepWeights, step_weights
 from nmtkit.models.stepweights import usable as usable_step_weights
@@ -256,9 +258,25 @@ class _RNNTranslator(nn.Module):
     def nll(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
         """−Σ log p(y_i | y_<i, x) over the real (non-``<pad>``) positions of tgt_out (B, Ty): a float32 scalar.
 
-        The training loss: the same value as cross-entropy on ``forward``'s logits, but the output layer is
-        computed only at real positions and fused with the softmax and its gradient (output.py).  The sentences are
-        taken longest source first (the fused attention then works in groups of similar source length)."""
+        The training loss without label smoothing: the same value as cross-entropy on ``forward``'s logits, but the
+        output layer is computed only at real positions and fused with the softmax and its gradient (output.py)."""
+        t, y = self._real_maxout(src, src_lens, tgt_in, tgt_out)  # (N, l), (N,)
+        return linear_cross_entropy(t, self.W_o, self.b_y, y)
+
+    def training_loss(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor,
+                      label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
+        """(the loss to backpropagate, summed over the real positions of tgt_out (B, Ty): the cross-entropy against
+        (1 − ε) onehot(y_i) + ε/V with ε = ``label_smoothing`` in [0, 1), ``nll``'s for ε = 0; the summed
+        −log p(y_i | y_<i, x), detached, as ``nll`` gives it, for perplexity): two float32 scalars (float64 for a
+        float64 model), from one pass of the fused output layer (output.py).  A ValueError for ε outside [0, 1)."""
+        eps = check_label_smoothing(label_smoothing)  # (before any work)
+        t, y = self._real_maxout(src, src_lens, tgt_in, tgt_out)  # (N, l), (N,)
+        return linear_cross_entropy_with_nll(t, self.W_o, self.b_y, y, eps)
+
+    def _real_maxout(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor]:
+        """What the output layer reads at the real (non-``<pad>``) positions of tgt_out (B, Ty), for the fused loss:
+        t_i (N, l) and y_i (N,).  The sentences are taken longest source first (the fused attention then works in
+        groups of similar source length)."""
         src, src_lens, tgt_in, tgt_out = by_source_length(src, src_lens, tgt_in, tgt_out)
         s_prev, Ey, ctx, _ = self.teacher_forced(src, src_lens, tgt_in)
         real = (tgt_out != PAD).flatten().nonzero().squeeze(1)  # (N,)   flat indices of real targets
@@ -268,7 +286,7 @@ class _RNNTranslator(nn.Module):
         else:  # RNNsearch: C_o c_i at the real targets only
             Cc = F.linear(pick(ctx), self.C_o)  # (N, 2l)
         t = self.maxout(pick(s_prev), pick(Ey), Cc)  # (N, l)
-        return linear_cross_entropy(t, self.W_o, self.b_y, tgt_out.flatten().index_select(0, real))
+        return t, tgt_out.flatten().index_select(0, real)
 
     def initial_state(self, summary: Tensor) -> Tensor:
         """s_0 = tanh(W_s summary + b_s): (B, n) -> (B, n)."""
