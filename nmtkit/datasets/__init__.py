@@ -11,11 +11,14 @@ or from a shell (a thin command over the same functions; ``--help`` lists its op
 
 **The catalogue** (:data:`CATALOGUE`) holds news-test 2012, 2013 and 2014 (plain text and the official SGML), the
 older WMT news sets, the WMT'14 English–French training corpora (Europarl v7, news commentary v9, UN, the 10⁹
-French–English corpus, Common Crawl), Tatoeba and Multi30K. A :class:`Dataset` is a pair of :class:`DataFile`\\ s
-(English, French); each file has a *layout path* (``wmt14/newstest2014.en``), the same in a mirror and in the cache,
-and comes from a :class:`Download`: a file at a public address, usually an archive, with the member to extract and
-the conversion to apply (``sgml-text``: the ``<seg>`` texts one per line, as sacreBLEU extracts them; ``gunzip``;
-``tsv-gz:N``: column N of a tab-separated file, gzip-compressed).
+French–English corpus, Common Crawl), Tatoeba, Multi30K, and the Canadian Hansards (the mirror's ``hansards/`` train,
+dev and test splits; ``hansards-trial``, the NAACL 2003 gold word alignments). A :class:`Dataset` is a pair of
+:class:`DataFile`\\ s (English, French; ``hansards-trial`` has a third, ``align``); each file has a *layout path*
+(``wmt14/newstest2014.en``), the same in a mirror and in the cache, and comes from a :class:`Download`: a file at a
+public address, usually an archive, with the member to extract and the conversion to apply (``sgml-text``: the
+``<seg>`` texts one per line, as sacreBLEU extracts them; ``gunzip``; ``tsv-gz:N``: column N of a tab-separated file,
+gzip-compressed; ``hansards``: a split's ISI sitting files joined in the mirror's order, ISO-8859-1 made UTF-8, each
+sitting's line count checked: :mod:`nmtkit.datasets.hansards` says where the data is published and how sure that is).
 
 **Where a file comes from**, in this order:
 
@@ -38,9 +41,12 @@ atomic rename into place once the file is complete and verified.
   (a downloaded copy is removed, nothing is left in the cache). A file extracted from a publisher's download is
   compared with it too, but a difference is a *warning* naming both checksums, not an error: nmtkit cannot vouch for
   the publisher's current file (Tatoeba's is replaced every few months; the others could be re-issued), so the file is
-  used, and the warning says that its scores are not comparable with runs on the reference copy.
+  used, and the warning says that its scores are not comparable with runs on the reference copy. A ``.gz`` file made
+  here has other gzip bytes than the mirror's; where the catalogue knows the sha256 of the text inside
+  (:attr:`DataFile.text_sha256`), the same text is no warning.
 - *Downloads* (:attr:`Download.sha256`): the publishers' archives could not be fetched where this catalogue was made,
-  so their checksums are ``None``, and the policy is **trust on first use**: the first download is checked for its
+  so their checksums are ``None`` (except the Hansards trial alignments: files at a fixed commit of a repository,
+  whose bytes are the mirror's), and the policy is **trust on first use**: the first download is checked for its
   format (the archive's magic bytes; its expected members when extracted; the size when the catalogue knows it), its
   sha256 is recorded with the address and date in the cache's ``manifest.json`` and printed in a warning (pin it by
   adding it to the catalogue), and every later use of that cached archive is checked against the record (size always,

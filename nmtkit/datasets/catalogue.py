@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nmtkit.datasets import hansards
 from nmtkit.errors import InputError
 
-CONVERSIONS = ("copy", "gunzip", "sgml-text", "tsv-gz:0", "tsv-gz:1")
+CONVERSIONS = ("copy", "gunzip", "sgml-text", "tsv-gz:0", "tsv-gz:1", "hansards")
 KINDS = ("tgz", "tar", "zip", "gz", "text")
 
 
@@ -37,15 +38,18 @@ class DataFile:
 
     path: str  # layout path, relative: the same in a mirror ($NMTKIT_DATA) and under CACHE/data/
     download: Download
-    member: str | None = None  # the archive member it is made from; None: the download itself
-    convert: str = "copy"  # copy, gunzip, sgml-text, tsv-gz:N
+    member: str | None = None  # the archive member it is made from (hansards: their folder); None: the download
+    convert: str = "copy"  # copy, gunzip, sgml-text, tsv-gz:N, hansards (sitting files joined: see .hansards)
     sha256: str | None = None  # of the reference copy (the shared mirror's); None where nmtkit has none
     size: int | None = None  # bytes of the reference copy
+    text_sha256: str | None = None  # of a .gz reference copy's decompressed text: a file made with other gzip
+    #                                 settings has other bytes, and this says whether it holds the same text
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """A catalogue entry: a parallel corpus as two files, English and French (line i translates line i)."""
+    """A catalogue entry: a parallel corpus as two files, English and French (line i translates line i), and any
+    files that go with them (``align``: gold word alignments, one line per pair)."""
 
     name: str
     description: str
@@ -98,6 +102,9 @@ GIGA_FREN = Download("training-giga-fren.tar", f"{STATMT}/wmt10/training-giga-fr
 TATOEBA = Download("tatoeba-fra-eng.zip", "https://www.manythings.org/anki/fra-eng.zip", "zip",
                    note="replaced in place by each new release: the mirror holds the 2019-04-07 one")
 MULTI30K = "https://github.com/multi30k/dataset/raw/master/data/task1/raw"
+HANSARDS = Download(hansards.HOUSE_TRAINING, f"{hansards.ISI}/{hansards.HOUSE_TRAINING}", "tar",
+                    note="ISI Aligned Hansards of the 36th Parliament of Canada, release 2001-1a, House debates, "
+                    "training part: a plain tar of gzip files, one per sitting and side, ISO-8859-1")
 
 # sha256 and size of the shared mirror's copies (computed from ../shared/data; see the checksum policy above)
 _REFERENCE = {
@@ -129,12 +136,26 @@ _REFERENCE = {
     "multi30k/val.fr": ("5304e444d842e962b2dda4d816b70b22a1765b15401642b7ca37a67477e708dc", 73924),
     "multi30k/test_2016_flickr.en": ("399a4382932c1aadd3ceb9bef1008d388a64c76d4ae4e9d4728c6f4301cac182", 62076),
     "multi30k/test_2016_flickr.fr": ("cb3160d69b002bb638e66cc7612fcd56cb0af82eadc9c142dedc438afb885ef6", 72261),
+    "hansards/train.en.gz": ("def31cb68e649d107a605545f262492b4beb81f3cdef6fbba598ef52dca05dc2", 26517247),
+    "hansards/train.fr.gz": ("0c36143cf25a9c4b6067846138f61859b1d8221fa4320670a47ad354a1c56ce1", 29912113),
+    "hansards/dev.en": ("9e8bb888cdea2ed707ad9875105f1c83aeef419dbb3603936c7bc23803d7cefe", 479060),
+    "hansards/dev.fr": ("8d18184dec6bb95fd15310c06da9dc0c1c44a5640875e7edfc2cda14757a779e", 554085),
+    "hansards/test.en": ("9da84fb29cfb9287159452c61ba61c39d3e8b317ce115ba77cb24924df8b5bf0", 559178),
+    "hansards/test.fr": ("324f8d6fba0955cd39f2e8a1f363b516f96b7e7f1fc86bf5465c504ac1d0628b", 658104),
+    "hansards-trial/trial.e": ("bb5fb2ed59d535df2ec022d7a0b466f1315df7a3fe3261b2552158aca209d522", 4144),
+    "hansards-trial/trial.f": ("b4fc275ae7b5f4cd4996e34be44d352d8478cf2cf493ba7e61ad1775d736945a", 4643),
+    "hansards-trial/trial.align": ("1bfcf3340bba6153153ef9c515d70f6acd2547e207cffc74ab63dc17ded1ce39", 11820),
+}
+# sha256 of the decompressed text of the mirror's .gz copies that nmtkit rebuilds with its own gzip settings
+_TEXT_REFERENCE = {
+    "hansards/train.en.gz": "fff98888e0fb65b10261b8803c70a46812828fcbd22aa2666ec3462ebe7ca142",
+    "hansards/train.fr.gz": "b79d4234f65d8218ba5c556a21efb7ce320db5501cd7b0721baaf7c8a829f515",
 }
 
 
 def _file(path: str, download: Download, member: str | None = None, convert: str = "copy") -> DataFile:
     sha, size = _REFERENCE.get(path, (None, None))
-    return DataFile(path, download, member, convert, sha, size)
+    return DataFile(path, download, member, convert, sha, size, _TEXT_REFERENCE.get(path))
 
 
 def _pair(name: str, description: str, en: DataFile, fr: DataFile, **info) -> Dataset:
@@ -201,7 +222,37 @@ def _catalogue() -> dict[str, Dataset]:
         sets.append(_pair(name, f"Multi30K task 1, {split}: human translations of image captions", *files,
                           pairs=pairs, licence="non-commercial research and education use",
                           homepage="https://github.com/multi30k/dataset"))
+    sets.extend(_hansards())
     return {d.name: d for d in sets}
+
+
+def _hansards() -> list[Dataset]:
+    """The Canadian Hansards splits of the shared mirror, and the NAACL 2003 trial alignments (sources, layout and
+    confidence: :mod:`nmtkit.datasets.hansards`)."""
+    info = dict(licence="no licence stated; the Parliament of Canada's public record; research use",
+                homepage=f"{hansards.ISI}/")
+    out = []
+    for split, pairs, what in (("train", 914450, "301 sittings, gzip: the large training corpus"),
+                               ("dev", 5423, "sittings 36.1/100-101, not in train"),
+                               ("test", 6525, "sittings 36.1/197-198, not in train")):
+        files = [_file(path, HANSARDS, hansards.MEMBER_DIR, "hansards") for path, (s, _) in hansards.LAYOUT.items()
+                 if s == split]
+        out.append(_pair(f"hansards-{split}", f"Canadian House of Commons debates 1997-2000 (ISI Aligned Hansards, "
+                         f"36th Parliament), {split}: {what}. Whole sitting files joined in the order of the mirror's "
+                         "sittings.tsv, ISO-8859-1 made UTF-8, untokenized", *files, pairs=pairs, **info))
+    trial = {}
+    for key, ext in (("en", "e"), ("fr", "f"), ("align", "align")):
+        path = f"hansards-trial/trial.{ext}"
+        sha, size = _REFERENCE[path]
+        download = Download(f"berkeleyaligner-trial.{ext}", f"{hansards.BERKELEY}/trial.{ext}", "text", sha, size,
+                            note="the Berkeley Aligner's copy, at a fixed commit: the mirror's bytes")
+        trial[key] = _file(path, download)
+    out.append(Dataset("hansards-trial", "Canadian Hansards gold word alignments, NAACL 2003 shared task trial set "
+                       "(Och & Ney annotation): trial.e/.f tokenized, lowercased, wrapped as <s snum=N> ... </s>; "
+                       "trial.align 0-based f-e links, -P = possible", trial, pairs=37,
+                       licence="research and education use (Berkeley Aligner distribution)",
+                       homepage="https://github.com/mhajiloo/berkeleyaligner"))
+    return out
 
 
 CATALOGUE: dict[str, Dataset] = _catalogue()

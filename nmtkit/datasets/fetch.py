@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import hashlib
 import logging
 import os
 import re
@@ -17,6 +18,7 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
+from nmtkit.datasets import hansards
 from nmtkit.datasets.catalogue import CONVERSIONS, DataFile, Dataset, Download, Resolved, lookup
 from nmtkit.datasets.download import (
     CHUNK,
@@ -47,10 +49,26 @@ def _check_format(path: Path, kind: str, origin: str) -> None:
     with open(path, "rb") as f:
         head = f.read(512)
     ok = head.startswith(_MAGIC[kind]) if kind in _MAGIC else True
-    if kind == "tar":
-        ok = len(head) >= 262 and head[257:262] == b"ustar"
+    if kind == "tar":  # POSIX or GNU (the magic), old v7 headers (no magic: a valid header), or a gzipped tar
+        ok = head[257:262] == b"ustar" or head.startswith(_MAGIC["gz"]) or _tar_header(head)
     if not ok:
         raise InputError(f"is not a {kind} file (it starts with {head[:16]!r}); the download was removed", origin)
+
+
+def _tar_header(block: bytes) -> bool:
+    """``block`` is a tar header with a valid checksum (a tar older than POSIX.1-1988 has no ustar magic)."""
+    try:
+        tarfile.TarInfo.frombuf(block[:tarfile.BLOCKSIZE], "utf-8", "surrogateescape")
+    except (tarfile.HeaderError, ValueError):
+        return False
+    return True
+
+
+def _wanted(f: DataFile) -> list[str]:
+    """The archive members a file is made from: its member, or (``hansards``) its sittings' files."""
+    if f.convert == "hansards":
+        return [member for member, _ in hansards.members(f.path)]
+    return [] if f.member is None else [f.member]
 
 
 def _members(download: Download, archive: Path, wanted: Iterable[str]) -> dict[str, Path]:
@@ -87,7 +105,8 @@ def _members(download: Download, archive: Path, wanted: Iterable[str]) -> dict[s
     if missing:
         for p in out.values():
             _remove(p)
-        raise InputError(f"the archive has no member {', '.join(missing)}", archive)
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise InputError(f"the archive has no member {', '.join(missing[:5])}{more}", archive)
     return out
 
 
@@ -238,7 +257,7 @@ class Fetcher:
 
     def _from_publisher(self, d: Download, files: list[DataFile]) -> None:
         archive = self.archive(d)
-        members = {f.member for f in files if f.member is not None}
+        members = {m for f in files for m in _wanted(f)}
         extracted = _members(d, archive, members) if members else {}  # one pass over the archive for all
         try:
             for f in files:
@@ -247,19 +266,38 @@ class Fetcher:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 origin = d.url + (f" ({f.member})" if f.member else "")
                 with atomic_file(target, "wb") as out:
-                    _convert(extracted[f.member] if f.member else archive, f.convert, out, origin)
+                    if f.convert == "hansards":
+                        hansards.convert(f.path, extracted, out, d.url)
+                    else:
+                        _convert(extracted[f.member] if f.member else archive, f.convert, out, origin)
                 got = sha256sum(target)
-                if f.sha256 is not None and got != f.sha256:
+                same_text = _same_text(target, f) if f.sha256 is not None and got != f.sha256 else None
+                if same_text:
+                    log.info("%s, made from %s, holds the reference copy's text (sha256 %s of the decompressed "
+                             "text); only its gzip bytes differ", target, origin, f.text_sha256)
+                elif f.sha256 is not None and got != f.sha256:
                     log.warning("%s, made from %s, differs from the catalogue's reference copy (sha256 %s, not %s): "
                                 "the publisher's file is not the one the reference was made from; scores on it are "
                                 "not comparable with runs on the reference copy", target, origin, got, f.sha256)
                 self.manifest.put(rel, {"sha256": got, "size": target.stat().st_size, "url": d.url,
                                         "member": f.member, "convert": f.convert, "origin": "publisher",
                                         "matches_reference": None if f.sha256 is None else got == f.sha256,
+                                        "text_matches_reference": same_text,
                                         "time": _now()})
         finally:
             for p in extracted.values():
                 _remove(p)
+
+
+def _same_text(path: Path, f: DataFile) -> bool | None:
+    """Whether a .gz file decompresses to the reference copy's text (None: the catalogue has no text checksum)."""
+    if f.text_sha256 is None:
+        return None
+    h = hashlib.sha256()
+    with gzip.open(path, "rb") as src:
+        while block := src.read(CHUNK):
+            h.update(block)
+    return h.hexdigest() == f.text_sha256
 
 
 def get(dataset: str | Dataset, *, cache_dir: str | os.PathLike | None = None,
