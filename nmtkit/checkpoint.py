@@ -13,6 +13,9 @@ A checkpoint is one self-contained file holding only tensors and plain container
       "train": {...optional: optimizer state, RNG states, data position, update count, metrics history...},
     }
 
+``"model"`` holds the weights to translate with: with ``--ema-decay`` or ``--average-last`` the averaged ones, and
+then ``"train"`` also holds the raw training weights as ``"raw_model"`` (nmtkit/averaging.py); else the raw ones.
+
 Writes are atomic: a temporary file in the same directory is written, fsynced and renamed over the target.
 """
 

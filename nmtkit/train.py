@@ -10,9 +10,12 @@ the validation set (tokenised BLEU on Moses tokens, labelled so); a checkpoint i
 chosen metric) is kept as ``checkpoint_best.pt``, the last ``keep_last`` numbered ones are kept, and
 ``checkpoint_last.pt`` always names the newest. Early stopping after ``patience`` validations without improvement.
 
-Resuming restores weights, optimizer state, RNG states, data position, update count, elapsed time and the metrics
-history, so a resumed run reaches the same weights as an uninterrupted one (bit for bit on CPU). Ctrl-C and
-SIGTERM finish the current update, save a checkpoint and stop.
+Options beyond the paper: learning-rate schedules with warm-up (:mod:`nmtkit.schedule`), and validating and
+saving an exponential moving average of the weights or the mean of the last N validations' (:mod:`nmtkit.averaging`).
+
+Resuming restores weights, optimizer state, RNG states, data position, update count, elapsed time, the metrics
+history, the schedule's state and the averaged weights, so a resumed run reaches the same weights as an
+uninterrupted one (bit for bit on CPU). Ctrl-C and SIGTERM finish the current update, save a checkpoint and stop.
 
 Data parallelism: under ``torchrun`` (``WORLD_SIZE`` > 1) every process takes an interleaved share of each
 minibatch, gradients are summed across processes before clipping, so N processes compute the update one process
@@ -35,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from nmtkit import checkpoint
+from nmtkit import averaging, checkpoint
 from nmtkit.adadelta import Adadelta
 # (every nmtkit module the run needs is imported when it starts, none at its first validation: a package upgraded
 # under a long run must not meet the run's already-loaded modules halfway)
@@ -45,6 +48,9 @@ from nmtkit.gradients import clip_grad_norm_, grad_norm_and_scale
 from nmtkit.manifest import PreparedData
 from nmtkit.progress import Progress
 from nmtkit.models import build_model
+from nmtkit.models.init import INIT_SCHEMES, initialize
+from nmtkit.recipes import RECIPES
+from nmtkit.schedule import SCHEDULERS, LRSchedule
 from nmtkit.validation import describe as describe_validation
 from nmtkit.validation import validation_bleu, validation_loss
 
@@ -62,12 +68,22 @@ class TrainConfig:
     arch: str
     save_dir: str
     model_options: dict = field(default_factory=dict)  # overrides of the model config (emb_dim=…, dropout=…)
+    recipe: str = "paper"  # the recipe the settings came from (nmtkit.recipes; recorded, the fields rule)
+    init: str = "paper"  # weight initialisation (nmtkit.models.init.INIT_SCHEMES): Appendix B.1 or Glorot
+    label_smoothing: float = 0.0  # ε: train on the cross-entropy against (1 − ε)·onehot(y) + ε/V; 0 = the paper's
     seed: int = 1
     batch_size: int = 80
     pool_batches: int = 20  # minibatches per length-sorted pool (the paper: 20, i.e. 1,600 pairs)
     max_len: int | None = None  # train on pairs of at most this many tokens per side (default: the model's)
     optimizer: str = "adadelta"
     lr: float = 1.0
+    lr_scheduler: str = "constant"  # nmtkit.schedule: constant, inverse-sqrt or plateau
+    warmup_updates: int = 0  # linear warm-up over the first N updates (lr·u/N), with every scheduler
+    lr_decay: float = 0.5  # plateau: the factor of each decay
+    lr_patience: int = 1  # plateau: decay after this many validations without improvement
+    min_lr: float = 0.0  # the floor of the decaying schedules (after warm-up)
+    ema_decay: float = 0.0  # validate and save an exponential moving average of the weights; 0 = off
+    average_last: int = 0  # validate and save the mean of the weights at the last N validations; 0 = off
     rho: float = 0.95  # Adadelta's decay
     eps: float = 1e-6  # Adadelta's ε
     clip_norm: float = 1.0  # rescale the gradient to this L2 norm when larger; 0 = never
@@ -92,14 +108,40 @@ class TrainConfig:
     def check(self) -> None:
         if self.optimizer not in OPTIMIZERS:
             raise InputError(f"unknown optimizer '{self.optimizer}' (choose from {', '.join(OPTIMIZERS)})")
+        if self.recipe not in RECIPES:
+            raise InputError(f"unknown recipe '{self.recipe}' (choose from {', '.join(RECIPES)})")
+        if self.init not in INIT_SCHEMES:
+            raise InputError(f"unknown initialisation '{self.init}' (choose from {', '.join(INIT_SCHEMES)})")
         if self.best_metric not in METRICS:
             raise InputError(f"unknown metric '{self.best_metric}' (choose from {', '.join(METRICS)})")
+        if self.lr_scheduler not in SCHEDULERS:
+            raise InputError(f"unknown --lr-scheduler '{self.lr_scheduler}' (choose from {', '.join(SCHEDULERS)})")
         for name in ("batch_size", "pool_batches", "valid_every", "valid_batch_size", "keep_last", "log_every",
-                     "valid_beam"):
+                     "valid_beam", "lr_patience"):
             if getattr(self, name) < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
+        for name, ok, want in (("warmup_updates", self.warmup_updates >= 0, "at least 0"),
+                               ("average_last", self.average_last >= 0, "at least 0"),
+                               ("lr_decay", 0 < self.lr_decay < 1, "in (0, 1)"),
+                               ("min_lr", 0 <= self.min_lr < math.inf, "finite and at least 0"),
+                               ("ema_decay", 0 <= self.ema_decay < 1, "in [0, 1)"),
+                               ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1)")):
+            if not ok:
+                raise InputError(f"--{name.replace('_', '-')} must be {want} (got {getattr(self, name)})")
+        if self.ema_decay and self.average_last:
+            raise InputError("--ema-decay and --average-last exclude each other (choose one averaging)")
+        if self.keep_last < self.average_last:
+            raise InputError(f"--keep-last ({self.keep_last}) must be at least --average-last ({self.average_last}): "
+                             "a resumed run reads the raw weights of the averaged checkpoints back")
         if self.resume and self.force:
             raise InputError("--resume and --force exclude each other")
+
+
+# the settings of the updates themselves: a resumed run that changes one is warned (a checkpoint from before one of
+# them existed ran with its default)
+TRAINING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)
+                     if f.name in ("lr", "lr_scheduler", "warmup_updates", "lr_decay", "lr_patience", "min_lr",
+                                   "ema_decay", "average_last", "label_smoothing")}
 
 
 @dataclass
@@ -144,6 +186,8 @@ class Trainer:
         self.valid = None
         if "valid" in self.data.splits:
             self.valid = (self.data.corpus("valid", src), self.data.corpus("valid", tgt))
+        elif cfg.lr_scheduler == "plateau":
+            raise InputError("--lr-scheduler plateau needs a validation set (prepare it with --valid)", cfg.data)
         self.state = TrainState()
         self.stop_signal: int | None = None
         self._build(self._resume_payload())
@@ -176,13 +220,20 @@ class Trainer:
         try:
             if payload is None:
                 self.model = build_model(cfg.arch, len(self.src_vocab), len(self.tgt_vocab), **cfg.model_options)
+                if cfg.init != "paper":  # (the modules' own initialisation is B.1's)
+                    initialize(self.model, cfg.init)
             else:
                 from nmtkit.models import resolve
 
                 if resolve(cfg.arch)[0] != payload["arch"]:
                     raise InputError(f"--arch {cfg.arch} does not match the checkpoint's architecture "
                                      f"'{payload['arch']}'", os.path.join(cfg.save_dir, "checkpoint_last.pt"))
-                self.model = checkpoint.build_model(payload)
+                before = payload["train"].get("config", {}).get("optimizer", cfg.optimizer)
+                if before != cfg.optimizer:  # (its state would not fit: a KeyError at the first update)
+                    raise InputError(f"--optimizer {cfg.optimizer} does not match the optimizer of the checkpoint's "
+                                     f"run, '{before}' (resume with --optimizer {before}, or that run's --recipe)",
+                                     os.path.join(cfg.save_dir, "checkpoint_last.pt"))
+                self.model = checkpoint.build_model({**payload, "model": averaging.raw_weights(payload)})
         except ValueError as e:
             raise InputError(str(e)) from None
         self.model.to(self.device)
@@ -204,6 +255,10 @@ class Trainer:
         if len(self.eligible) == 0:
             raise InputError(f"no training pair has at most {max_len} tokens per side", cfg.data)
         self.max_len = max_len
+        self.schedule = LRSchedule(cfg.lr_scheduler, cfg.lr, cfg.warmup_updates, cfg.lr_decay, cfg.lr_patience,
+                                   cfg.min_lr)
+        self.lr = cfg.lr  # the rate of the latest update
+        self.averager = averaging.make(self.model, cfg.ema_decay, cfg.average_last)
         if payload is not None:
             train = payload["train"]
             self.optimizer.load_state_dict(train["optimizer"])
@@ -220,11 +275,31 @@ class Trainer:
             if changed:
                 log.warning("resuming with other data settings than the interrupted run (%s): the batches that "
                             "follow differ from an uninterrupted run's", ", ".join(changed))
+            self._resume_schedule_and_average(payload)
+
+    def _resume_schedule_and_average(self, payload: dict) -> None:
+        """The schedule's state and the averaged weights of the checkpoint's run; other settings than its: warned."""
+        cfg, train = self.cfg, payload["train"]
+        if "schedule" in train:
+            self.schedule.load_state_dict(train["schedule"])
+        if self.averager is not None and self.rank == 0:  # (only the lead process validates and saves)
+            self.averager.resume(payload, cfg.save_dir)
+        before = {**TRAINING_DEFAULTS, **train.get("config", {})}
+        changed = [f"--{k.replace('_', '-')} {before[k]} -> {getattr(cfg, k)}" for k in TRAINING_DEFAULTS
+                   if before[k] != getattr(cfg, k)]
+        if changed:
+            log.warning("resuming with other training settings than the interrupted run (%s): the updates that "
+                        "follow differ from an uninterrupted run's", ", ".join(changed))
 
     # -- checkpoints -------------------------------------------------------------------------------------------
 
-    def payload(self) -> dict:
+    def payload(self, weights: dict | None = None) -> dict:
+        """The checkpoint of the run as it is; ``weights``: what ``"model"`` holds when averaging (default: the
+        averaged weights now), the raw weights going into the train section (nmtkit/averaging.py)."""
         src, tgt = self.data.source_lang, self.data.target_lang
+        raw = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        if weights is None and self.averager is not None:
+            weights = self.averager.weights(raw)
         rng = {"torch": torch.get_rng_state()}
         if self.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
@@ -235,26 +310,30 @@ class Trainer:
             "target_lang": tgt,
             "vocab": {"src": list(self.src_vocab.tokens), "tgt": list(self.tgt_vocab.tokens)},
             "preprocessing": {"src": self.data.text_config(src).to_dict(), "tgt": self.data.text_config(tgt).to_dict()},
-            "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+            "model": raw if weights is None else weights,
             "train": {
                 "optimizer": self.optimizer.state_dict(),
                 "state": dataclasses.asdict(self.state),
                 "rng": rng,
                 "config": dataclasses.asdict(self.cfg),
+                "schedule": self.schedule.state_dict(),
+                **({} if weights is None else {"raw_model": raw, **self.averager.train_entries(weights)}),
             },
         }
 
-    def save(self, is_best: bool) -> str:
+    def save(self, is_best: bool, weights: dict | None = None) -> str:
         d = self.cfg.save_dir
         path = os.path.join(d, f"checkpoint{self.state.update}.pt")
-        checkpoint.save(self.payload(), path)
+        checkpoint.save(self.payload(weights), path)
         checkpoint.link(path, os.path.join(d, "checkpoint_last.pt"))
         if is_best:
             checkpoint.link(path, os.path.join(d, "checkpoint_best.pt"))
         numbered = sorted((int(m.group(1)), p) for p in glob.glob(os.path.join(d, "checkpoint*.pt"))
                           if (m := re.fullmatch(r"checkpoint(\d+)\.pt", os.path.basename(p))))
-        for _, old in numbered[: -self.cfg.keep_last]:
-            os.unlink(old)
+        needed = set() if self.averager is None else self.averager.needed()  # (a resumed average reads them)
+        for u, old in numbered[: -self.cfg.keep_last]:
+            if u not in needed:
+                os.unlink(old)
         return path
 
     # -- one update --------------------------------------------------------------------------------------------
@@ -269,20 +348,30 @@ class Trainer:
         if len(mine):
             batch = collate(self.train_src, self.train_tgt, mine).to(self.device)
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
-                nll = self.model.nll(batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out)  # summed over tokens
-            (nll / len(ids)).backward()  # mean over the whole minibatch's sentences, across processes
+                loss, nll = self.model.training_loss(batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out,
+                                                     self.cfg.label_smoothing)  # summed over tokens
+            (loss / len(ids)).backward()  # mean over the whole minibatch's sentences, across processes
             nll_sum, ntok = nll.detach().double().cpu(), batch.num_tokens
         if self.world > 1:
             nll_sum, ntok = self._all_reduce_grads(nll_sum, ntok)
         # the norm before rescaling; with clipping off (0) an infinite threshold leaves the gradient as is.  nmtkit's
         # Adadelta takes the factor and rescales block by block (one pass less over the gradients)
         max_norm = self.cfg.clip_norm or math.inf
+        self.lr = self.schedule.lr(self.state.update + 1)  # (nmtkit/schedule.py: every optimizer reads group["lr"])
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
         if isinstance(self.optimizer, Adadelta):
             norm, scale = grad_norm_and_scale(self.model.parameters(), max_norm)
             self.optimizer.step(grad_scale=scale)
         else:
             norm = clip_grad_norm_(self.model.parameters(), max_norm)
             self.optimizer.step()
+        # torch's fused Adam and nmtkit's compiled Adadelta write the weights without moving their version counters,
+        # on which caches of derived weights are keyed (models/stepweights.py: the search's, in validation BLEU)
+        for p in self.model.parameters():
+            torch.autograd.graph.increment_version(p)
+        if self.averager is not None:
+            self.averager.after_update()
         return float(nll_sum), ntok, float(norm)
 
     def _all_reduce_grads(self, nll_sum, ntok):
@@ -342,9 +431,10 @@ class Trainer:
         if (cfg.max_updates and st.update >= cfg.max_updates) or (cfg.max_time and st.elapsed >= cfg.max_time):
             status = "limit"  # a resumed run that already reached its limit: no further update
             progress.write(f"update {st.update}: the run has already reached its --max-updates/--max-time limit")
-        log.info("training %s (%s parameters) on %d of %d pairs (at most %d tokens a side), %d process(es)",
-                 self.model.arch, f"{sum(p.numel() for p in self.model.parameters()):,}", len(self.eligible),
-                 len(self.train_src), self.max_len, self.world)
+        log.info("training %s (%s parameters) on %d of %d pairs (at most %d tokens a side), %d process(es); recipe "
+                 "%s: %s, lr %g, init %s%s", self.model.arch, f"{sum(p.numel() for p in self.model.parameters()):,}",
+                 len(self.eligible), len(self.train_src), self.max_len, self.world, cfg.recipe, cfg.optimizer, cfg.lr,
+                 cfg.init, f", label smoothing {cfg.label_smoothing:g}" if cfg.label_smoothing else "")
         try:
             while status == "done" and not (cfg.max_epochs and st.epoch >= cfg.max_epochs):
                 schedule = epoch_schedule(np.asarray(self.train_src.sizes), np.asarray(self.train_tgt.sizes),
@@ -402,16 +492,20 @@ class Trainer:
             return status
         import torch.distributed as dist
 
-        box = [status]
+        box = [status, self.schedule.state_dict()]  # (only the lead validates: plateau's decays come from it)
         dist.broadcast_object_list(box, src=0)
+        self.schedule.load_state_dict(box[1])
         return box[0]
 
     def _validate_and_save(self, logf, progress) -> str:
         cfg, st = self.cfg, self.state
-        result = {"update": st.update}
-        improved = True
+        result, improved, value, raw, weights = {"update": st.update}, True, None, None, None
+        if self.averager is not None:  # what is validated and saved: the averaged weights
+            raw = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+            weights = self.averager.weights(raw)
         if self.valid is not None:
-            result = self.validate()
+            with averaging.using_weights(self.model, weights):
+                result = self.validate()
             value = result.get("valid_bleu") if cfg.best_metric == "bleu" else None
             value = -result["valid_loss"] if value is None else value
             improved = st.best is None or value > st.best
@@ -419,9 +513,16 @@ class Trainer:
                 st.best, st.best_update, st.bad_validations = value, st.update, 0
             else:
                 st.bad_validations += 1
+        # plateau's count (and its own best) and the average's snapshots take only the validations every
+        # --valid-every updates, not the checkpoint of an interruption: an interrupted and resumed run meets the same
+        scheduled = st.update % cfg.valid_every == 0
+        if scheduled and value is not None and self.schedule.on_validation(st.update, value):
+            progress.write(f"update {st.update}: learning rate decayed to {self.schedule.lr(st.update + 1):g}")
         result.update(epoch=st.epoch + 1, elapsed=round(st.elapsed, 3), best_update=st.best_update)
         st.history.append(result)
-        path = self.save(improved)
+        if scheduled and self.averager is not None:
+            self.averager.after_validation(st.update, raw)  # (before saving: the checkpoint names its snapshots)
+        path = self.save(improved, weights)
         progress.write(describe_validation(result) + f"; saved {path}")
         logf.write(json.dumps({"type": "valid", **result}) + "\n")
         logf.flush()
@@ -436,7 +537,7 @@ class Trainer:
         record = {"type": "train", "update": st.update, "epoch": st.epoch + 1, "loss": w["nll"] / max(w["tok"], 1),
                   "ppl": math.exp(min(w["nll"] / max(w["tok"], 1), 100)),
                   "tgt_tokens_per_s": w["tok"] / max(w["time"], 1e-9), "grad_norm": w["norm"] / w["n"],
-                  "elapsed": round(st.elapsed, 3)}
+                  "lr": self.lr, "elapsed": round(st.elapsed, 3)}
         logf.write(json.dumps(record) + "\n")
         logf.flush()
         for k in w:

@@ -2,18 +2,23 @@
 
 What is proven here: the model can overfit a few dozen real pairs; the defaults are the paper's recipe and clipping
 really rescales; a resumed run reaches bit-identical weights; SIGTERM saves and resumes; two gloo processes equal one
-process; bad inputs give one-line errors and touch nothing; checkpoints are self-contained; the stopping rules work.
+process; bad inputs give one-line errors and touch nothing; checkpoints are self-contained; the stopping rules work;
+the learning-rate schedules set each update's rate, the EMA and the average of the last validations are what is
+validated and saved, and runs with them resume exactly too; the recipes resolve as documented (the paper's changes
+nothing), Glorot initialisation and label smoothing do what they say and resume exactly.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import itertools
 import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -569,6 +574,22 @@ def test_resume_equals_uninterrupted(small, tmp_path, stop, total, options):
         assert a["train"]["state"][key] == b["train"]["state"][key], key
 
 
+@pytest.mark.parametrize("recipe", [{}, {"optimizer": "adam", "lr": 0.01}, {"optimizer": "sgd", "lr": 0.1}],
+                         ids=["adadelta", "adam", "sgd"])
+def test_an_update_moves_every_weights_version(small, tmp_path, recipe):
+    """After each update every parameter's version counter has moved -- torch's fused Adam and the compiled Adadelta
+    kernel write without moving it -- so that the search's cached weights (models/stepweights.py) are rebuilt for
+    the next validation's BLEU instead of decoding with the weights of an earlier one."""
+    trainer = Trainer(_cfg(small, tmp_path / "run", max_updates=2, valid_every=100, valid_bleu_sentences=0,
+                           **recipe))
+    versions = []
+    step = trainer._step
+    trainer._step = lambda ids: (versions.append([p._version for p in trainer.model.parameters()]), step(ids))[1]
+    trainer.train()
+    versions.append([p._version for p in trainer.model.parameters()])
+    assert all(b > a for before, after in zip(versions, versions[1:]) for a, b in zip(before, after))
+
+
 def test_resuming_a_finished_run_trains_no_further(small, finished_run, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
@@ -630,10 +651,12 @@ def _free_port() -> int:
 @pytest.mark.parametrize("recipe", [
     {},  # the paper's: Adadelta, clipping at norm 1 (of the gradient summed over processes)
     {"optimizer": "sgd", "lr": 0.5, "clip_norm": 0.0},  # plain SGD: any error in the gradient's scale shows
-], ids=["adadelta-clipped", "sgd-unclipped"])
+    # plateau's decays come from the lead process's validations: every process must take them
+    {"optimizer": "sgd", "lr": 8.0, "lr_scheduler": "plateau", "valid_every": 1, "max_updates": 6, "ema_decay": 0.5},
+], ids=["adadelta-clipped", "sgd-unclipped", "sgd-plateau-ema"])
 def test_two_process_data_parallel_equals_one_process(small, tmp_path, recipe):
     # batches of 15: the two processes get 8 and 7 sentences
-    common = dict(batch_size=15, pool_batches=2, max_updates=4, valid_every=100, valid_bleu_sentences=0, **recipe)
+    common = {**dict(batch_size=15, pool_batches=2, max_updates=4, valid_every=100, valid_bleu_sentences=0), **recipe}
     single = Trainer(_cfg(small, tmp_path / "one", **common))
     initial = {k: v.clone() for k, v in single.model.state_dict().items()}
     single.train()
@@ -648,7 +671,7 @@ def test_two_process_data_parallel_equals_one_process(small, tmp_path, recipe):
 
     one = checkpoint.load(tmp_path / "one" / "checkpoint_last.pt")
     two = checkpoint.load(tmp_path / "two" / "checkpoint_last.pt")
-    assert one["train"]["state"]["update"] == two["train"]["state"]["update"] == 4
+    assert one["train"]["state"]["update"] == two["train"]["state"]["update"] == common["max_updates"]
     moved = 0.0
     for k, w in one["model"].items():
         torch.testing.assert_close(two["model"][k], w, rtol=0, atol=1e-5, msg=k)
@@ -656,6 +679,10 @@ def test_two_process_data_parallel_equals_one_process(small, tmp_path, recipe):
     assert moved > 1e-3  # the updates were real, so equality is not trivial
     assert one["train"]["state"]["history"][-1]["valid_loss"] == \
         pytest.approx(two["train"]["state"]["history"][-1]["valid_loss"], rel=1e-5)
+    if "lr_scheduler" in recipe:
+        assert one["train"]["schedule"]["factor"] < 1 and one["train"]["schedule"] == two["train"]["schedule"]
+        for k, w in one["train"]["raw_model"].items():
+            torch.testing.assert_close(two["train"]["raw_model"][k], w, rtol=0, atol=1e-5, msg=k)
 
 
 # -- bad input through the command line ------------------------------------------------------------------------------
@@ -737,6 +764,13 @@ def _arch_mismatch(small, tmp, run, other):
     return [small, "--arch", "rnnencdec-tiny", "--resume"], ["rnnencdec", "checkpoint_last.pt"]
 
 
+def _optimizer_mismatch(small, tmp, run, other):
+    """A run of the paper's recipe (Adadelta) resumed as rnnsearch-small, whose recipe is now 'fast' (Adam): Adam
+    cannot take Adadelta's state."""
+    return [small, "--arch", "rnnsearch-small", "--resume"], [str(run / "checkpoint_last.pt"), "--optimizer adam",
+                                                              "'adadelta'", "--optimizer adadelta"]
+
+
 BAD_INPUTS = {
     "other-format-version": _other_format,
     "not-prepared": _not_prepared,
@@ -749,6 +783,7 @@ BAD_INPUTS = {
     "bad-model-value": _bad_model_value,
     "existing-checkpoints": _existing_checkpoints,
     "arch-mismatch": _arch_mismatch,
+    "optimizer-mismatch": _optimizer_mismatch,
 }
 
 
@@ -906,3 +941,441 @@ def test_validation_bleu_by_beam_search_and_resume_warning(small, tmp_path, capl
         train(_cfg(small, tmp_path / "run", valid_every=2, max_updates=4, valid_bleu_sentences=0, resume=True,
                    batch_size=8))
     assert any("--batch-size" in r.getMessage() and "differ" in r.getMessage() for r in caplog.records)
+
+
+# -- learning-rate schedules and averaged weights --------------------------------------------------------------------
+
+def _train_records(run) -> list[dict]:
+    return [r for r in map(json.loads, open(run / "train.jsonl")) if r["type"] == "train"]
+
+
+def test_inverse_sqrt_with_warmup_sets_each_updates_rate(small, tmp_path):
+    """Plain SGD without clipping: every update is θ − lr_u·g with the schedule's lr_u (warm-up lr·u/N, then
+    lr·sqrt(N/u)), the rate the log records."""
+    run = tmp_path / "run"
+    trainer = Trainer(_cfg(small, run, optimizer="sgd", lr=0.5, clip_norm=0.0, lr_scheduler="inverse-sqrt",
+                           warmup_updates=3, max_updates=8, valid_every=100, valid_bleu_sentences=0))
+    expected = [0.5 * u / 3 for u in (1, 2, 3)] + [0.5 * math.sqrt(3 / u) for u in range(4, 9)]
+    seen = []
+    step = trainer.optimizer.step
+
+    def checking_step(*a, **k):
+        lr = trainer.optimizer.param_groups[0]["lr"]
+        before = [(p.detach().clone(), p.grad.detach().clone()) for p in trainer.model.parameters()]
+        out = step(*a, **k)
+        for p, (w, g) in zip(trainer.model.parameters(), before):
+            assert torch.equal(p, w.add(g, alpha=-lr))
+        seen.append(lr)
+        return out
+
+    trainer.optimizer.step = checking_step
+    trainer.train()
+    assert seen == pytest.approx(expected, rel=1e-12) and seen[2] == 0.5  # the full rate at the warm-up's end
+    assert [r["lr"] for r in _train_records(run)] == seen
+
+
+def test_plateau_decays_after_patience_bad_validations(small, tmp_path, monkeypatch):
+    """Real updates with scripted validation losses: the rate halves after two validations in a row without a new
+    best (the warm-up's validation not counted), down to --min-lr; the log records every update's rate."""
+    losses = {2: 9.0, 4: 5.0, 6: 5.5, 8: 5.2, 10: 4.0, 12: 4.5, 14: 4.6, 16: 4.7, 18: 4.8}
+    monkeypatch.setattr(Trainer, "validate", lambda self: {"update": self.state.update,
+                                                           "valid_loss": losses[self.state.update], "valid_ppl": 1.0})
+    run = tmp_path / "run"
+    summary = train(_cfg(small, run, lr_scheduler="plateau", warmup_updates=2, lr_patience=2, lr_decay=0.5,
+                         min_lr=0.3, best_metric="loss", valid_every=2, max_updates=18))
+    assert summary["update"] == 18
+    lrs = [r["lr"] for r in _train_records(run)]
+    # updates 1-2: warm-up; 9-14: halved (8 was the second bad validation); 15-: 0.25 floored to 0.3 (14: again)
+    assert lrs == [0.5, 1.0] + [1.0] * 6 + [0.5] * 6 + [0.3] * 4
+    assert checkpoint.load(run / "checkpoint_last.pt")["train"]["schedule"] == {"factor": 0.25, "bad": 0,
+                                                                                 "best": -4.0}
+
+
+def test_ema_is_the_moving_average_of_every_updates_weights(small, tmp_path):
+    """With --ema-decay D the EMA is θ₀ then D·ema + (1 − D)·θ_u after every update (computed here by hand from the
+    weights after each update); the checkpoint's "model" is it (and differs from the raw weights, which train
+    keeps), and the validation loss and BLEU are those of the EMA weights."""
+    from nmtkit.manifest import PreparedData
+    from nmtkit.validation import validation_bleu, validation_loss
+
+    run = tmp_path / "run"
+    trainer = Trainer(_cfg(small, run, ema_decay=0.8, max_updates=6, valid_every=3, valid_bleu_sentences=8))
+    weights = [{k: v.detach().clone() for k, v in trainer.model.state_dict().items()}]
+    step = trainer.optimizer.step
+    trainer.optimizer.step = lambda *a, **k: (step(*a, **k), weights.append(
+        {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}))[0]
+    summary = trainer.train()
+    assert len(weights) == 7
+    ema = {k: v.clone() for k, v in weights[0].items()}
+    for u in range(1, 7):
+        for k in ema:
+            ema[k] = 0.8 * ema[k] + 0.2 * weights[u][k]
+        if u % 3:
+            continue
+        payload = checkpoint.load(run / f"checkpoint{u}.pt")
+        assert payload["train"]["ema"].keys() == payload["model"].keys() == ema.keys()
+        for k in ema:
+            torch.testing.assert_close(payload["model"][k], ema[k], rtol=1e-5, atol=1e-7, msg=k)
+            assert torch.equal(payload["train"]["ema"][k], payload["model"][k])
+            assert torch.equal(payload["train"]["raw_model"][k], weights[u][k])
+        assert sum(not torch.equal(payload["model"][k], weights[u][k]) for k in ema) >= len(ema) - 1  # (W_a)
+
+        data = PreparedData.open(small)
+        vsrc, vtgt = data.corpus("valid", "en"), data.corpus("valid", "fr")
+        record = summary["history"][u // 3 - 1]
+        model = checkpoint.build_model(payload)  # what nmt-translate loads: the EMA
+        expected = validation_loss(model, vsrc, vtgt, torch.device("cpu"), 20)
+        assert record["valid_loss"] == pytest.approx(expected["valid_loss"], rel=1e-6)
+        raw_model = checkpoint.build_model({**payload, "model": payload["train"]["raw_model"]})
+        assert validation_loss(raw_model, vsrc, vtgt, torch.device("cpu"), 20)["valid_loss"] != \
+            pytest.approx(record["valid_loss"], rel=1e-6)
+        bleu = validation_bleu(model, data, vsrc, trainer.tgt_vocab, 8, torch.device("cpu"), 1, 20)
+        assert record["valid_bleu"] == bleu["valid_bleu"]
+    # the trainer goes on from the raw weights, untouched by validating the EMA
+    for k, v in trainer.model.state_dict().items():
+        assert torch.equal(v, weights[6][k])
+
+
+def test_average_last_is_the_mean_of_the_last_validations_raw_weights(small, tmp_path):
+    """With --average-last 3 the "model" of each checkpoint is the mean of the raw weights ("train"."raw_model") of
+    the last three validations' checkpoints, fewer at the start -- fairseq's average_checkpoints, online; validation
+    runs on it."""
+    from nmtkit.manifest import PreparedData
+    from nmtkit.validation import validation_loss
+
+    run = tmp_path / "run"
+    summary = train(_cfg(small, run, average_last=3, keep_last=3, valid_every=2, max_updates=10,
+                         valid_bleu_sentences=0))
+    assert [h["update"] for h in summary["history"]] == [2, 4, 6, 8, 10]
+    files = sorted(f for f in os.listdir(run) if re.fullmatch(r"checkpoint\d+\.pt", f))
+    assert files == ["checkpoint10.pt", "checkpoint6.pt", "checkpoint8.pt"]  # --keep-last 3: the three averaged
+    last = checkpoint.load(run / "checkpoint10.pt")
+    raws = [checkpoint.load(run / f"checkpoint{u}.pt")["train"]["raw_model"] for u in (6, 8, 10)]
+    assert last["train"]["average_updates"] == [8, 10]
+    for k, v in last["model"].items():
+        mean = torch.stack([r[k] for r in raws]).double().mean(0)
+        torch.testing.assert_close(v.double(), mean, rtol=1e-6, atol=1e-8, msg=k)
+    # (attention.W_a barely moves in 10 updates: v_a starts at 0, Appendix B.1)
+    assert sum(not torch.equal(v, raws[-1][k]) for k, v in last["model"].items()) >= len(raws[-1]) - 1
+    data = PreparedData.open(small)
+    loss = validation_loss(checkpoint.build_model(last), data.corpus("valid", "en"), data.corpus("valid", "fr"),
+                           torch.device("cpu"), 20)["valid_loss"]
+    assert summary["history"][-1]["valid_loss"] == pytest.approx(loss, rel=1e-6)
+
+
+def test_average_last_starts_with_fewer(small, tmp_path):
+    run = tmp_path / "run"
+    train(_cfg(small, run, average_last=3, keep_last=5, valid_every=2, max_updates=4, valid_bleu_sentences=0))
+    first, second = checkpoint.load(run / "checkpoint2.pt"), checkpoint.load(run / "checkpoint4.pt")
+    for k, v in first["model"].items():
+        assert torch.equal(v, first["train"]["raw_model"][k])  # the mean of one
+        mean = (first["train"]["raw_model"][k].double() + second["train"]["raw_model"][k].double()) / 2
+        assert torch.equal(second["model"][k], mean.float())
+
+
+def _comparable(history: list, valid_every: int) -> list:
+    """The scheduled validations of a history, without their times (an interruption's checkpoint adds one)."""
+    return [{k: v for k, v in h.items() if k != "elapsed"} for h in history if h["update"] % valid_every == 0]
+
+
+# interrupted off the validation grid (the interruption's own checkpoint is not a validation of plateau's or the
+# average's) and on it
+@pytest.mark.parametrize("stop, options", [
+    (6, {"optimizer": "adam", "lr": 0.01, "lr_scheduler": "inverse-sqrt", "warmup_updates": 5}),
+    (10, {"lr_scheduler": "plateau", "lr_patience": 2, "warmup_updates": 3}),
+    (6, {"ema_decay": 0.9, "model_options": {"dropout": 0.3}}),
+    (6, {"average_last": 3}),
+    (8, {"average_last": 3}),
+    (6, {"label_smoothing": 0.1, "model_options": {"dropout": 0.3}}),
+    (6, {"recipe": "fast", "optimizer": "adam", "lr": 1e-3, "init": "xavier"}),  # (the resumed run must not re-init)
+], ids=["inverse-sqrt-warmup", "plateau", "ema-dropout", "average-last", "average-last-on-grid", "label-smoothing",
+        "xavier-adam"])
+def test_resume_with_schedule_and_averaging_equals_uninterrupted(small, tmp_path, stop, options):
+    total, common = 14, dict(valid_every=4, keep_last=100, **options)
+    train(_cfg(small, tmp_path / "A", max_updates=total, **common))
+    train(_cfg(small, tmp_path / "B", max_updates=stop, **common))
+    train(_cfg(small, tmp_path / "B", max_updates=total, resume=True, **common))
+
+    a = checkpoint.load(tmp_path / "A" / "checkpoint_last.pt")
+    b = checkpoint.load(tmp_path / "B" / "checkpoint_last.pt")
+    assert a["train"]["state"]["update"] == b["train"]["state"]["update"] == total
+    for part in (a, b):
+        for key in ("resume", "save_dir"):
+            part["train"]["config"].pop(key)
+        state = part["train"]["state"]
+        state.pop("elapsed")
+        state["history"] = _comparable(state["history"], 4)
+        if stop % 4:  # the interruption's checkpoint counts as a validation for the best and early stopping
+            for key in ("best", "best_update", "bad_validations"):
+                state.pop(key)
+            for h in state["history"]:
+                h.pop("best_update")
+    _assert_same(a, b)  # weights (averaged and raw), optimizer, RNG, schedule, metrics, ... bit for bit
+    for u in range(4, total + 1, 4):  # and every scheduled checkpoint's weights on the way
+        _assert_same(checkpoint.load(tmp_path / "A" / f"checkpoint{u}.pt")["model"],
+                     checkpoint.load(tmp_path / "B" / f"checkpoint{u}.pt")["model"], f"checkpoint{u}")
+    assert [r["lr"] for r in _train_records(tmp_path / "A")] == [r["lr"] for r in _train_records(tmp_path / "B")]
+    raw = a["train"].get("raw_model", a["model"])
+    if "lr_scheduler" in options:  # the schedule really moved the rate
+        assert len({r["lr"] for r in _train_records(tmp_path / "A")}) > 2
+    if options.get("lr_scheduler") == "plateau":
+        assert a["train"]["schedule"]["factor"] < 1
+    if "ema_decay" in options or "average_last" in options:
+        assert sum(not torch.equal(a["model"][k], raw[k]) for k in raw) >= len(raw) - 1  # (W_a: see above)
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"lr_scheduler": "cosine"}, "--lr-scheduler 'cosine'"),
+    ({"warmup_updates": -1}, "--warmup-updates must be at least 0 (got -1)"),
+    ({"lr_decay": 1.0}, "--lr-decay must be in (0, 1) (got 1.0)"),
+    ({"lr_decay": 0.0}, "--lr-decay must be in (0, 1) (got 0.0)"),
+    ({"lr_patience": 0}, "--lr-patience must be at least 1 (got 0)"),
+    ({"min_lr": -0.1}, "--min-lr must be finite and at least 0 (got -0.1)"),
+    ({"min_lr": math.inf}, "--min-lr must be finite and at least 0 (got inf)"),
+    ({"ema_decay": 1.5}, "--ema-decay must be in [0, 1) (got 1.5)"),
+    ({"ema_decay": 1.0}, "--ema-decay must be in [0, 1) (got 1.0)"),
+    ({"ema_decay": math.nan}, "--ema-decay must be in [0, 1) (got nan)"),
+    ({"average_last": -2}, "--average-last must be at least 0 (got -2)"),
+    ({"average_last": 5, "keep_last": 3}, "--keep-last (3) must be at least --average-last (5)"),
+    ({"average_last": 2, "ema_decay": 0.99}, "--ema-decay and --average-last exclude each other"),
+])
+def test_bad_schedule_and_averaging_values_are_refused(small, tmp_path, options, words):
+    from nmtkit.errors import InputError
+
+    with pytest.raises(InputError) as e:
+        Trainer(_cfg(small, tmp_path / "run", **options))
+    assert words in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_values_on_the_command_line_and_plateau_without_validation(overfit_data, small, tmp_path):
+    res = _nmt_train(small, "--arch", "rnnsearch-tiny", "--save-dir", tmp_path / "run", "--ema-decay", 1.5)
+    assert res.returncode == 1 and res.stderr.strip() == "nmt-train: error: --ema-decay must be in [0, 1) (got 1.5)"
+    res = _nmt_train(overfit_data, "--arch", "rnnsearch-tiny", "--save-dir", tmp_path / "run",
+                     "--lr-scheduler", "plateau")  # (no valid split)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and len(lines) == 1 and "plateau needs a validation set" in lines[0], res.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_resuming_an_old_checkpoint_with_ema_starts_it_from_the_weights(small, tmp_path, caplog):
+    """A checkpoint without the new train entries (an older run: its "model" is the raw weights) resumes with
+    averaging switched on: the EMA starts from those weights, with warnings about the changed settings."""
+    import logging
+
+    run = tmp_path / "run"
+    train(_cfg(small, run, max_updates=4, valid_bleu_sentences=0))
+    old = checkpoint.load(run / "checkpoint_last.pt")
+    del old["train"]["schedule"]
+    for k in ("lr_scheduler", "warmup_updates", "lr_decay", "lr_patience", "min_lr", "ema_decay", "average_last"):
+        del old["train"]["config"][k]
+    checkpoint.save(old, run / "checkpoint_last.pt")
+    with caplog.at_level(logging.WARNING, logger="nmtkit.train"):
+        trainer = Trainer(_cfg(small, run, max_updates=4, valid_bleu_sentences=0, resume=True, ema_decay=0.5))
+    assert any("--ema-decay 0.0 -> 0.5" in r.getMessage() for r in caplog.records)
+    assert any("holds no EMA" in r.getMessage() for r in caplog.records)
+    for k, v in trainer.model.state_dict().items():
+        assert torch.equal(v, old["model"][k]) and torch.equal(trainer.averager.weights()[k], v)
+
+
+# -- recipes, initialisation and label smoothing ---------------------------------------------------------------------
+
+def test_recipes_resolve_to_train_configs(small, tmp_path):
+    from nmtkit.recipes import RECIPES, default_recipe, recipe_settings, train_config
+
+    assert [default_recipe(a) for a in ("rnnsearch-small", "rnnencdec-small", "rnnsearch-tiny", "rnnencdec-tiny",
+                                        "rnnsearch", "rnnencdec", "rnnsearch-50", "rnnencdec-30")] == \
+        ["fast", "fast"] + ["paper"] * 6
+    old = TrainConfig(data=str(small), arch="rnnsearch-tiny", save_dir=str(tmp_path))
+    assert train_config(str(small), "rnnsearch-tiny", str(tmp_path)) == old  # the paper's recipe: the defaults
+    assert train_config(str(small), "rnnsearch-small", str(tmp_path), recipe="paper") == \
+        dataclasses.replace(old, arch="rnnsearch-small")
+    fast = train_config(str(small), "rnnsearch-small", str(tmp_path))
+    assert (fast.recipe, fast.optimizer, fast.lr, fast.init) == ("fast", "adam", 1e-3, "xavier")
+    assert dataclasses.replace(fast, recipe="paper", optimizer="adadelta", lr=1.0, init="paper") == \
+        dataclasses.replace(old, arch="rnnsearch-small")  # nothing else differs
+    mine = train_config(str(small), "rnnsearch-small", str(tmp_path), lr=0.002, label_smoothing=0.1)
+    assert (mine.recipe, mine.optimizer, mine.lr, mine.init, mine.label_smoothing) == ("fast", "adam", 0.002, "xavier",
+                                                                                       0.1)
+    settings = recipe_settings("fast")
+    settings["lr"] = 5.0
+    assert RECIPES["fast"]["lr"] == 1e-3  # a copy
+    with pytest.raises(ValueError, match="unknown recipe 'quick' \\(choose from paper, fast\\)"):
+        recipe_settings("quick")
+    from nmtkit.errors import InputError
+
+    with pytest.raises(InputError, match="unknown recipe 'quick'"):
+        Trainer(_cfg(small, tmp_path / "run", recipe="quick"))
+    with pytest.raises(InputError, match="unknown initialisation 'glorot' \\(choose from paper, xavier\\)"):
+        Trainer(_cfg(small, tmp_path / "run", init="glorot"))
+    assert not (tmp_path / "run").exists()
+
+
+CLI_SMALL = ("--batch-size", 16, "--pool-batches", 2, "--max-updates", 1, "--valid-bleu-sentences", 0,
+             "--threads", 1, "-q")
+
+
+@pytest.mark.parametrize("args, want", [
+    (["-a", "rnnsearch-small"], ("fast", "adam", 1e-3, "xavier")),
+    (["-a", "rnnencdec-small"], ("fast", "adam", 1e-3, "xavier")),
+    (["-a", "rnnsearch-tiny"], ("paper", "adadelta", 1.0, "paper")),
+    (["-a", "rnnsearch", "-o", "emb_dim=16", "-o", "hidden_dim=24", "-o", "attn_dim=16", "-o", "maxout_dim=8"],
+     ("paper", "adadelta", 1.0, "paper")),
+    (["-a", "rnnsearch-small", "--lr", "0.002", "--recipe", "fast"], ("fast", "adam", 0.002, "xavier")),
+    (["-a", "rnnsearch-small", "--recipe", "paper"], ("paper", "adadelta", 1.0, "paper")),
+    # an option given explicitly wins even when it spells the option's default
+    (["-a", "rnnsearch-small", "--init", "paper", "--optimizer", "adadelta"], ("fast", "adadelta", 1e-3, "paper")),
+    (["-a", "rnnsearch-tiny", "--recipe", "fast", "--optimizer", "sgd"], ("fast", "sgd", 1e-3, "xavier")),
+], ids=["small", "encdec-small", "tiny", "bare-arch", "fast-explicit-lr", "small-paper", "explicit-defaults",
+        "tiny-fast-sgd"])
+def test_recipe_on_the_command_line(small, tmp_path, args, want):
+    run = tmp_path / "run"
+    res = _nmt_train(small, *args, "--save-dir", run, *CLI_SMALL)
+    assert res.returncode == 0, res.stderr[-3000:]
+    last = checkpoint.load(run / "checkpoint_last.pt")
+    cfg = last["train"]["config"]
+    assert (cfg["recipe"], cfg["optimizer"], cfg["lr"], cfg["init"]) == want
+    assert (cfg["label_smoothing"], cfg["lr_scheduler"], cfg["ema_decay"], cfg["batch_size"]) == (0, "constant", 0, 16)
+    state = last["train"]["optimizer"]["state"]  # (SGD without momentum keeps none)
+    assert bool(state) == (want[1] != "sgd")
+    assert all(("exp_avg" in v) == (want[1] == "adam") and ("square_avg" in v) == (want[1] == "adadelta")
+               for v in state.values())
+    assert last["train"]["optimizer"]["param_groups"][0]["lr"] == want[2]
+    # the weights after one update are near their initialisation's scale: B.1's N(0, 0.01²) or Glorot's
+    E = last["model"]["E_src"]
+    glorot = (2 / sum(E.shape)) ** 0.5
+    if want[3] == "xavier":
+        assert abs(E.std().item() / glorot - 1) < 0.25, E.std().item()
+    else:
+        assert E.std().item() < 0.03 < 0.5 * glorot, E.std().item()
+
+
+def test_unknown_recipe_or_init_is_a_usage_error(small, tmp_path):
+    for option, value in (("--recipe", "quick"), ("--init", "glorot")):
+        res = _nmt_train(small, "-a", "rnnsearch-small", "--save-dir", tmp_path / "run", option, value)
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+        assert res.stderr.startswith(f"nmt-train: error: Invalid value for '{option}'") and f"'{value}'" in res.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_paper_recipe_changes_nothing(small, tmp_path):
+    """--recipe paper, and no recipe on a tiny preset, train to the very weights of a TrainConfig of the defaults
+    (the settings from before recipes existed).  That run too in a process of its own: BLAS's sums may be ordered
+    otherwise inside pytest's process (differences of 1e-9)."""
+    code = ("import sys; from nmtkit.train import TrainConfig, train; train(TrainConfig(data=sys.argv[1], "
+            "arch='rnnsearch-tiny', save_dir=sys.argv[2], batch_size=16, pool_batches=2, valid_every=4, "
+            "valid_bleu_sentences=0, valid_batch_size=20, log_every=1, threads=1, max_updates=3))")
+    res = subprocess.run([sys.executable, "-c", code, str(small), str(tmp_path / "old")], capture_output=True,
+                         text=True, env=_env(), timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    common = ("-a", "rnnsearch-tiny", "--batch-size", 16, "--pool-batches", 2, "--valid-every", 4,
+              "--valid-bleu-sentences", 0, "--valid-batch-size", 20, "--log-every", 1, "--threads", 1,
+              "--max-updates", 3, "-q")
+    for name, extra in (("paper", ("--recipe", "paper")), ("none", ())):
+        res = _nmt_train(small, *common, *extra, "--save-dir", tmp_path / name)
+        assert res.returncode == 0, res.stderr[-3000:]
+    old = checkpoint.load(tmp_path / "old" / "checkpoint_last.pt")
+    for name in ("paper", "none"):
+        new = checkpoint.load(tmp_path / name / "checkpoint_last.pt")
+        _assert_same(old["model"], new["model"], name)
+        _assert_same(old["train"]["optimizer"], new["train"]["optimizer"], name)
+        assert torch.equal(old["train"]["rng"]["torch"], new["train"]["rng"]["torch"])
+        a, b = (dict(c["train"]["config"]) for c in (old, new))
+        for c in (a, b):
+            c.pop("save_dir")
+        assert a == b and b["recipe"] == "paper"
+    torch.manual_seed(1)  # (the run's seed: its initial weights)
+    from nmtkit.models import build_model
+
+    fresh = build_model("rnnsearch-tiny", len(old["vocab"]["src"]), len(old["vocab"]["tgt"])).state_dict()
+    trained = sum(not torch.equal(v, fresh[k]) for k, v in old["model"].items())
+    assert trained >= len(fresh) - 2  # it did train, so the equality says something (v_a = 0 at first: W_a, U_a
+    # get no gradient from the first update)
+
+
+def _smoothed_loss_per_token(model, src_corpus, tgt_corpus, eps) -> float:
+    from nmtkit.batching import eval_batches
+
+    model.eval()
+    loss, ntok = 0.0, 0
+    for ids in eval_batches(np.asarray(src_corpus.sizes), np.asarray(tgt_corpus.sizes), 80):
+        batch = collate(src_corpus, tgt_corpus, ids)
+        with torch.no_grad():
+            loss += float(model.training_loss(batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out, eps)[0])
+        ntok += batch.num_tokens
+    return loss / ntok
+
+
+def test_label_smoothing_changes_the_updates_not_the_logged_losses(small, tmp_path):
+    from nmtkit.manifest import PreparedData
+    from nmtkit.validation import validation_loss
+
+    common = dict(max_updates=4, valid_every=4, valid_bleu_sentences=0, optimizer="adam", lr=1e-3, init="xavier")
+    train(_cfg(small, tmp_path / "plain", **common))
+    train(_cfg(small, tmp_path / "smooth", label_smoothing=0.1, **common))
+    plain = checkpoint.load(tmp_path / "plain" / "checkpoint4.pt")
+    smooth = checkpoint.load(tmp_path / "smooth" / "checkpoint4.pt")
+    assert smooth["train"]["config"]["label_smoothing"] == 0.1
+    differ = sum(not torch.equal(v, smooth["model"][k]) for k, v in plain["model"].items())
+    assert differ >= len(plain["model"]) - 1, differ
+    # the logged training loss is the NLL: at update 1 both runs had the same weights and the same batch
+    p_log, s_log = _train_records(tmp_path / "plain"), _train_records(tmp_path / "smooth")
+    assert [r["update"] for r in s_log] == [1, 2, 3, 4]
+    assert s_log[0]["loss"] == pytest.approx(p_log[0]["loss"], rel=1e-6)
+    assert s_log[0]["ppl"] == pytest.approx(math.exp(s_log[0]["loss"]), rel=1e-9)
+    # the logged validation loss is the NLL of the saved model, not its smoothed loss
+    data = PreparedData.open(small)
+    vsrc, vtgt = data.corpus("valid", "en"), data.corpus("valid", "fr")
+    model = checkpoint.build_model(smooth)
+    nll = validation_loss(model, vsrc, vtgt, torch.device("cpu"), 20)["valid_loss"]
+    logged = smooth["train"]["state"]["history"][-1]
+    assert logged["update"] == 4 and logged["valid_loss"] == pytest.approx(nll, rel=1e-6)
+    valid_records = [json.loads(line) for line in open(tmp_path / "smooth" / "train.jsonl")
+                     if '"type": "valid"' in line]
+    assert valid_records[-1]["valid_loss"] == pytest.approx(nll, rel=1e-6)
+    assert _smoothed_loss_per_token(model, vsrc, vtgt, 0.1) > nll + 1e-3  # (which would differ)
+    assert _smoothed_loss_per_token(model, vsrc, vtgt, 0.0) == pytest.approx(nll, rel=1e-5)
+
+
+@pytest.mark.parametrize("value", ["1", "-0.1", "nan", "1.5"])
+def test_bad_label_smoothing_is_refused(small, tmp_path, value):
+    res = _nmt_train(small, "-a", "rnnsearch-tiny", "--save-dir", tmp_path / "run", "--label-smoothing", value)
+    shown = repr(float(value))
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.strip() == f"nmt-train: error: --label-smoothing must be in [0, 1) (got {shown})", res.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_xavier_init_changes_the_initial_weights_and_is_reproducible(small, tmp_path):
+    from nmtkit.models.params import paper_parameters
+
+    paper = Trainer(_cfg(small, tmp_path / "p0"))
+    xavier = Trainer(_cfg(small, tmp_path / "x0", init="xavier"))
+    P, X = paper_parameters(paper.model), paper_parameters(xavier.model)
+    for key, x in X.items():
+        name = key.rsplit(".", 1)[-1]
+        if name.startswith("b"):
+            assert torch.all(x == 0) and torch.all(P[key] == 0), key
+        elif name not in ("U", "U_z", "U_r"):
+            assert not torch.equal(x, P[key]), key
+            bound = (6 / (x.shape[0] + (x.shape[1] if x.dim() == 2 else 1))) ** 0.5
+            assert x.abs().max() <= bound and x.abs().max() > 0.8 * bound, key  # Glorot's scale, not B.1's
+            assert P[key].abs().max() < 0.6 * bound, key
+    # a fresh run is reproducible under its seed and starts from other weights than the paper's init
+    runs = {}
+    for name, kw in (("x1", dict(init="xavier")), ("x2", dict(init="xavier")), ("seed2", dict(init="xavier", seed=2)),
+                     ("paper", {})):
+        train(_cfg(small, tmp_path / name, max_updates=2, valid_every=1, valid_bleu_sentences=0, **kw))
+        runs[name] = checkpoint.load(tmp_path / name / "checkpoint1.pt")
+    _assert_same(runs["x1"]["model"], runs["x2"]["model"])
+    _assert_same(checkpoint.load(tmp_path / "x1" / "checkpoint2.pt")["model"],
+                 checkpoint.load(tmp_path / "x2" / "checkpoint2.pt")["model"])
+    for other in ("seed2", "paper"):
+        assert not torch.equal(runs["x1"]["model"]["E_src"], runs[other]["model"]["E_src"]), other
+        assert not torch.equal(runs["x1"]["model"]["W_o"], runs[other]["model"]["W_o"]), other
+    assert runs["x1"]["train"]["config"]["init"] == "xavier" and runs["paper"]["train"]["config"]["init"] == "paper"
+    # one Adadelta update moves a weight by about 1e-3 at most: the first checkpoint is still at Glorot's scale
+    W = runs["x1"]["model"]["W_s"]
+    bound = (6 / sum(W.shape)) ** 0.5
+    assert abs(W.std().item() / (bound / 3 ** 0.5) - 1) < 0.25
+    assert runs["paper"]["model"]["W_s"].std().item() < 0.2 * bound / 3 ** 0.5

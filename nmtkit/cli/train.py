@@ -49,6 +49,13 @@ def _list_archs(ctx, param, value):
 @click.option("--save-dir", required=True, type=click.Path(file_okay=False), help="Where checkpoints go.")
 @click.option("--model-option", "-o", "model_options", multiple=True, callback=_model_option, metavar="KEY=VALUE",
               help="Override a model setting, e.g. -o hidden_dim=512 -o dropout=0.2. Repeatable.")
+@click.option("--recipe", type=click.Choice(["paper", "fast"]),
+              help="Training recipe: the paper's (Adadelta, Appendix B.1 init) or 'fast', which learns within a CPU "
+                   "budget (Glorot init, Adam 1e-3; see nmtkit/recipes.py). Options given explicitly win over it. "
+                   "[fast for rnnsearch-small/rnnencdec-small, else paper]")
+@click.option("--init", type=click.Choice(["paper", "xavier"]), default="paper", show_default=True,
+              help="Weight initialisation: the paper's Appendix B.1, or Glorot-uniform for every non-recurrent "
+                   "matrix (recurrent ones orthogonal in both).")
 @click.option("--seed", default=1, show_default=True)
 @click.option("--batch-size", default=80, show_default=True, help="Sentence pairs per minibatch.")
 @click.option("--pool-batches", default=20, show_default=True,
@@ -56,8 +63,25 @@ def _list_archs(ctx, param, value):
 @click.option("--max-len", type=int, help="Train on pairs of at most this many tokens a side [the model's: 30/50].")
 @click.option("--optimizer", type=click.Choice(["adadelta", "adam", "sgd"]), default="adadelta", show_default=True)
 @click.option("--lr", default=1.0, show_default=True, help="Learning rate (Adadelta: 1.0).")
+@click.option("--lr-scheduler", type=click.Choice(["constant", "inverse-sqrt", "plateau"]), default="constant",
+              show_default=True, help="Learning-rate schedule: constant; inverse-sqrt (lr·sqrt(N/u) after N warm-up "
+              "updates); plateau (lr times --lr-decay after --lr-patience validations without improvement).")
+@click.option("--warmup-updates", default=0, show_default=True,
+              help="Linear warm-up: lr·u/N for the first N updates (any scheduler; 0 = none).")
+@click.option("--lr-decay", default=0.5, show_default=True, help="plateau: factor of each decay.")
+@click.option("--lr-patience", default=1, show_default=True,
+              help="plateau: decay after this many validations without improvement of --best-metric.")
+@click.option("--min-lr", default=0.0, show_default=True, help="Floor of the decaying schedules (after warm-up).")
+@click.option("--ema-decay", default=0.0, show_default=True,
+              help="Validate and save an exponential moving average of the weights with this decay (e.g. 0.999; "
+                   "0 = off). The raw weights stay in the checkpoint for --resume.")
+@click.option("--average-last", default=0, show_default=True,
+              help="Validate and save the mean of the weights at the last N validations (0 = off; needs "
+                   "--keep-last >= N).")
 @click.option("--rho", default=0.95, show_default=True, help="Adadelta decay rate.")
 @click.option("--eps", default=1e-6, show_default=True, help="Adadelta epsilon.")
+@click.option("--label-smoothing", default=0.0, show_default=True,
+              help="Label smoothing ε: cross-entropy against (1-ε)·onehot + ε/V (0 = the paper's loss).")
 @click.option("--clip-norm", default=1.0, show_default=True, help="Rescale gradients to this L2 norm; 0 = off.")
 @click.option("--max-updates", default=0, show_default=True, help="Stop after this many updates (0 = no limit).")
 @click.option("--max-epochs", default=0, show_default=True, help="Stop after this many epochs (0 = no limit).")
@@ -79,7 +103,7 @@ def _list_archs(ctx, param, value):
 @click.option("--resume", is_flag=True, help="Continue the run in SAVE_DIR from checkpoint_last.pt.")
 @click.option("--force", is_flag=True, help="Start over in a SAVE_DIR that holds checkpoints (they are deleted).")
 @click.option("--quiet", "-q", is_flag=True)
-def main(data, arch, save_dir, model_options, quiet, **options):
+def main(data, arch, save_dir, model_options, quiet, recipe, **options):
     """Train a model on the prepared corpus DATA (made by nmt-prepare).
 
     \b
@@ -90,11 +114,17 @@ def main(data, arch, save_dir, model_options, quiet, **options):
     Data parallel on 2 processes (same result as one with the same total batch):
       torchrun --nproc_per_node 2 $(which nmt-train) data-bin/small --arch rnnsearch-small --save-dir runs/dp
     """
-    from nmtkit.train import TrainConfig, train
+    from nmtkit.recipes import default_recipe, recipe_settings, train_config
+    from nmtkit.train import train
 
     setup_logging(quiet)
     tune_malloc()
-    cfg = TrainConfig(data=data, arch=arch, save_dir=save_dir, model_options=model_options, **options)
+    ctx = click.get_current_context()
+    # the recipe's settings replace the options left at their defaults; those given explicitly win
+    from_recipe = recipe_settings(recipe or default_recipe(arch))
+    options = {k: v for k, v in options.items()
+               if k not in from_recipe or ctx.get_parameter_source(k) is not click.core.ParameterSource.DEFAULT}
+    cfg = train_config(data, arch, save_dir, recipe, model_options=model_options, **options)
     result = {}
 
     def body():

@@ -1,0 +1,78 @@
+"""Learning-rate schedules (nmtkit.schedule) as functions of the update and the validations; the optimizers read the
+rate each step.  Training runs with them, their logs and their exact resumption are in test_train.py."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from nmtkit.adadelta import Adadelta
+from nmtkit.schedule import LRSchedule
+
+
+def test_constant_is_the_rate_given_and_warms_up_linearly():
+    s = LRSchedule("constant", 0.3)
+    assert [s.lr(u) for u in (1, 2, 1000)] == [0.3, 0.3, 0.3]
+    s = LRSchedule("constant", 0.3, warmup=4)
+    assert [s.lr(u) for u in range(1, 7)] == pytest.approx([0.075, 0.15, 0.225, 0.3, 0.3, 0.3], rel=1e-15)
+    assert s.lr(4) == 0.3  # the full rate at the end of the warm-up, exactly
+
+
+def test_inverse_sqrt():
+    s = LRSchedule("inverse-sqrt", 0.1, warmup=4)
+    assert s.lr(1) == pytest.approx(0.025) and s.lr(4) == pytest.approx(0.1)
+    assert [s.lr(u) for u in (16, 100, 400)] == pytest.approx([0.05, 0.02, 0.01])
+    assert LRSchedule("inverse-sqrt", 0.1, warmup=4, min_lr=0.03).lr(400) == 0.03  # floored
+    s = LRSchedule("inverse-sqrt", 0.1)  # no warm-up: lr / sqrt(u), the full rate at the first update
+    assert [s.lr(u) for u in (1, 4, 25)] == pytest.approx([0.1, 0.05, 0.02])
+
+
+def test_plateau_decays_after_patience_bad_validations_down_to_the_floor():
+    s = LRSchedule("plateau", 1.0, warmup=2, decay=0.5, patience=2, min_lr=0.2)
+    assert s.lr(1) == 0.5
+    assert s.on_validation(2, 9.0) is False and s.best is None  # in the warm-up: not counted, not even as the best
+    assert s.on_validation(4, 1.0) is False and s.best == 1.0  # the first best (metric: higher is better)
+    assert s.on_validation(6, 0.5) is False and s.bad == 1
+    assert s.on_validation(8, 0.7) is True  # not better than 1.0: the second bad validation in a row
+    assert s.lr(9) == 0.5 and s.state_dict() == {"factor": 0.5, "bad": 0, "best": 1.0}
+    assert s.on_validation(10, 2.0) is False and (s.best, s.bad) == (2.0, 0)  # an improvement restarts the count
+    assert [s.on_validation(u, 1.0) for u in (12, 14)] == [False, True] and s.lr(15) == 0.25
+    assert [s.on_validation(u, 1.0) for u in (16, 18)] == [False, True] and s.lr(19) == 0.2  # 0.125: the floor
+    assert [s.on_validation(u, 1.0) for u in (20, 22)] == [False, False] and s.factor == 0.125  # at the floor
+    assert s.lr(1) == 0.5  # the warm-up is not floored
+    # the state carries over
+    t = LRSchedule("plateau", 1.0, warmup=2, decay=0.5, patience=2, min_lr=0.2)
+    t.load_state_dict(s.state_dict())
+    assert t.state_dict() == s.state_dict() and t.lr(100) == s.lr(100)
+
+
+def test_schedules_other_than_plateau_ignore_validations():
+    for kind in ("constant", "inverse-sqrt"):
+        s = LRSchedule(kind, 1.0, patience=1)
+        assert not any(s.on_validation(u, -u) for u in range(1, 10))
+        assert s.state_dict() == {"factor": 1.0, "bad": 0, "best": None}
+
+
+def test_adadelta_takes_the_rate_from_its_group_at_every_step():
+    """The trainer writes the schedule's rate into group["lr"] before each step: nmtkit's Adadelta (blocked or
+    compiled) moves by exactly what torch's moves with the same rates; a rate of 0 leaves the weights alone."""
+    torch.manual_seed(0)
+    ref = [torch.nn.Parameter(torch.randn(30, 7)), torch.nn.Parameter(torch.randn(50))]
+    ours = [torch.nn.Parameter(p.detach().clone()) for p in ref]
+    opt_ref, opt_ours = torch.optim.Adadelta(ref, lr=1.0), Adadelta(ours, lr=1.0)
+    for k, lr in enumerate((0.5, 0.0, 2.0, 1.0)):
+        for opt in (opt_ref, opt_ours):
+            for group in opt.param_groups:
+                group["lr"] = lr
+        before = [p.detach().clone() for p in ours]
+        for a, b in zip(ref, ours):
+            a.grad = torch.randn(a.shape, generator=torch.Generator().manual_seed(k))
+            b.grad = a.grad.clone()
+        opt_ref.step()
+        opt_ours.step()
+        for a, b, c in zip(ref, ours, before):
+            torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6)
+            assert torch.equal(b, c) == (lr == 0.0)
+    assert math.isclose(opt_ours.param_groups[0]["lr"], 1.0)
