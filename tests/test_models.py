@@ -693,6 +693,25 @@ def test_initialisation_schemes_are_reproducible(arch, unit):
     for (k, x), y in zip(built.state_dict().items(), reset.state_dict().values()):
         assert torch.equal(x, y), k  # refused before touching anything
 
+def test_xavier_flat_starts_the_attention_uniform():
+    """initialize(model, "xavier-flat"): the same draws as "xavier" except v_a = 0, so that every e_ij = 0 and α_i is
+    uniform over each sentence's own positions at the start (padding still 0), while W_a and U_a are Glorot-scaled."""
+    torch.manual_seed(0)
+    flat = build_model("rnnsearch-tiny", V_SRC, V_TGT)
+    initialize(flat, "xavier-flat")
+    xav = _xavier("rnnsearch", "paper")
+    for (k, x), y in zip(flat.state_dict().items(), xav.state_dict().values()):
+        assert torch.equal(x, torch.zeros_like(y) if k == "attention.v_a" else y), k
+    assert bool(torch.all(xav.attention.v_a != 0))
+    src, lens, tgt_in, _ = make_batch([4, 6, 2], [5, 3, 4])
+    _, alpha = flat(src, lens, tgt_in, return_attention=True)  # (B, Ty, Tx)
+    for b, n in enumerate(lens.tolist()):
+        torch.testing.assert_close(alpha[b, :, :n], torch.full_like(alpha[b, :, :n], 1 / n))
+        assert bool(torch.all(alpha[b, :, n:] == 0))
+    _, alpha = xav(src, lens, tgt_in, return_attention=True)
+    assert (alpha[1, :, :lens[1]] - 1 / lens[1]).abs().max() > 1e-3  # (Glorot v_a: not uniform)
+
+
 def test_rnnsearch_50_weight_count():
     with torch.device("meta"):
         model = build_model("rnnsearch-50", 30000, 30000)
@@ -1158,3 +1177,41 @@ def test_search_step_weights_follow_weight_updates(arch):
     enc = model.encode(src, lens)
     torch.testing.assert_close(step(), model.decode_step(y, model.init_decoder(enc), enc)[0].detach(),
                                atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_training_gradients_match_finite_differences(arch, native_kernels, monkeypatch):
+    """What training backpropagates -- the fused recurrences, the C attention kernel and the fused output loss, in
+    float32 and training mode -- against central differences of the float64 op-by-op reference model, for a few
+    entries of every parameter (the entry with the largest gradient among them).  The weights are moved away from the
+    initialisation first, so that no gradient is trivially zero (v_a = 0 would zero ∂L/∂W_a and ∂L/∂U_a)."""
+    torch.manual_seed(0)
+    model = build_model(f"{arch}-tiny", V_SRC, V_TGT)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    model.train()
+    src, lens, tgt_in, tgt_out = make_batch([7, 5, 5, 3, 2], [6, 2, 7, 4, 3])
+    calls = []
+    real_backward = native_kernels.attend_backward
+    monkeypatch.setattr(native_kernels, "attend_backward", lambda *a, **k: calls.append(1) or real_backward(*a, **k))
+    model.nll(src, lens, tgt_in, tgt_out).backward()
+    assert bool(calls) == (arch == "rnnsearch")  # (the C kernel's backward is what is checked)
+    ref = build_model(f"{arch}-tiny", V_SRC, V_TGT).double()
+    ref.load_state_dict({k: v.double() for k, v in model.state_dict().items()})
+    ref.fused = False
+    ref.train()
+    g = torch.Generator().manual_seed(3)
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        grad = p.grad.double().flatten()
+        picks = torch.cat([torch.randperm(q.numel(), generator=g)[:3], grad.abs().argmax().view(1)]).tolist()
+        for k in picks:
+            with torch.no_grad():
+                old, h = q.view(-1)[k].item(), 1e-6
+                q.view(-1)[k] = old + h
+                up = ref.nll(src, lens, tgt_in, tgt_out).item()
+                q.view(-1)[k] = old - h
+                down = ref.nll(src, lens, tgt_in, tgt_out).item()
+                q.view(-1)[k] = old
+            fd = (up - down) / (2 * h)
+            assert abs(fd - grad[k].item()) <= 1e-3 * max(abs(fd), 1e-2), (name, k, fd, grad[k].item())

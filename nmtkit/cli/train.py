@@ -53,9 +53,9 @@ def _list_archs(ctx, param, value):
               help="Training recipe: the paper's (Adadelta, Appendix B.1 init) or 'fast', which learns within a CPU "
                    "budget (Glorot init, Adam 1e-3; see nmtkit/recipes.py). Options given explicitly win over it. "
                    "[fast for rnnsearch-small/rnnencdec-small, else paper]")
-@click.option("--init", type=click.Choice(["paper", "xavier"]), default="paper", show_default=True,
+@click.option("--init", type=click.Choice(["paper", "xavier", "xavier-flat"]), default="paper", show_default=True,
               help="Weight initialisation: the paper's Appendix B.1, or Glorot-uniform for every non-recurrent "
-                   "matrix (recurrent ones orthogonal in both).")
+                   "matrix (recurrent ones orthogonal in both); xavier-flat: xavier with v_a = 0, so α starts uniform.")
 @click.option("--seed", default=1, show_default=True)
 @click.option("--batch-size", default=80, show_default=True, help="Sentence pairs per minibatch.")
 @click.option("--pool-batches", default=20, show_default=True,

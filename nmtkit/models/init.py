@@ -40,7 +40,7 @@ def orthogonal_blocks_(t: Tensor, n: int) -> Tensor:
 
 
 # ------------------------------------------------------------------------------------------- initialisation schemes
-INIT_SCHEMES = ("paper", "xavier")
+INIT_SCHEMES = ("paper", "xavier", "xavier-flat")
 RECURRENT = ("U", "U_z", "U_r")  # the paper's recurrent matrices (suffixes of enc.fwd.*, enc.bwd.*, dec.*)
 
 
@@ -55,6 +55,8 @@ def initialize(model, scheme: str = "paper") -> None:
       U, U_z, U_r random orthogonal as in B.1; biases zero.  B.1's N(0, 0.01²) is 6x smaller than Glorot's scale
       for a 256 × 256 matrix and its N(0, 0.001²) W_a, U_a with v_a = 0 start the alignment model flat: with
       either, a small model learns far less in its first thousands of updates (tests/bench/bench_learning.py).
+    - ``xavier-flat``: ``xavier``, but v_a = 0 as in B.1, so that α starts uniform (every e_ij = 0) while
+      tanh(W_a s_{i-1} + U_a h_j), from Glorot-scaled W_a and U_a, already tells the positions apart.
     """
     if scheme not in INIT_SCHEMES:
         raise ValueError(f"unknown initialisation '{scheme}' (choose from {', '.join(INIT_SCHEMES)})")
@@ -79,6 +81,8 @@ def initialize(model, scheme: str = "paper") -> None:
             continue
         if leaf == "v_a":
             torch.nn.init.xavier_uniform_(p.view(1, -1))
+            if scheme == "xavier-flat":
+                p.zero_()
         else:
             torch.nn.init.xavier_uniform_(p)
     load_paper_parameters(model, params)
