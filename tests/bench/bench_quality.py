@@ -1,0 +1,194 @@
+"""Quality side by side: OpenNMT-py's RNNsearch-like model and nmtkit's RNNsearch on the same Hansards pairs.
+
+Both toolkits train on the same prepared pairs (``nmt-prepare --max-len 30``, 16,000-word vocabularies: nmtkit
+reads the prepared directory, OpenNMT-py its Moses-tokenised ``train.tok.*`` lines listed in ``train.kept``, and the
+``valid`` split), batches of 80 sentences, gradient norm clipped at 1, the same number of updates; each then decodes
+the test sets with beam 12, and sacreBLEU scores the detokenised output against the raw references.  OpenNMT-py's
+configuration is ``../shared/peers/opennmt-hansards.yaml.tmpl`` (GRU ``brnn`` encoder 128 per direction, GRU decoder
+256, ``mlp`` attention, input feeding, Glorot init, Adam 1e-3); nmtkit's is ``rnnsearch-small`` with the options of
+``--nmtkit-options`` (default: ``--recipe fast``).  Install OpenNMT-py as ``../shared/peers/README.md`` says and give its
+virtual environment with ``--onmt-venv``.
+
+    python tests/bench/bench_quality.py --data runs/q/hans16k --work runs/quality --onmt-venv runs/onmt-venv \\
+        > tests/bench/results/bench_quality.txt
+
+Stages are cached in WORK (a trained model is not trained again; delete its directory to redo it), so the two
+trainings can also be run one at a time: ``--toolkits onmt`` then ``--toolkits nmtkit``, and a last call prints the
+table from both.  Wall-clock figures are only evidence when each training ran alone on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
+PEERS = REPO.parent / "shared" / "peers"
+TEST_SETS = {"hansards-test": ("hansards/test.en", "hansards/test.fr"),
+             "newstest2014": ("wmt14/newstest2014.en", "wmt14/newstest2014.fr")}
+
+
+def _run(cmd: list[str], log: Path, env: dict | None = None) -> float:
+    """Run a command with its output appended to ``log``; returns its wall time in seconds."""
+    t0 = time.perf_counter()
+    with open(log, "a", encoding="utf-8") as f:
+        f.write("$ " + " ".join(map(str, cmd)) + "\n")
+        f.flush()
+        subprocess.run(list(map(str, cmd)), check=True, stdout=f, stderr=subprocess.STDOUT,
+                       env={**os.environ, **(env or {})})
+    return time.perf_counter() - t0
+
+
+def _bleu(hyp_path: Path, ref_path: Path) -> dict:
+    import sacrebleu
+
+    hyps = hyp_path.read_text(encoding="utf-8").splitlines()
+    refs = ref_path.read_text(encoding="utf-8").splitlines()
+    if len(hyps) != len(refs):
+        raise SystemExit(f"bench_quality: {hyp_path} has {len(hyps)} lines, its reference {len(refs)}")
+    bleu = sacrebleu.metrics.BLEU()
+    score = bleu.corpus_score(hyps, [refs])
+    chrf = sacrebleu.metrics.CHRF().corpus_score(hyps, [refs])
+    return {"bleu": round(score.score, 2), "chrf": round(chrf.score, 2), "signature": str(bleu.get_signature())}
+
+
+def _preprocessor(data: Path, lang: str):
+    from nmtkit.manifest import PreparedData
+    from nmtkit.text import Preprocessor
+
+    return Preprocessor(PreparedData.open(str(data)).text_config(lang))
+
+
+# ------------------------------------------------------------------------------------------------------ OpenNMT-py
+def onmt(a, work: Path) -> dict:
+    """Train OpenNMT-py (unless done), translate the test sets, score them."""
+    bin_ = Path(a.onmt_venv) / "bin"
+    if not (bin_ / "onmt_train").is_file():
+        raise SystemExit(f"bench_quality: no OpenNMT-py in {a.onmt_venv} (see ../shared/peers/README.md)")
+    w = work / "onmt"
+    w.mkdir(parents=True, exist_ok=True)
+    log = w / "log.txt"
+    env = {"OMP_NUM_THREADS": str(a.threads), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+    data = Path(a.data)
+    if not (w / "train.fr.tok").is_file():  # the pairs nmtkit trains on: train.tok.* lines listed in train.kept
+        kept = {int(x) for x in (data / "train.kept").read_text().split()}
+        for lang in ("en", "fr"):
+            with open(data / f"train.tok.{lang}", encoding="utf-8") as f, \
+                 open(w / f"train.{lang}.tok.part", "w", encoding="utf-8") as out:
+                out.writelines(line for i, line in enumerate(f, 1) if i in kept)
+            shutil.copyfile(data / f"valid.tok.{lang}", w / f"dev.{lang}.tok")
+        for lang in ("en", "fr"):
+            os.replace(w / f"train.{lang}.tok.part", w / f"train.{lang}.tok")
+    cfg = (PEERS / "opennmt-hansards.yaml.tmpl").read_text(encoding="utf-8").replace("@WORK@", str(w))
+    cfg = re.sub(r"(?m)^train_steps: \d+", f"train_steps: {a.updates}", cfg)
+    cfg = re.sub(r"(?m)^save_checkpoint_steps: \d+", f"save_checkpoint_steps: {a.updates}", cfg)
+    cfg = re.sub(r"(?m)^valid_steps: \d+", f"valid_steps: {a.updates}", cfg)
+    (w / "config.yaml").write_text(cfg, encoding="utf-8")
+    model = w / "onmt" / f"model_step_{a.updates}.pt"
+    result_path = w / "result.json"
+    result = json.loads(result_path.read_text()) if result_path.is_file() else {}
+    if not model.is_file():
+        _run([bin_ / "onmt_build_vocab", "-config", w / "config.yaml", "-n_sample", "-1"], log, env)
+        result["train_wall_s"] = round(_run([bin_ / "onmt_train", "-config", w / "config.yaml"], log, env), 1)
+        result_path.write_text(json.dumps(result, indent=1))
+    src_pre, tgt_pre = _preprocessor(data, "en"), _preprocessor(data, "fr")
+    for name, (src, ref) in TEST_SETS.items():
+        if name in result.get("tests", {}):
+            continue
+        tok = w / f"{name}.en.tok"
+        tok.write_text("".join(" ".join(src_pre.words(line)) + "\n"
+                               for line in (DATA / src).read_text(encoding="utf-8").splitlines()), encoding="utf-8")
+        out = w / f"{name}.hyp.tok"
+        t = _run([bin_ / "onmt_translate", "-model", model, "-src", tok, "-output", out, "-beam_size", "12",
+                  "-batch_size", "80", "-gpu", "-1"], log, env)
+        detok = w / f"{name}.hyp.fr"
+        detok.write_text("".join(tgt_pre.detokenize(line.split()) + "\n"
+                                 for line in out.read_text(encoding="utf-8").splitlines()), encoding="utf-8")
+        result.setdefault("tests", {})[name] = {**_bleu(detok, DATA / ref), "decode_wall_s": round(t, 1)}
+        result_path.write_text(json.dumps(result, indent=1))
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------- nmtkit
+def nmtkit(a, work: Path) -> dict:
+    """Train nmtkit (unless done), translate the test sets, score them."""
+    w = work / "nmtkit"
+    w.mkdir(parents=True, exist_ok=True)
+    log = w / "log.txt"
+    result_path = w / "result.json"
+    result = json.loads(result_path.read_text()) if result_path.is_file() else {}
+    model = w / "model" / "checkpoint_last.pt"
+    options = a.nmtkit_options.split()
+    if result.get("options") != options or not model.is_file():
+        cmd = [sys.executable, REPO / "bin" / "nmt-train", a.data, "--arch", "rnnsearch-small", "--batch-size", "80",
+               "--clip-norm", "1", *options, "--max-updates", a.updates, "--valid-every", a.updates,
+               "--valid-bleu-sentences", "0", "--threads", a.threads, "--save-dir", w / "model", "--force", "-q"]
+        result = {"options": options, "train_wall_s": round(_run(cmd, log), 1)}
+        result_path.write_text(json.dumps(result, indent=1))
+    for name, (src, ref) in TEST_SETS.items():
+        if name in result.get("tests", {}):
+            continue
+        out = w / f"{name}.hyp.fr"
+        t = _run([sys.executable, REPO / "bin" / "nmt-translate", "-m", model, "-i", DATA / src, "-o", out,
+                  "--beam", "12", "--batch-size", "80", "--threads", a.threads, "--quiet"], log)
+        result.setdefault("tests", {})[name] = {**_bleu(out, DATA / ref), "decode_wall_s": round(t, 1)}
+        result_path.write_text(json.dumps(result, indent=1))
+    return result
+
+
+# ----------------------------------------------------------------------------------------------------------- table
+def table(results: dict, a) -> str:
+    lines = [f"Hansards pairs of 1-30 tokens a side (722,304), 16,000-word vocabularies, batches of 80, clipping at 1, "
+             f"{a.updates:,} updates each; beam 12; sacreBLEU on detokenised output", ""]
+    names = [n for n in ("onmt", "nmtkit") if n in results]
+    label = {"onmt": "OpenNMT-py 3.5.1", "nmtkit": f"nmtkit rnnsearch-small ({a.nmtkit_options})"}
+    lines.append(f"{'test set':16} " + " ".join(f"{label[n]:>40}" for n in names))
+    for test in TEST_SETS:
+        row = []
+        for n in names:
+            r = results[n].get("tests", {}).get(test)
+            cell = "-" if r is None else f"BLEU {r['bleu']:.2f}  chrF {r['chrf']:.2f}"
+            row.append(f"{cell:>40}")
+        lines.append(f"{test:16} " + " ".join(row))
+    lines.append(f"{'train wall s':16} " + " ".join(
+        f"{results[n].get('train_wall_s', '-'):>40}" for n in names))
+    per = [f"{results[n]['train_wall_s'] / a.updates:.3f}" if "train_wall_s" in results[n] else "-" for n in names]
+    lines.append(f"{'s per update':16} " + " ".join(f"{x:>40}" for x in per))
+    sig = next((r["signature"] for n in names for r in results[n].get("tests", {}).values()), None)
+    if sig:
+        lines += ["", f"sacreBLEU signature: {sig}"]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", required=True, help="prepared Hansards directory (nmt-prepare --max-len 30, 16k vocabs)")
+    p.add_argument("--work", default=str(REPO / "runs" / "quality"))
+    p.add_argument("--onmt-venv", default=str(REPO / "runs" / "onmt-venv"))
+    p.add_argument("--toolkits", default="onmt,nmtkit", help="which to train/evaluate now (the table shows all)")
+    p.add_argument("--updates", type=int, default=5000)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--nmtkit-options", default="--recipe fast")
+    a = p.parse_args(argv)
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for name in a.toolkits.split(","):
+        results[name] = {"onmt": onmt, "nmtkit": nmtkit}[name](a, work)
+    for name in ("onmt", "nmtkit"):
+        path = work / name / "result.json"
+        if name not in results and path.is_file():
+            results[name] = json.loads(path.read_text())
+    print(table(results, a))
+
+
+if __name__ == "__main__":
+    main()
