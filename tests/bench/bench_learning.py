@@ -44,6 +44,10 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "base": ("Appendix B.1 init, Adam 1e-3, clip 1 (the issue's setting)", []),
     "xavier": ("Glorot init for every non-recurrent matrix", ["--init", "xavier"]),
     "xavier-flat": ("Glorot init, but v_a = 0 (α uniform at the start, as with B.1)", ["--init", "xavier-flat"]),
+    "flat-ls0.1": ("xavier-flat + label smoothing 0.1", ["--init", "xavier-flat", "--label-smoothing", "0.1"]),
+    "flat-invsqrt": ("xavier-flat + Adam 2e-3, 500 warm-up updates, inverse square root decay",
+                     ["--init", "xavier-flat", "--lr", "0.002", "--lr-scheduler", "inverse-sqrt",
+                      "--warmup-updates", "500"]),
     "xavier-maxout256": ("+ maxout l = 256 (no 128-unit bottleneck)", ["--init", "xavier", "-o", "maxout_dim=256"]),
     "xavier-noclip": ("+ no gradient clipping", ["--init", "xavier", "--clip-norm", "0"]),
     "xavier-clip5": ("+ clipping at 5", ["--init", "xavier", "--clip-norm", "5"]),
@@ -184,19 +188,20 @@ def _update_of(path: Path) -> int:
 
 # ------------------------------------------------------------------------------------------------------- the table
 def table(results: list[dict], diag: float, sample: int) -> str:
-    lines = [f"Hansards, rnnsearch-small, batches of 80; BLEU on a fixed sample of {sample} hansards/test pairs "
+    lines = [f"Hansards, rnnsearch-small; base: nmt-train {' '.join(BASE)}; BLEU on a fixed sample of {sample} "
+             f"hansards/test pairs "
              f"(sacreBLEU, detokenised); AER on the {DATA.name}/hansards-trial gold links (monotone diagonal: "
              f"{diag:.3f}); entropy: mean attention entropy per target word there (nats); α(</s>): mean attention on "
              "the source's </s> there", ""]
     head = f"{'variant':18} {'update':>6} {'train ppl':>9} {'valid ppl':>9} {'BLEU greedy':>11} {'beam 12':>7} " \
            f"{'AER':>6} {'entropy':>7} {'α(</s>)':>7}"
     for r in results:
-        lines += [f"{r['variant']}: {r['changes']}  (options: {' '.join(r['options']) or 'none'})", head]
+        lines += [f"{r['variant']}: {r['changes']}  (options: {' '.join(r['options']) or 'the base'})", head]
         for row in r["rows"]:
             def f(k, fmt):
                 v = row.get(k)
-                return format(v, fmt) if isinstance(v, (int, float)) and not (isinstance(v, float) and
-                                                                               math.isnan(v)) else "-"
+                ok = isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v))
+                return format(v, fmt) if ok else "-".rjust(int(fmt.split(".")[0]))
             lines.append(f"{'':18} {row['update']:>6} {f('train_ppl', '9.1f')} {f('valid_ppl', '9.2f')} "
                          f"{f('bleu_greedy', '11.2f')} {f('bleu_beam12', '7.2f')} {f('aer', '6.3f')} "
                          f"{f('entropy', '7.3f')} {f('eos_mass', '7.3f')}")

@@ -6,8 +6,8 @@ reads the prepared directory, OpenNMT-py its Moses-tokenised ``train.tok.*`` lin
 the test sets with beam 12, and sacreBLEU scores the detokenised output against the raw references.  OpenNMT-py's
 configuration is ``../shared/peers/opennmt-hansards.yaml.tmpl`` (GRU ``brnn`` encoder 128 per direction, GRU decoder
 256, ``mlp`` attention, input feeding, Glorot init, Adam 1e-3); nmtkit's is ``rnnsearch-small`` with the options of
-``--nmtkit-options`` (default: ``--recipe fast``).  Install OpenNMT-py as ``../shared/peers/README.md`` says and give its
-virtual environment with ``--onmt-venv``.
+``--nmtkit-options`` (default: ``--recipe fast``).  Install OpenNMT-py as ``../shared/peers/README.md`` says and give
+its virtual environment with ``--onmt-venv``.
 
     python tests/bench/bench_quality.py --data runs/q/hans16k --work runs/quality --onmt-venv runs/onmt-venv \\
         > tests/bench/results/bench_quality.txt
