@@ -188,11 +188,11 @@ def _update_of(path: Path) -> int:
 
 # ------------------------------------------------------------------------------------------------------- the table
 def table(results: list[dict], diag: float, sample: int) -> str:
-    lines = [f"Hansards, rnnsearch-small; base: nmt-train {' '.join(BASE)}; BLEU on a fixed sample of {sample} "
-             f"hansards/test pairs "
-             f"(sacreBLEU, detokenised); AER on the {DATA.name}/hansards-trial gold links (monotone diagonal: "
-             f"{diag:.3f}); entropy: mean attention entropy per target word there (nats); α(</s>): mean attention on "
-             "the source's </s> there", ""]
+    lines = [f"Hansards, rnnsearch-small; base: nmt-train {' '.join(BASE)}",
+             f"BLEU: on a fixed sample of {sample} hansards/test pairs (sacreBLEU, detokenised)",
+             f"AER: on the 37 sentences of the Hansards trial set's gold links (monotone diagonal: {diag:.3f})",
+             "entropy: mean attention entropy per target word there (nats); α(</s>): mean attention on the source's </s>",
+             ""]
     head = f"{'variant':18} {'update':>6} {'train ppl':>9} {'valid ppl':>9} {'BLEU greedy':>11} {'beam 12':>7} " \
            f"{'AER':>6} {'entropy':>7} {'α(</s>)':>7}"
     for r in results:
