@@ -1,96 +1,139 @@
 #!/usr/bin/env bash
-# nmtkit quick start: the whole pipeline once, end to end, on real English-French data, in about 15 minutes on
-# two CPU cores (10 of them training).
+# nmtkit quick start: the whole pipeline once, end to end, on real English-French data: about 13 minutes on an idle
+# two-core machine, 10 of them training.
 #
-#   examples/quickstart.sh [WORKDIR]          (default WORKDIR: ./quickstart)
+#   examples/quickstart.sh [WORKDIR]          (default WORKDIR: runs/quickstart in this checkout, git-ignored)
 #
-# 1. data      a fixed random sample of 100,000 Canadian Hansards pairs plus the older WMT news sets (training),
-#              news-test-2013 (validation), the first 300 sentences of news-test-2014 (test; the paper's test set)
-# 2. prepare   Moses tokenisation, 20,000-word shortlists, training pairs of at most 50 words   (nmt-prepare)
-# 3. train     a small RNNsearch (the paper's architecture at CPU size) for 10 minutes,
-#              on pairs of at most 30 words like RNNsearch-30; Adam instead of the paper's Adadelta,
-#              which learns too slowly for a 10-minute demonstration                           (nmt-train)
-# 4. translate the test sentences with beam 12                                                  (nmt-translate)
-# 5. score     sacreBLEU and chrF with signatures, BLEU by sentence length with a plot          (nmt-score)
-# 6. align     attention matrices of three sentences as images, like the paper's Figure 3       (nmt-align)
+# 1. data      the Canadian Hansards (parliamentary debates, 914k pairs) and the older WMT news sets for training;
+#              500 pairs of the Hansards dev sittings for validation; two tests: 500 pairs drawn from the Hansards
+#              test sittings (in-domain: sittings the model never saw) and the first 300 sentences of news-test-2014
+#              (the paper's test set: news, out of domain for this model)
+# 2. prepare   Moses tokenisation, 16,000-word shortlists, training pairs of at most 30 words       (nmt-prepare)
+# 3. train     a small RNNsearch (the paper's equations at CPU size) for a fixed number of updates with the
+#              'fast' recipe (Glorot initialisation, Adam; see nmtkit/recipes.py)                    (nmt-train)
+# 4. translate both tests with beam 12                                                            (nmt-translate)
+# 5. score     sacreBLEU and chrF with signatures, BLEU by sentence length with a plot              (nmt-score)
+# 6. align     attention matrices of three Hansards test sentences, like the paper's Figure 3       (nmt-align)
 #
-# Data come from $NMTKIT_DATA, or ../shared/data next to this checkout. Knobs (environment):
-#   QUICKSTART_TIME     seconds of training (600)
-#   QUICKSTART_TINY=1   a one-minute smoke run: 2,000 pairs, the tiny preset, 20 s of training, 20 sentences
+# Data: a local mirror ($NMTKIT_DATA, or ../shared/data next to this checkout when it exists), else the data
+# catalogue downloads each corpus once into its cache (python -m nmtkit.datasets --list: addresses, checksums).
+# Knobs (environment):
+#   QUICKSTART_UPDATES   training updates (2000: about 10 minutes at 0.3 s per update on two cores)
+#   QUICKSTART_MAX_TIME  seconds after which training stops even if the updates are not done (3600); the model is
+#                        then undertrained and the script says so
+#   QUICKSTART_TINY=1    a one-minute smoke run: 2,000 pairs, the tiny preset, 40 updates, 20 test sentences
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-data="${NMTKIT_DATA:-$here/../shared/data}"
-work="${1:-quickstart}"
-if [ ! -f "$data/wmt14/newstest2014.en" ]; then
-    echo "quickstart: no data at $data: set NMTKIT_DATA to the directory holding wmt14/, hansards/, wmt-news-older/" >&2
-    exit 1
-fi
+work="${1:-$here/runs/quickstart}"
+if [ -z "${NMTKIT_DATA:-}" ] && [ -d "$here/../shared/data" ]; then export NMTKIT_DATA="$here/../shared/data"; fi
 # the tools: installed on PATH, or straight from this checkout
 if ! command -v nmt-prepare >/dev/null 2>&1; then PATH="$here/bin:$PATH"; fi
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 
 if [ "${QUICKSTART_TINY:-0}" = 1 ]; then
-    pairs=2000; vocab=2000; arch=rnnsearch-tiny; seconds=20; ntest=20; valid_every=50; bleu_sents=20
+    pairs=2000; vocab=2000; arch=rnnsearch-tiny; updates=40; max_time=600; ntest=20; nvalid=50; valid_every=20
+    bleu_sents=20; news="" recipe=(--recipe fast)
 else
-    pairs=100000; vocab=20000; arch=rnnsearch-small; seconds="${QUICKSTART_TIME:-600}"; ntest=300
-    valid_every=500; bleu_sents=200
+    pairs=0; vocab=16000; arch=rnnsearch-small; updates="${QUICKSTART_UPDATES:-2000}"
+    max_time="${QUICKSTART_MAX_TIME:-3600}"; ntest=500; nvalid=500; valid_every=600; bleu_sents=200
+    news="news-test2008 newstest2009 newstest2010 newstest2011"; recipe=()
 fi
-mkdir -p "$work/raw"
+raw="$work/raw"
+mkdir -p "$raw"
 step() { printf '\n== %s\n' "$*" >&2; }
 
-step "1/6 data: $pairs Hansards pairs (fixed random sample), older news, news-test-2013/2014"
-python3 - "$data/hansards/train" "$work/raw/hansards" "$pairs" <<'EOF'
+step "1/6 data: the Hansards, older news, news-test-2014"
+prefix() { python3 -m nmtkit.datasets --prefix --quiet "$@"; }
+hansards="$(prefix hansards-train)"
+python3 - "$hansards" "$(prefix hansards-dev)" "$(prefix hansards-test)" "$(prefix newstest2014)" "$raw" \
+    "$pairs" "$nvalid" "$ntest" <<'EOF'
 import sys, random
 from nmtkit.files import read_parallel
-prefix, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-total = 914450  # pairs in hansards/train (data README)
-keep = set(random.Random(1).sample(range(total), min(n, total)))
-with open(out + ".en", "w", encoding="utf-8", newline="\n") as fe, \
-     open(out + ".fr", "w", encoding="utf-8", newline="\n") as ff:
-    for i, (e, f) in enumerate(read_parallel(prefix + ".en.gz", prefix + ".fr.gz")):
-        if i in keep:
-            fe.write(e.text + "\n")
-            ff.write(f.text + "\n")
+train, dev, test, news, raw, pairs, nvalid, ntest = sys.argv[1:5] + [sys.argv[5]] + list(map(int, sys.argv[6:]))
+
+def read(prefix):
+    gz = ".gz" if prefix == train else ""
+    return [(e.text, f.text) for e, f in read_parallel(f"{prefix}.en{gz}", f"{prefix}.fr{gz}")]
+
+def write(name, rows):
+    with open(f"{raw}/{name}.en", "w", encoding="utf-8", newline="\n") as fe, \
+         open(f"{raw}/{name}.fr", "w", encoding="utf-8", newline="\n") as ff:
+        for e, f in rows:
+            fe.write(e + "\n")
+            ff.write(f + "\n")
+
+def sample(rows, n):  # a fixed random sample, in the file's order
+    return [rows[i] for i in sorted(random.Random(1).sample(range(len(rows)), min(n, len(rows))))]
+
+if pairs:  # (the tiny run: a sample of the training pairs)
+    write("hansards-train", sample(read(train), pairs))
+write("hansards-dev", sample(read(dev), nvalid))
+write("hansards-test", sample(read(test), ntest))
+write("news-test", read(news)[:ntest if ntest < 300 else 300])
 EOF
-for lang in en fr; do
-    head -n "$ntest" "$data/wmt14/newstest2014.$lang" > "$work/raw/test.$lang"
-done
-old="$data/wmt-news-older"
+[ "$pairs" = 0 ] && train_args=(--train "$hansards") || train_args=(--train "$raw/hansards-train")
+for name in $news; do train_args+=(--train "$(prefix "$name")"); done
 
 step "2/6 nmt-prepare"
-nmt-prepare --source-lang en --target-lang fr \
-    --train "$work/raw/hansards" --train "$old/news-test2008" --train "$old/newstest2009" \
-    --train "$old/newstest2010" --train "$old/newstest2011" \
-    --valid "$data/wmt14/newstest2013" --test "$work/raw/test" \
-    --src-vocab-size "$vocab" --tgt-vocab-size "$vocab" --max-len 50 --workers 2 --force --quiet \
-    --dest "$work/data"
+nmt-prepare --source-lang en --target-lang fr "${train_args[@]}" \
+    --valid "$raw/hansards-dev" --test "$raw/hansards-test" --test "$raw/news-test" \
+    --src-vocab-size "$vocab" --tgt-vocab-size "$vocab" --max-len 30 --workers 2 --force --quiet --dest "$work/data"
 
-step "3/6 nmt-train: $arch for $seconds s"
-nmt-train "$work/data" --arch "$arch" --save-dir "$work/model" --max-len 30 --optimizer adam --lr 0.001 \
-    --max-time "$seconds" --valid-every "$valid_every" --valid-bleu-sentences "$bleu_sents" --log-every 100 \
-    --force
+step "3/6 nmt-train: $arch, $updates updates"
+model_dir="$work/model"
+start=$(date +%s)
+nmt-train "$work/data" --arch "$arch" "${recipe[@]}" --save-dir "$model_dir" --max-updates "$updates" \
+    --max-time "$max_time" --valid-every "$valid_every" --valid-bleu-sentences "$bleu_sents" --best-metric loss \
+    --log-every 100 --force
+minutes=$(( ($(date +%s) - start + 30) / 60 ))
+made=$(python3 -c "import json,sys; print(max(json.loads(l)['update'] for l in open(sys.argv[1])))" \
+       "$model_dir/train.jsonl")
+model="$model_dir/checkpoint_best.pt"
 
 step "4/6 nmt-translate: beam 12"
-model="$work/model/checkpoint_best.pt"
-nmt-translate -m "$model" -i "$work/raw/test.en" -o "$work/test.hyp.fr" --beam 12 \
-    --alignments "$work/test.align" --quiet
+for t in hansards-test news-test; do
+    nmt-translate -m "$model" -i "$raw/$t.en" -o "$work/$t.hyp.fr" --beam 12 --alignments "$work/$t.align" --quiet
+done
 
 step "5/6 nmt-score"
-nmt-score -r "$work/raw/test.fr" -s "$work/raw/test.en" -n "$arch" "$work/test.hyp.fr" \
-    --model "$model" --by-length --plot "$work/bleu-by-length.png" | tee "$work/scores.txt"
+for t in hansards-test news-test; do
+    nmt-score -r "$raw/$t.fr" -s "$raw/$t.en" -n "$arch" "$work/$t.hyp.fr" --model "$model" --by-length \
+        --plot "$work/$t.bleu-by-length.png" > "$work/$t.scores.txt"
+done
+cat "$work/hansards-test.scores.txt" >&2
 
-step "6/6 nmt-align: Figure-3 style plots of sentences 1-3"
-nmt-align -m "$model" -s "$work/raw/test.en" -t "$work/test.hyp.fr" --plot-dir "$work/alignments" \
-    --plot-sentences 1-3 --force --quiet > /dev/null
+step "6/6 nmt-align: Figure-3 style plots of three Hansards test sentences"
+nmt-align -m "$model" -s "$raw/hansards-test.en" -t "$work/hansards-test.hyp.fr" --plot-dir "$work/alignments" \
+    --plot-sentences 2-4 --force --quiet > /dev/null
+
+python3 - "$work" "$arch" "$updates" "$made" "$minutes" "$raw" <<'EOF' >&2
+import sys
+import sacrebleu
+work, arch, updates, made, minutes, raw = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), \
+    sys.argv[5], sys.argv[6]
+lines = lambda p: open(p, encoding="utf-8").read().splitlines()
+print(f"\n== done: {arch} trained for {made:,} updates in about {minutes} min")
+if made < updates:
+    print(f"   WARNING: training stopped at its time limit after {made:,} of {updates:,} updates (a slow or busy "
+          "machine): the model is undertrained; set QUICKSTART_MAX_TIME higher to let it finish")
+for t, what in (("hansards-test", "Hansards test sittings (in domain)"), ("news-test", "news-test-2014 (news)")):
+    hyp, ref = lines(f"{work}/{t}.hyp.fr"), lines(f"{raw}/{t}.fr")
+    print(f"   BLEU {sacrebleu.corpus_bleu(hyp, [ref]).score:5.2f}  on {len(hyp)} sentences of {what}")
+src, hyp = lines(f"{raw}/hansards-test.en"), lines(f"{work}/hansards-test.hyp.fr")
+ref = lines(f"{raw}/hansards-test.fr")
+shown = [i for i in range(len(src)) if 6 <= len(src[i].split()) <= 14][:3]
+for i in shown:
+    print(f"\n   source      {src[i]}\n   nmtkit      {hyp[i]}\n   reference   {ref[i]}")
+EOF
 
 cat >&2 <<EOF
 
-== done. Outputs:
+== Outputs:
   prepared corpus          $work/data/            (manifest.json: every preprocessing setting and count)
-  model                    $model   (training log: $work/model/train.jsonl)
-  translations             $work/test.hyp.fr      (of $work/raw/test.en; reference $work/raw/test.fr)
-  word alignments          $work/test.align       (Pharaoh i-j)
-  scores                   $work/scores.txt
-  BLEU by sentence length  $work/bleu-by-length.png
+  model                    $model   (training log: $model_dir/train.jsonl)
+  translations             $work/hansards-test.hyp.fr, $work/news-test.hyp.fr   (sources and references in $raw/)
+  word alignments          $work/hansards-test.align, $work/news-test.align     (Pharaoh i-j)
+  scores                   $work/hansards-test.scores.txt, $work/news-test.scores.txt
+  BLEU by sentence length  $work/hansards-test.bleu-by-length.png, $work/news-test.bleu-by-length.png
   attention plots          $work/alignments/
 EOF
