@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# nmtkit quick start: the whole pipeline once, end to end, on real English-French data: about 13 minutes on an idle
-# two-core machine, 10 of them training.
+# nmtkit quick start: the whole pipeline once, end to end, on real English-French data: about 20 minutes on an idle
+# two-core machine, 15 of them training.
 #
 #   examples/quickstart.sh [WORKDIR]          (default WORKDIR: runs/quickstart in this checkout, git-ignored)
 #
@@ -18,7 +18,7 @@
 # Data: a local mirror ($NMTKIT_DATA, or ../shared/data next to this checkout when it exists), else the data
 # catalogue downloads each corpus once into its cache (python -m nmtkit.datasets --list: addresses, checksums).
 # Knobs (environment):
-#   QUICKSTART_UPDATES   training updates (2000: about 10 minutes at 0.3 s per update on two cores)
+#   QUICKSTART_UPDATES   training updates (2000: about 15 minutes at 0.4 s per update on two cores)
 #   QUICKSTART_MAX_TIME  seconds after which training stops even if the updates are not done (3600); the model is
 #                        then undertrained and the script says so
 #   QUICKSTART_TINY=1    a one-minute smoke run: 2,000 pairs, the tiny preset, 40 updates, 20 test sentences
