@@ -49,7 +49,8 @@ python3 - "$hansards" "$(prefix hansards-dev)" "$(prefix hansards-test)" "$(pref
     "$pairs" "$nvalid" "$ntest" <<'EOF'
 import sys, random
 from nmtkit.files import read_parallel
-train, dev, test, news, raw, pairs, nvalid, ntest = sys.argv[1:5] + [sys.argv[5]] + list(map(int, sys.argv[6:]))
+train, dev, test, news, raw = sys.argv[1:6]
+pairs, nvalid, ntest = map(int, sys.argv[6:])
 
 def read(prefix):
     gz = ".gz" if prefix == train else ""
@@ -69,7 +70,7 @@ if pairs:  # (the tiny run: a sample of the training pairs)
     write("hansards-train", sample(read(train), pairs))
 write("hansards-dev", sample(read(dev), nvalid))
 write("hansards-test", sample(read(test), ntest))
-write("news-test", read(news)[:ntest if ntest < 300 else 300])
+write("news-test", read(news)[:min(ntest, 300)])
 EOF
 [ "$pairs" = 0 ] && train_args=(--train "$hansards") || train_args=(--train "$raw/hansards-train")
 for name in $news; do train_args+=(--train "$(prefix "$name")"); done

@@ -115,8 +115,10 @@ def test_bleu(ckpt: str, sources: list[str], refs: list[str], beam: int) -> floa
     from nmtkit.translate import Translator
 
     tr = Translator([ckpt], beam=beam, batch_size=80, workers=1)
-    hyps = [t.text for t in tr.translate(enumerate(sources, 1))]
-    tr.close() if hasattr(tr, "close") else None
+    try:
+        hyps = [t.text for t in tr.translate(enumerate(sources, 1))]
+    finally:
+        tr.close()
     return sacrebleu.corpus_bleu(hyps, [refs]).score
 
 
