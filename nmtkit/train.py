@@ -30,7 +30,6 @@ import json
 import logging
 import math
 import os
-import re
 import signal
 import time
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from nmtkit import averaging, checkpoint
+from nmtkit import averaging, checkpoint, rundir
 from nmtkit.adadelta import Adadelta
 # (every nmtkit module the run needs is imported when it starts, none at its first validation: a package upgraded
 # under a long run must not meet the run's already-loaded modules halfway)
@@ -152,9 +151,11 @@ class TrainState:
     epoch: int = 0
     batch_in_epoch: int = 0  # minibatches of the current epoch already trained on
     elapsed: float = 0.0  # seconds of training so far (across resumptions)
-    best: float | None = None
+    best: float | None = None  # the best metric of the scheduled validations (every valid_every updates) ...
     best_update: int = 0
-    bad_validations: int = 0
+    bad_validations: int = 0  # ... and how many since it: what patience and the schedules count
+    best_saved: float | None = None  # the metric of what checkpoint_best.pt holds (any validation: an interrupted
+    best_saved_update: int = 0  # run's last one too, which must not change what patience counts)
     history: list = field(default_factory=list)  # one dict per validation
 
 
@@ -189,13 +190,22 @@ class Trainer:
         elif cfg.lr_scheduler == "plateau":
             raise InputError("--lr-scheduler plateau needs a validation set (prepare it with --valid)", cfg.data)
         self.state = TrainState()
+        self.log_window = {"nll": 0.0, "tok": 0, "time": 0.0, "norm": 0.0, "n": 0}
+        self._fingerprint = self.data_fingerprint()
         self.stop_signal: int | None = None
-        self._build(self._resume_payload())
+        self.rundir = rundir.RunDir(cfg.save_dir)
+        try:
+            self._build(self._resume_payload())
+        except BaseException:
+            self.rundir.unlock()
+            raise
 
     # -- set-up ------------------------------------------------------------------------------------------------
 
     def _resume_payload(self) -> dict | None:
         cfg = self.cfg
+        if self.rank == 0:  # (held until the run ends: a second nmt-train here is refused)
+            self.rundir.lock()
         last = os.path.join(cfg.save_dir, "checkpoint_last.pt")
         existing = glob.glob(os.path.join(cfg.save_dir, "checkpoint*.pt"))
         if not cfg.resume:
@@ -203,6 +213,11 @@ class Trainer:
                 raise InputError("already holds checkpoints; use --resume to continue that run or --force to "
                                  "start over", cfg.save_dir)
             return None
+        if not os.path.isfile(last) and (numbered := self.rundir.numbered()):
+            # (a kill before the first checkpoint_last.pt link: the numbered checkpoint is complete, atomically saved)
+            checkpoint.link(numbered[-1][1], last)
+            log.warning("no checkpoint_last.pt (a kill came before it was linked): resuming from %s",
+                        os.path.basename(numbered[-1][1]))
         if not os.path.isfile(last):
             raise InputError("nothing to resume: no checkpoint_last.pt", cfg.save_dir)
         payload = checkpoint.load(last)
@@ -233,6 +248,7 @@ class Trainer:
                     raise InputError(f"--optimizer {cfg.optimizer} does not match the optimizer of the checkpoint's "
                                      f"run, '{before}' (resume with --optimizer {before}, or that run's --recipe)",
                                      os.path.join(cfg.save_dir, "checkpoint_last.pt"))
+                self._check_resumed_model_and_data(payload)
                 self.model = checkpoint.build_model({**payload, "model": averaging.raw_weights(payload)})
         except ValueError as e:
             raise InputError(str(e)) from None
@@ -263,6 +279,8 @@ class Trainer:
             train = payload["train"]
             self.optimizer.load_state_dict(train["optimizer"])
             self.state = TrainState(**train["state"])
+            self.log_window.update(train.get("log_window", {}))
+            self._resume_best()
             torch.set_rng_state(train["rng"]["torch"])
             if self.device.type == "cuda" and "cuda" in train["rng"]:
                 torch.cuda.set_rng_state(train["rng"]["cuda"], self.device)
@@ -277,6 +295,47 @@ class Trainer:
                             "follow differ from an uninterrupted run's", ", ".join(changed))
             self._resume_schedule_and_average(payload)
 
+    def _resume_best(self) -> None:
+        """The best checkpoint as the uninterrupted run has it: the best of the scheduled validations (the
+        interrupted run's last validation may have been linked as best; it goes back), relinked if a kill came
+        between the links."""
+        st = self.state
+        interim = st.best_saved_update if st.best_saved_update != st.best_update else None
+        st.best_saved, st.best_saved_update = st.best, st.best_update  # (also: a checkpoint of an older nmtkit)
+        if self.rank == 0 and st.best is not None and self.rundir.repair_best(st.best_update):
+            why = (f"the interrupted run's last validation, at update {interim}, is not a scheduled one"
+                   if interim is not None else "a kill had come between the links")
+            log.warning("checkpoint_best.pt relinked to checkpoint%d.pt, the best of the run's scheduled "
+                        "validations (%s)", st.best_update, why)
+
+    def data_fingerprint(self) -> dict:
+        """What identifies the training pairs (beyond the vocabularies): their count and a CRC of their lengths."""
+        import zlib
+
+        sizes = [np.ascontiguousarray(np.asarray(c.sizes, dtype=np.int64)) for c in (self.train_src, self.train_tgt)]
+        return {"pairs": len(self.train_src), "tokens": [int(x.sum()) for x in sizes],
+                "crc32": zlib.crc32(sizes[1].tobytes(), zlib.crc32(sizes[0].tobytes()))}
+
+    def _check_resumed_model_and_data(self, payload: dict) -> None:
+        """Refuse a resume whose model (preset, -o options) or training pairs differ from the checkpoint's run."""
+        from nmtkit.models import get_config
+
+        last = os.path.join(self.cfg.save_dir, "checkpoint_last.pt")
+        want = get_config(self.cfg.arch, src_vocab_size=len(self.src_vocab), tgt_vocab_size=len(self.tgt_vocab),
+                          **self.cfg.model_options).to_dict()
+        have = payload["config"]
+        differ = [f"{k} {have.get(k)!r} -> {want.get(k)!r}" for k in sorted(set(want) | set(have))
+                  if have.get(k) != want.get(k)]
+        if differ:
+            raise InputError(f"the model asked for differs from the checkpoint's ({', '.join(differ)}); resume "
+                             "with the run's --arch and -o options, or start a new run", last)
+        before = payload["train"].get("data")
+        if before is not None and before != (now := self._fingerprint):
+            raise InputError(f"the training data differs from the checkpoint's run ({before['pairs']:,} pairs, "
+                             f"{before['tokens'][0]:,}/{before['tokens'][1]:,} tokens then; {now['pairs']:,} pairs, "
+                             f"{now['tokens'][0]:,}/{now['tokens'][1]:,} tokens now); resume on that run's data",
+                             self.cfg.data)
+
     def _resume_schedule_and_average(self, payload: dict) -> None:
         """The schedule's state and the averaged weights of the checkpoint's run; other settings than its: warned."""
         cfg, train = self.cfg, payload["train"]
@@ -290,6 +349,11 @@ class Trainer:
         if changed:
             log.warning("resuming with other training settings than the interrupted run (%s): the updates that "
                         "follow differ from an uninterrupted run's", ", ".join(changed))
+        warned = set(TRAINING_DEFAULTS) | {"seed", "batch_size", "pool_batches", "max_len", "resume", "force"}
+        other = [f"--{k.replace('_', '-')} {train['config'][k]} -> {v}" for k, v in dataclasses.asdict(cfg).items()
+                 if k not in warned and k in train.get("config", {}) and train["config"][k] != v]
+        if other:  # (what may change on resume without changing the updates: limits, logging, devices, ...)
+            log.info("resuming with %s", ", ".join(other))
 
     # -- checkpoints -------------------------------------------------------------------------------------------
 
@@ -316,25 +380,18 @@ class Trainer:
                 "state": dataclasses.asdict(self.state),
                 "rng": rng,
                 "config": dataclasses.asdict(self.cfg),
+                "data": self._fingerprint,
+                "log_window": dict(self.log_window),
                 "schedule": self.schedule.state_dict(),
                 **({} if weights is None else {"raw_model": raw, **self.averager.train_entries(weights)}),
             },
         }
 
     def save(self, is_best: bool, weights: dict | None = None) -> str:
-        d = self.cfg.save_dir
-        path = os.path.join(d, f"checkpoint{self.state.update}.pt")
-        checkpoint.save(self.payload(weights), path)
-        checkpoint.link(path, os.path.join(d, "checkpoint_last.pt"))
-        if is_best:
-            checkpoint.link(path, os.path.join(d, "checkpoint_best.pt"))
-        numbered = sorted((int(m.group(1)), p) for p in glob.glob(os.path.join(d, "checkpoint*.pt"))
-                          if (m := re.fullmatch(r"checkpoint(\d+)\.pt", os.path.basename(p))))
         needed = set() if self.averager is None else self.averager.needed()  # (a resumed average reads them)
-        for u, old in numbered[: -self.cfg.keep_last]:
-            if u not in needed:
-                os.unlink(old)
-        return path
+        if self.state.best_saved_update != self.state.best_update:  # (a resume links the scheduled best back)
+            needed.add(self.state.best_update)
+        return self.rundir.save(self.payload(weights), self.state.update, is_best, self.cfg.keep_last, needed)
 
     # -- one update --------------------------------------------------------------------------------------------
 
@@ -423,10 +480,16 @@ class Trainer:
                 for p in glob.glob(os.path.join(cfg.save_dir, "checkpoint*.pt")):
                     os.unlink(p)
         log_path = cfg.log_file or os.path.join(cfg.save_dir, "train.jsonl")
-        logf = open(log_path, "a" if cfg.resume else "w", encoding="utf-8") if lead else None
+        if lead and cfg.resume and (dropped := rundir.truncate_log(log_path, st.update)):
+            log.info("dropped %d record(s) of %s written after update %d, the checkpoint resumed from", dropped,
+                     log_path, st.update)
+        try:
+            logf = open(log_path, "a" if cfg.resume else "w", encoding="utf-8") if lead else None
+        except OSError as e:
+            raise InputError(f"cannot write the training log: {e.strerror}", log_path) from None
         handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         progress = Progress(lead, cfg)
-        window = {"nll": 0.0, "tok": 0, "time": 0.0, "norm": 0.0, "n": 0}
+        window = self.log_window  # (the updates since the last train record: saved, so a resumed log reads the same)
         status, saved_at = "done", (st.update if cfg.resume else -1)  # a resumed state is saved already
         if (cfg.max_updates and st.update >= cfg.max_updates) or (cfg.max_time and st.elapsed >= cfg.max_time):
             status = "limit"  # a resumed run that already reached its limit: no further update
@@ -471,9 +534,10 @@ class Trainer:
                 signal.signal(s, h)
             if logf:
                 logf.close()
+            self.rundir.unlock()
         status = {"done": "done", "limit": "done"}.get(status, status)
-        return {"status": status, "update": st.update, "epoch": st.epoch, "best": st.best,
-                "best_update": st.best_update, "save_dir": cfg.save_dir, "history": st.history}
+        return {"status": status, "update": st.update, "epoch": st.epoch, "best": st.best_saved,
+                "best_update": st.best_saved_update, "save_dir": cfg.save_dir, "history": st.history}
 
     def _should_stop(self) -> bool:
         cfg, st = self.cfg, self.state
@@ -500,6 +564,10 @@ class Trainer:
     def _validate_and_save(self, logf, progress) -> str:
         cfg, st = self.cfg, self.state
         result, improved, value, raw, weights = {"update": st.update}, True, None, None, None
+        # patience, the best metric it counts from, plateau's count and the average's snapshots take only the
+        # validations every --valid-every updates, not the checkpoint of an interruption or of a limit: a run
+        # interrupted there and resumed meets the same counts as an uninterrupted one
+        scheduled = st.update % cfg.valid_every == 0
         if self.averager is not None:  # what is validated and saved: the averaged weights
             raw = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
             weights = self.averager.weights(raw)
@@ -508,17 +576,19 @@ class Trainer:
                 result = self.validate()
             value = result.get("valid_bleu") if cfg.best_metric == "bleu" else None
             value = -result["valid_loss"] if value is None else value
-            improved = st.best is None or value > st.best
+            if scheduled:
+                if st.best is None or value > st.best:
+                    st.best, st.best_update, st.bad_validations = value, st.update, 0
+                else:
+                    st.bad_validations += 1
+            improved = st.best_saved is None or value > st.best_saved  # (what checkpoint_best.pt is to hold)
             if improved:
-                st.best, st.best_update, st.bad_validations = value, st.update, 0
-            else:
-                st.bad_validations += 1
-        # plateau's count (and its own best) and the average's snapshots take only the validations every
-        # --valid-every updates, not the checkpoint of an interruption: an interrupted and resumed run meets the same
-        scheduled = st.update % cfg.valid_every == 0
+                st.best_saved, st.best_saved_update = value, st.update
+        if not scheduled:
+            result["scheduled"] = False
         if scheduled and value is not None and self.schedule.on_validation(st.update, value):
             progress.write(f"update {st.update}: learning rate decayed to {self.schedule.lr(st.update + 1):g}")
-        result.update(epoch=st.epoch + 1, elapsed=round(st.elapsed, 3), best_update=st.best_update)
+        result.update(epoch=st.epoch + 1, elapsed=round(st.elapsed, 3), best_update=st.best_saved_update)
         st.history.append(result)
         if scheduled and self.averager is not None:
             self.averager.after_validation(st.update, raw)  # (before saving: the checkpoint names its snapshots)

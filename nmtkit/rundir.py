@@ -1,0 +1,136 @@
+"""A training run's save directory: one run at a time, checkpoints that survive a kill at any instant.
+
+What ``nmt-train --save-dir DIR`` keeps there, and the order it writes it in:
+
+- the directory itself is locked (an exclusive ``flock``) for the whole run, and the kernel drops the lock when the
+  process dies, however it dies; ``.nmt-train.pid`` names the holder while it runs.  A second ``nmt-train`` on the
+  same directory is refused in one line naming that pid.
+- ``checkpointN.pt``: the numbered checkpoints, the newest ``keep_last`` kept (and those an averaging still reads).
+- ``checkpoint_best.pt`` and ``checkpoint_last.pt``: hard links to numbered ones.  A new best is linked *before*
+  ``checkpoint_last.pt`` moves on, so the best is never held only by a numbered file that a later rotation deletes;
+  and :meth:`RunDir.repair_best` (on resume) relinks it from the numbered file the run's state names should a kill
+  have come between the two links of an older nmtkit.
+- ``train.jsonl``: the run's log; on resume, the records written after the checkpoint resumed from are dropped
+  (:func:`truncate_log`), so the log reads like the uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import glob
+import json
+import os
+import re
+
+from nmtkit import checkpoint
+from nmtkit.errors import InputError
+
+PID_FILE = ".nmt-train.pid"
+NUMBERED = re.compile(r"checkpoint(\d+)\.pt")
+
+
+class RunDir:
+    """The save directory of one run; :meth:`lock` it before writing anything there."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._lock_fd: int | None = None
+
+    def file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    # -- one run at a time ---------------------------------------------------------------------------------------
+
+    def lock(self) -> None:
+        """Take the directory's exclusive lock, or refuse: another live run holds it (its pid is named)."""
+        os.makedirs(self.path, exist_ok=True)
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)  # (the directory itself: no lock file to leave)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+                raise
+            try:
+                with open(self.file(PID_FILE), encoding="ascii") as f:
+                    holder = f.read().strip() or "unknown"
+            except OSError:
+                holder = "unknown"
+            raise InputError(f"another nmt-train (pid {holder}) is using this save directory; wait for it to "
+                             "finish or choose another --save-dir", self.path) from None
+        self._lock_fd = fd
+        with open(self.file(PID_FILE), "w", encoding="ascii") as f:  # (who holds it, for the refusal's message)
+            f.write(f"{os.getpid()}\n")
+
+    def __del__(self):
+        self.unlock()
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.file(PID_FILE))
+            os.close(self._lock_fd)  # (closing drops the flock)
+            self._lock_fd = None
+
+    # -- checkpoints ---------------------------------------------------------------------------------------------
+
+    def numbered(self) -> list[tuple[int, str]]:
+        """(update, path) of the numbered checkpoints, oldest first."""
+        found = []
+        for p in glob.glob(self.file("checkpoint*.pt")):
+            m = NUMBERED.fullmatch(os.path.basename(p))
+            if m:
+                found.append((int(m.group(1)), p))
+        return sorted(found)
+
+    def save(self, payload: dict, update: int, is_best: bool, keep_last: int, needed: set[int] = frozenset()) -> str:
+        """Write checkpoint ``update``; link it as best (first) and last; delete numbered ones beyond the newest
+        ``keep_last`` except ``needed`` and the one ``checkpoint_best.pt`` may still be the only other name of."""
+        path = self.file(f"checkpoint{update}.pt")
+        checkpoint.save(payload, path)
+        if is_best:
+            checkpoint.link(path, self.file("checkpoint_best.pt"))
+        checkpoint.link(path, self.file("checkpoint_last.pt"))
+        for u, old in self.numbered()[:-keep_last]:
+            if u not in needed:
+                os.unlink(old)
+        return path
+
+    def repair_best(self, best_update: int) -> bool:
+        """Make ``checkpoint_best.pt`` name checkpoint ``best_update`` when that file exists and it does not (a
+        kill between the links); returns whether it relinked."""
+        numbered = self.file(f"checkpoint{best_update}.pt")
+        best = self.file("checkpoint_best.pt")
+        if not os.path.isfile(numbered) or (os.path.exists(best) and os.path.samefile(numbered, best)):
+            return False
+        checkpoint.link(numbered, best)
+        return True
+
+
+def truncate_log(path: str, update: int) -> int:
+    """Drop the records of a JSON-lines training log after ``update`` (and a torn last line); returns how many
+    lines were dropped.  The file is rewritten atomically (temporary name, then rename)."""
+    from nmtkit.files import atomic_file
+
+    if not os.path.isfile(path):
+        return 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.readlines()
+    keep = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # (a line torn by the kill)
+        if not line.endswith("\n"):
+            continue
+        if isinstance(record, dict) and isinstance(record.get("update"), int) and record["update"] > update:
+            continue
+        keep.append(line)
+    if len(keep) == len(lines):
+        return 0
+    with atomic_file(path) as f:
+        f.writelines(keep)
+    return len(lines) - len(keep)

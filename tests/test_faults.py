@@ -1,0 +1,291 @@
+"""Faults a careless or hostile user can cause, one test each: interruptions under every training option, two runs in
+one save directory, kills between the links of a checkpoint, settings changed on resume, diverged models.
+
+Kills at exact points come from a hook the code under test calls (a monkeypatched function that SIGKILLs its own
+process), run in a subprocess.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmtkit import checkpoint
+from nmtkit.errors import InputError
+from nmtkit.prepare import PrepareConfig, prepare
+from nmtkit.train import TrainConfig, Trainer, train
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _head(src, dst, n: int) -> None:
+    with open(src, encoding="utf-8") as f:
+        dst.write_text("".join(itertools.islice(f, n)), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def small(data_dir, tmp_path_factory):
+    """200 real Multi30K pairs (and 20 for validation) prepared with joint BPE and small shortlists."""
+    root = tmp_path_factory.mktemp("faults")
+    for lang in ("en", "fr"):
+        _head(data_dir / "multi30k" / f"train.{lang}", root / f"train.{lang}", 200)
+        _head(data_dir / "multi30k" / f"val.{lang}", root / f"valid.{lang}", 20)
+    dest = root / "data"
+    prepare(PrepareConfig("en", "fr", [str(root / "train")], str(dest), valid=str(root / "valid"),
+                          src_vocab_size=120, tgt_vocab_size=130, bpe_merges=150))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def other_pairs(data_dir, tmp_path_factory, small):
+    """Other Multi30K pairs with ``small``'s vocabularies (the prepared files swapped in): other data, same vocab."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("other-pairs")
+    for lang in ("en", "fr"):
+        with open(data_dir / "multi30k" / f"train.{lang}", encoding="utf-8") as f:
+            (root / f"train.{lang}").write_text("".join(itertools.islice(f, 200, 380)), encoding="utf-8")
+        _head(data_dir / "multi30k" / f"val.{lang}", root / f"valid.{lang}", 20)
+    built = root / "built"
+    prepare(PrepareConfig("en", "fr", [str(root / "train")], str(built), valid=str(root / "valid"),
+                          src_vocab_size=120, tgt_vocab_size=130, bpe_merges=150))
+    dest = root / "data"
+    shutil.copytree(small, dest)
+    for name in os.listdir(built):
+        if name.startswith("train.") and (name.endswith(".bin") or name.endswith(".idx")):
+            shutil.copyfile(built / name, dest / name)
+    return dest
+
+
+def _cfg(data, save_dir, **kw) -> TrainConfig:
+    base = dict(arch="rnnsearch-tiny", batch_size=16, pool_batches=2, valid_every=2, valid_bleu_sentences=4,
+                valid_batch_size=20, log_every=1, threads=1)
+    base.update(kw)
+    return TrainConfig(data=str(data), save_dir=str(save_dir), **base)
+
+
+def _records(run) -> list[dict]:
+    with open(Path(run) / "train.jsonl", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def _comparable(records: list[dict]) -> list[dict]:
+    """A log's records without what depends on the clock, and without the validations of interruptions."""
+    clock = ("elapsed", "tgt_tokens_per_s")
+    return [{k: v for k, v in r.items() if k not in clock} for r in records if r.get("scheduled", True)]
+
+
+def _same_weights(a_path, b_path) -> None:
+    a, b = checkpoint.load(a_path), checkpoint.load(b_path)
+    assert a["model"].keys() == b["model"].keys()
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+
+
+# -- resume equals an uninterrupted run, under every option ------------------------------------------------------
+
+# (options, update of the interruption): the interruption is a --max-updates limit, then --resume with the total
+RESUME_CASES = {
+    # BLEU on 4 sentences of a tiny model stays 0: every validation after the first is "bad", so patience stops
+    # the run at update 8; the interruption's own validation at 3 must not count toward it
+    "patience-bleu": (dict(patience=3, best_metric="bleu"), 3),
+    "patience-bleu-at-a-validation": (dict(patience=3, best_metric="bleu"), 4),  # (a control: no extra one)
+    "patience-loss": (dict(patience=2, best_metric="loss", lr_scheduler="plateau", lr_patience=1), 5),
+    "keep-last-1": (dict(keep_last=1, patience=2), 3),
+    "log-every-3": (dict(log_every=3), 4),
+    "max-epochs": (dict(max_epochs=2, valid_every=5), 17),
+    "dropout": (dict(model_options={"dropout": 0.3}, patience=3), 5),
+}
+
+
+@pytest.mark.parametrize("case", list(RESUME_CASES))
+def test_resume_equals_uninterrupted_under_every_option(small, tmp_path, case):
+    options, stop = RESUME_CASES[case]
+    total = 40
+    straight = train(_cfg(small, tmp_path / "A", max_updates=total, **options))
+    if options.get("best_metric") == "bleu":
+        assert straight["status"] == "early-stopped" and straight["update"] < total, straight["update"]
+    assert stop < straight["update"]
+
+    first = train(_cfg(small, tmp_path / "B", max_updates=stop, **options))
+    assert first["update"] == stop
+    second = train(_cfg(small, tmp_path / "B", max_updates=total, resume=True, **options))
+    assert (second["status"], second["update"]) == (straight["status"], straight["update"])
+    assert second["best_update"] == straight["best_update"]
+    _same_weights(tmp_path / "A" / "checkpoint_last.pt", tmp_path / "B" / "checkpoint_last.pt")
+    _same_weights(tmp_path / "A" / "checkpoint_best.pt", tmp_path / "B" / "checkpoint_best.pt")
+    a, b = checkpoint.load(tmp_path / "A" / "checkpoint_last.pt"), checkpoint.load(tmp_path / "B" / "checkpoint_last.pt")
+    for key in ("best", "best_update", "bad_validations", "epoch", "batch_in_epoch"):
+        assert a["train"]["state"][key] == b["train"]["state"][key], key
+    assert a["train"]["schedule"] == b["train"]["schedule"]
+    # the logs read alike: no repeated record, the same training figures (the log window survives the resume)
+    assert _comparable(_records(tmp_path / "A")) == _comparable(_records(tmp_path / "B"))
+
+
+def test_resume_under_max_time_counts_the_time_already_trained(small, tmp_path):
+    """--max-time is a budget of the whole run: the resumed part gets only what the interrupted part left."""
+    first = train(_cfg(small, tmp_path / "run", max_updates=6, max_time=3600))
+    assert first["update"] == 6
+    spent = checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")["train"]["state"]["elapsed"]
+    assert spent > 0
+    budget = spent * 1.5  # about three more updates' worth
+    second = train(_cfg(small, tmp_path / "run", max_time=budget, resume=True))
+    state = checkpoint.load(tmp_path / "run" / "checkpoint_last.pt")["train"]["state"]
+    assert 6 < second["update"] < 40 and state["elapsed"] >= budget
+    # and the updates it made are those of an uninterrupted run
+    straight = train(_cfg(small, tmp_path / "straight", max_updates=second["update"]))
+    _same_weights(tmp_path / "straight" / "checkpoint_last.pt", tmp_path / "run" / "checkpoint_last.pt")
+    assert straight["update"] == second["update"]
+
+
+def test_records_written_after_the_checkpoint_are_dropped_on_resume(small, tmp_path):
+    run = tmp_path / "run"
+    train(_cfg(small, run, max_updates=4))
+    with open(run / "train.jsonl", "a", encoding="utf-8") as f:  # what a kill after update 4's checkpoint leaves
+        f.write(json.dumps({"type": "train", "update": 5, "loss": 1.0}) + "\n")
+        f.write('{"type": "train", "upd')  # torn
+    train(_cfg(small, run, max_updates=6, resume=True))
+    updates = [r["update"] for r in _records(run) if r["type"] == "train"]
+    assert updates == [1, 2, 3, 4, 5, 6]
+
+
+# -- one run per save directory ----------------------------------------------------------------------------------
+
+def test_a_second_run_in_the_same_save_dir_is_refused(small, tmp_path):
+    holder = Trainer(_cfg(small, tmp_path / "run", max_updates=2))
+    try:
+        with pytest.raises(InputError, match=rf"another nmt-train \(pid {os.getpid()}\) is using this save"):
+            Trainer(_cfg(small, tmp_path / "run", max_updates=2, force=True))
+        holder.train()  # (it releases the lock when it ends) ...
+        summary = Trainer(_cfg(small, tmp_path / "run", max_updates=4, resume=True)).train()  # ... so this one runs
+        assert summary["update"] == 4
+    finally:
+        holder.rundir.unlock()
+
+
+def test_a_second_nmt_train_process_is_refused_while_the_first_runs(small, tmp_path):
+    run = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    first = subprocess.Popen([sys.executable, str(REPO / "bin" / "nmt-train"), str(small), "-a", "rnnsearch-tiny",
+                              "--save-dir", str(run), "--max-updates", "100000", "--batch-size", "16",
+                              "--valid-every", "1000", "--threads", "1", "-q"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):  # until it holds the lock and has trained
+            if (run / "train.jsonl").exists() and (run / "train.jsonl").stat().st_size:
+                break
+            assert first.poll() is None, first.communicate()
+            import time
+
+            time.sleep(0.1)
+        second = subprocess.run([sys.executable, str(REPO / "bin" / "nmt-train"), str(small), "-a",
+                                 "rnnsearch-tiny", "--save-dir", str(run), "--resume", "--max-updates", "3", "-q"],
+                                env=env, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 1
+        assert second.stderr.strip().splitlines() == [
+            f"nmt-train: error: {run}: another nmt-train (pid {first.pid}) is using this save directory; wait for it "
+            "to finish or choose another --save-dir"]
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=120)
+    assert first.returncode == 130  # it was not disturbed: it saved and stopped on SIGTERM
+
+
+# -- the best checkpoint survives a kill at any instant ----------------------------------------------------------
+
+KILLER = textwrap.dedent("""
+    import os, signal, sys
+    from nmtkit import checkpoint, rundir
+    from nmtkit.train import TrainConfig, train
+
+    target, update = sys.argv[2], int(sys.argv[3])
+    link = checkpoint.link
+
+    def link_then_die(src, dst):
+        link(src, dst)
+        if os.path.basename(dst) == target and os.path.basename(src) == f"checkpoint{update}.pt":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    rundir.checkpoint.link = link_then_die
+    cfg = TrainConfig(**__import__("json").loads(sys.argv[1]))
+    train(cfg)
+""")
+
+
+@pytest.mark.parametrize("target", ["checkpoint_best.pt", "checkpoint_last.pt"])
+def test_the_best_checkpoint_survives_a_kill_after_either_link(small, tmp_path, target):
+    """BLEU on 4 sentences of a tiny model stays 0: the first validation's checkpoint (update 2) stays the best of
+    the run.  A kill right after either of its two links, then resuming with keep-last 1 (which deletes
+    checkpoint2.pt), must end with checkpoint_best.pt holding the weights of update 2 (as the uninterrupted run's)."""
+    options = dict(best_metric="bleu", keep_last=1)
+
+    def run_in_subprocess(run, kill_after: str, resume: bool = False):  # (all runs alike: the tests' speed paths
+        cfg = json.dumps({**_cfg(small, run, max_updates=8, resume=resume, **options).__dict__})  # are not theirs)
+        return subprocess.run([sys.executable, "-c", KILLER, cfg, kill_after, "2"], capture_output=True, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
+
+    assert run_in_subprocess(tmp_path / "A", "none").returncode == 0
+    straight = checkpoint.load(tmp_path / "A" / "checkpoint_last.pt")["train"]["state"]
+    assert straight["best_update"] == 2 and straight["update"] == 8
+    run = tmp_path / "B"
+    killed = run_in_subprocess(run, target)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not (run / "checkpoint4.pt").exists()
+    resumed = run_in_subprocess(run, "none", resume=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert checkpoint.load(run / "checkpoint_last.pt")["train"]["state"]["best_update"] == 2
+    assert not (run / "checkpoint2.pt").exists()  # (keep-last 1: only checkpoint_best.pt holds update 2 now)
+    best = checkpoint.load(run / "checkpoint_best.pt")
+    assert best["train"]["state"]["update"] == 2
+    _same_weights(tmp_path / "A" / "checkpoint_best.pt", run / "checkpoint_best.pt")
+
+
+def test_resume_relinks_a_best_checkpoint_left_behind(small, tmp_path):
+    """What an older nmtkit could leave: checkpoint_last.pt linked to the new best, checkpoint_best.pt still at the
+    one before.  The resume relinks it before keep-last could delete the only other name of the best."""
+    run = tmp_path / "run"
+    train(_cfg(small, run, max_updates=4, best_metric="loss", keep_last=5, valid_bleu_sentences=0))
+    state = checkpoint.load(run / "checkpoint_last.pt")["train"]["state"]
+    assert state["best_saved_update"] == 4
+    checkpoint.link(run / "checkpoint2.pt", run / "checkpoint_best.pt")
+    train(_cfg(small, run, max_updates=4, best_metric="loss", keep_last=5, valid_bleu_sentences=0, resume=True))
+    assert os.path.samefile(run / "checkpoint_best.pt", run / "checkpoint4.pt")
+
+
+# -- settings that a resume must not ignore ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("change, message", [
+    (dict(arch="rnnsearch-small"), r"the model asked for differs from the checkpoint's \(.*emb_dim 32 -> 256"),
+    (dict(model_options={"hidden_dim": 64}), r"differs from the checkpoint's \(hidden_dim 48 -> 64\)"),
+    (dict(model_options={"dropout": 0.1}), r"differs from the checkpoint's \(dropout 0.0 -> 0.1\)"),
+])
+def test_resume_refuses_another_model(small, tmp_path, change, message):
+    run = tmp_path / "run"
+    train(_cfg(small, run, max_updates=2))
+    with pytest.raises(InputError, match=message):
+        Trainer(_cfg(small, run, max_updates=4, resume=True, **change))
+
+
+def test_resume_refuses_other_data_with_the_same_vocabulary(small, other_pairs, tmp_path):
+    run = tmp_path / "run"
+    train(_cfg(small, run, max_updates=2))
+    with pytest.raises(InputError, match=r"the training data differs from the checkpoint's run \(\d+ pairs, [\d,]+/[\d,]+ tokens then; \d+ pairs"):
+        Trainer(_cfg(other_pairs, run, max_updates=4, resume=True))
+
+
+def test_resume_logs_the_settings_that_may_change(small, tmp_path, caplog):
+    run = tmp_path / "run"
+    train(_cfg(small, run, max_updates=2))
+    with caplog.at_level("INFO", logger="nmtkit.train"):
+        train(_cfg(small, run, max_updates=4, patience=5, log_every=2, resume=True))
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("resuming with "))
+    assert "--max-updates 2 -> 4" in line and "--patience 0 -> 5" in line and "--log-every 1 -> 2" in line
