@@ -289,6 +289,9 @@ class Aligner:
 
         if batch_size < 1 or beam < 1:
             raise InputError("--batch-size and --beam must be at least 1")
+        from nmtkit.device import resolve_device
+
+        device = resolve_device(str(device))
         payload = checkpoint.load(checkpoint_path)
         if payload["arch"] != "rnnsearch":
             raise InputError(f"nmt-align needs an attention model (rnnsearch); this checkpoint is "

@@ -101,7 +101,54 @@ def load(path: str | os.PathLike, map_location="cpu") -> dict:
     for key in ("arch", "config", "vocab", "preprocessing", "model"):
         if key not in payload:
             raise InputError(f"checkpoint lacks '{key}'", path)
+    _check_structure(payload, path)
     return payload
+
+
+def _check_structure(payload: dict, path: str) -> None:
+    """Every field a tool reads, of the type it expects: a malformed body is one line naming the field."""
+    import torch
+
+    from nmtkit.text import TextConfig
+
+    def bad(field: str, problem: str):
+        return InputError(f"malformed checkpoint: {field} {problem}", path)
+
+    if not isinstance(payload["arch"], str):
+        raise bad("'arch'", "is not a string")
+    if not isinstance(payload["config"], dict) or not all(isinstance(k, str) for k in payload["config"]):
+        raise bad("'config'", "is not a dict of settings")
+    vocab = payload["vocab"]
+    if not isinstance(vocab, dict):
+        raise bad("'vocab'", "is not a dict")
+    for side in ("src", "tgt"):
+        tokens = vocab.get(side)
+        if not isinstance(tokens, list):
+            raise bad(f"'vocab.{side}'", "is missing or not a list of tokens")
+        for i, tok in enumerate(tokens):
+            if not isinstance(tok, str) or not tok or any(c.isspace() for c in tok):
+                raise bad(f"'vocab.{side}'[{i}]", f"is not a token without spaces ({tok!r})")
+    pre = payload["preprocessing"]
+    if not isinstance(pre, dict):
+        raise bad("'preprocessing'", "is not a dict")
+    for side in ("src", "tgt"):
+        if not isinstance(pre.get(side), dict):
+            raise bad(f"'preprocessing.{side}'", "is missing or not a dict")
+        try:
+            config = TextConfig.from_dict(pre[side])
+        except (TypeError, ValueError) as e:
+            raise bad(f"'preprocessing.{side}'", f"is not understood: {e}") from None
+        if config.bpe_codes is not None and not isinstance(config.bpe_codes, str):
+            raise bad(f"'preprocessing.{side}.bpe_codes'", "is not the text of a codes file")
+    model = payload["model"]
+    if not isinstance(model, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                              for k, v in model.items()):
+        raise bad("'model'", "is not a dict of named tensors")
+    for name, tensor in model.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            count = int((~torch.isfinite(tensor)).sum())
+            raise InputError(f"the weights are not finite ({count:,} NaN or infinite value(s) in '{name}'): the "
+                             "training run that made this checkpoint diverged", path)
 
 
 def _reason(e: Exception) -> str:
@@ -119,5 +166,10 @@ def build_model(payload: dict):
     from nmtkit.models import build_model as build
 
     model = build(payload["arch"], **payload["config"])
-    model.load_state_dict(payload["model"])
+    try:
+        model.load_state_dict(payload["model"])
+    except RuntimeError as e:  # (missing or unexpected weights, or shapes that do not fit the config)
+        first = str(e).strip().splitlines()
+        raise ValueError(f"the weights do not fit the model of the checkpoint's config: "
+                         f"{' '.join(x.strip() for x in first[:2])[:300]}") from None
     return model

@@ -31,5 +31,9 @@ class InputError(Exception):
         return where + self.message
 
 
+class DivergedError(RuntimeError):
+    """Training met a non-finite loss or gradient: a one-line message; the update was not applied, nothing saved."""
+
+
 class WorkerError(RuntimeError):
     """A helper process (``nmt-translate --workers``) died or failed: a one-line message naming it."""

@@ -17,6 +17,7 @@ into place only when it is complete, so a crash, Ctrl-C or bad input never leave
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import os
 import re
@@ -41,6 +42,9 @@ class Segment:
     text: str
     line: int  # 1-based physical line in the file
     key: tuple[str, str] | None = None  # (docid, seg id) for SGML, None for plain text
+
+
+WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EROFS)
 
 
 def _umask() -> int:
@@ -100,6 +104,7 @@ def read_segments(path: str | os.PathLike) -> Iterator[Segment]:
     with open_binary(path) as f:
         lineno = 0
         doc = ""
+        segments = 0
         try:
             for raw in f:  # a binary file iterates on b"\n" only
                 lineno += 1
@@ -117,9 +122,13 @@ def read_segments(path: str | os.PathLike) -> Iterator[Segment]:
                     raise InputError("malformed <seg> element (expected <seg id=N>text</seg> on one line)",
                                      path, lineno)
                 segid = decode_line(m.group(1), path, lineno)
+                segments += 1
                 yield Segment(decode_line(m.group(2), path, lineno).strip(), lineno, (doc, segid))
         except (OSError, EOFError, zlib.error) as e:  # a truncated (EOFError) or corrupt (zlib.error) gzip stream
             raise InputError(f"cannot read past line {lineno}: {e}", path, lineno + 1) from None
+        if sgml and segments == 0 and lineno > 0:  # (a plain-text file named *.sgm would become 0 segments)
+            raise InputError(f"read as WMT SGML (by its name or header) but none of its {lineno} line(s) holds a "
+                             "<seg> element; a plain-text file must not be named .sgm/.sgml", path)
 
 
 def read_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> Iterator[tuple[Segment, Segment]]:
@@ -185,7 +194,13 @@ def atomic_file(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     """Write ``path`` through a temporary sibling that is fsynced and renamed into place on success only."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    if os.path.isdir(path):
+        raise InputError("is a directory; cannot write a file there", path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    except OSError as e:
+        reason = "no such directory" if e.errno == errno.ENOENT else e.strerror
+        raise InputError(f"cannot write: {reason}", path) from None
     try:
         binary = "b" in mode
         with os.fdopen(fd, mode, encoding=None if binary else encoding, newline=None if binary else "\n") as f:
@@ -194,10 +209,41 @@ def atomic_file(path: str | os.PathLike, mode: str = "w", encoding: str | None =
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if e.errno in WRITE_ERRORS:  # (the disk filled up, a quota, an I/O error: nothing half-written stays)
+            raise InputError(f"cannot write: {os.strerror(e.errno).lower()}; nothing was written", path) from None
+        raise
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def check_distinct(outputs: dict[str, str | os.PathLike | None],
+                   inputs: dict[str, str | os.PathLike | None] | None = None) -> None:
+    """Refuse two outputs of one command (``{"--output": path, ...}``; ``"-"`` is stdout) that name the same file,
+    and an output that is one of the inputs: one would overwrite the other."""
+    def key(path: str) -> str:
+        return "<stdout>" if path == "-" else os.path.realpath(path)
+
+    seen: dict[str, str] = {}
+    for option, path in (inputs or {}).items():
+        if path is not None and path != "-":
+            seen.setdefault(key(os.fspath(path)), f"the input {option}")
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        path = os.fspath(path)
+        other = seen.get(key(path))
+        if other is None and path != "-" and os.path.exists(path):
+            other = next((what for k, what in seen.items() if k != "<stdout>" and os.path.exists(k)
+                          and os.path.samefile(k, path)), None)
+        if other is not None:
+            raise InputError(f"{option} names the same file as {other}; give each output its own file",
+                             "standard output" if path == "-" else path)
+        seen[key(path)] = f"the output {option}"
 
 
 def check_output_dir(dest: str | os.PathLike, force: bool = False, marker: str | None = None,

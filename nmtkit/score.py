@@ -290,6 +290,9 @@ def model_nll(payload: dict, sources: Sequence[str], references: Sequence[str], 
 
     if batch_size < 1:
         raise InputError(f"--batch-size must be at least 1 (got {batch_size})")
+    from nmtkit.device import resolve_device
+
+    device = resolve_device(str(device))
     shortlist = shortlist_from_checkpoint(payload, "checkpoint")
     try:
         model = checkpoint.build_model(payload).to(device).eval()
@@ -347,6 +350,10 @@ class ScoreConfig:
             raise InputError("no hypothesis file given")
         if [self.reference, self.source, *self.hypotheses].count("-") > 1:
             raise InputError("only one input can be read from stdin ('-')")
+        from nmtkit.files import check_distinct
+
+        check_distinct({"--plot": self.plot}, {"--reference": self.reference, "--source": self.source,
+                                               **{f"hypothesis {h}": h for h in self.hypotheses}})
         if self.model and self.vocab:
             raise InputError("--model and --vocab both give the shortlist: choose one")
         if self.names is not None and (len(self.names) != len(self.hypotheses)

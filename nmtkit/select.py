@@ -94,6 +94,10 @@ class SelectConfig:
                 raise InputError(f"{name} must be at least {low} (got {value})")
         if self.threshold is not None and not math.isfinite(self.threshold):
             raise InputError(f"--threshold must be a finite number (got {self.threshold})")
+        from nmtkit.files import check_distinct
+
+        check_distinct({("--scores" if k == "scores" and self.scores else f"the -o file {v}"): v
+                        for k, v in _output_paths(self).items()})
 
     @property
     def langs(self) -> list[str]:

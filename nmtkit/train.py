@@ -42,7 +42,8 @@ from nmtkit.adadelta import Adadelta
 # (every nmtkit module the run needs is imported when it starts, none at its first validation: a package upgraded
 # under a long run must not meet the run's already-loaded modules halfway)
 from nmtkit.batching import collate, epoch_schedule
-from nmtkit.errors import InputError
+from nmtkit.device import resolve_device
+from nmtkit.errors import DivergedError, InputError
 from nmtkit.gradients import clip_grad_norm_, grad_norm_and_scale
 from nmtkit.manifest import PreparedData
 from nmtkit.progress import Progress
@@ -124,7 +125,18 @@ class TrainConfig:
                                ("lr_decay", 0 < self.lr_decay < 1, "in (0, 1)"),
                                ("min_lr", 0 <= self.min_lr < math.inf, "finite and at least 0"),
                                ("ema_decay", 0 <= self.ema_decay < 1, "in [0, 1)"),
-                               ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1)")):
+                               ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1)"),
+                               ("lr", 0 < self.lr < math.inf, "a finite number above 0"),
+                               ("rho", 0 < self.rho < 1, "in (0, 1)"),
+                               ("eps", 0 < self.eps < math.inf, "a finite number above 0"),
+                               ("clip_norm", 0 <= self.clip_norm < math.inf, "finite and at least 0 (0 = never)"),
+                               ("max_time", 0 <= self.max_time < math.inf, "finite and at least 0 (0 = no limit)"),
+                               ("max_updates", self.max_updates >= 0, "at least 0 (0 = no limit)"),
+                               ("max_epochs", self.max_epochs >= 0, "at least 0 (0 = no limit)"),
+                               ("patience", self.patience >= 0, "at least 0 (0 = never stop early)"),
+                               ("threads", self.threads >= 0, "at least 0 (0 = torch's default)"),
+                               ("valid_bleu_sentences", self.valid_bleu_sentences >= -1, "at least -1 (-1 = all)"),
+                               ("max_len", self.max_len is None or self.max_len >= 1, "at least 1")):
             if not ok:
                 raise InputError(f"--{name.replace('_', '-')} must be {want} (got {getattr(self, name)})")
         if self.ema_decay and self.average_last:
@@ -164,6 +176,7 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig):
         cfg.check()
+        resolve_device(cfg.device)  # (before any process group is set up for it)
         self.cfg = cfg
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
@@ -419,9 +432,11 @@ class Trainer:
             group["lr"] = self.lr
         if isinstance(self.optimizer, Adadelta):
             norm, scale = grad_norm_and_scale(self.model.parameters(), max_norm)
+            self._check_finite(nll_sum, norm)
             self.optimizer.step(grad_scale=scale)
         else:
             norm = clip_grad_norm_(self.model.parameters(), max_norm)
+            self._check_finite(nll_sum, norm)
             self.optimizer.step()
         # torch's fused Adam and nmtkit's compiled Adadelta write the weights without moving their version counters,
         # on which caches of derived weights are keyed (models/stepweights.py: the search's, in validation BLEU)
@@ -430,6 +445,17 @@ class Trainer:
         if self.averager is not None:
             self.averager.after_update()
         return float(nll_sum), ntok, float(norm)
+
+    def _check_finite(self, nll_sum, norm) -> None:
+        """Stop at the first non-finite loss or gradient, before the update touches the weights (nothing is saved:
+        the last checkpoint stays the last good state)."""
+        loss, norm = float(nll_sum), float(norm)
+        if math.isfinite(loss) and math.isfinite(norm):
+            return
+        what = f"loss {loss}" if not math.isfinite(loss) else f"gradient norm {norm}"
+        raise DivergedError(f"training diverged at update {self.state.update + 1}: the {what} is not finite; the "
+                            f"weights were not updated and no checkpoint was written ({self.cfg.save_dir} holds the "
+                            f"run's last good state); try a lower --lr (now {self.lr:g}) or a --clip-norm")
 
     def _all_reduce_grads(self, nll_sum, ntok):
         """Sum gradients, NLL and token counts over processes in one collective call."""

@@ -20,6 +20,7 @@ the mean over its subwords' rows, a source word's the sum over its subwords' col
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -123,7 +124,14 @@ class Translator:
             raise InputError("--batch-size and --max-source-len must be at least 1")
         if workers < 0 or threads < 0:
             raise InputError("--workers and --threads must be at least 0 (0 = automatic)")
-        self.device = torch.device(device)
+        if window is not None and window < 1:
+            raise InputError(f"--window must be at least 1 line (got {window}; 0 = 10 x the batch size)")
+        for name, value in (("--lenpen", lenpen), ("--max-len-a", max_len_a), ("--max-len-b", max_len_b)):
+            if not (math.isfinite(value) and value >= 0):
+                raise InputError(f"{name} must be a finite number of at least 0 (got {value})")
+        from nmtkit.device import resolve_device
+
+        self.device = resolve_device(str(device))
         payloads = load_checkpoints(checkpoints)
         first = payloads[0]
         self.models = build_models(checkpoints, device, payloads)

@@ -289,3 +289,152 @@ def test_resume_logs_the_settings_that_may_change(small, tmp_path, caplog):
         train(_cfg(small, run, max_updates=4, patience=5, log_every=2, resume=True))
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("resuming with "))
     assert "--max-updates 2 -> 4" in line and "--patience 0 -> 5" in line and "--log-every 1 -> 2" in line
+
+
+# -- diverged models ---------------------------------------------------------------------------------------------
+
+def test_training_stops_at_the_first_non_finite_loss_and_saves_nothing(small, tmp_path, monkeypatch):
+    from nmtkit.errors import DivergedError
+    from nmtkit.models import rnnsearch
+
+    run = tmp_path / "run"
+    train(_cfg(small, run, max_updates=4))
+    before = {p.name: p.stat().st_mtime_ns for p in run.glob("checkpoint*.pt")}
+    trainer = Trainer(_cfg(small, run, max_updates=8, resume=True))
+    weights = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    real = rnnsearch.RNNsearch.training_loss
+    calls = []
+
+    def poisoned(self, *args):  # the loss of update 6 becomes NaN, as a diverging run's does
+        loss, nll = real(self, *args)
+        calls.append(1)
+        return (loss * float("nan"), nll * float("nan")) if len(calls) == 2 else (loss, nll)
+
+    monkeypatch.setattr(rnnsearch.RNNsearch, "training_loss", poisoned)
+    with pytest.raises(DivergedError, match=r"training diverged at update 6: the loss nan is not finite; the "
+                                            r"weights were not updated and no checkpoint was written"):
+        trainer.train()
+    assert {p.name: p.stat().st_mtime_ns for p in run.glob("checkpoint*.pt")} == before
+    assert max(r["update"] for r in _records(run)) == 5
+    # update 5 was applied, update 6 was not: the weights are update 5's, all finite
+    assert all(torch.isfinite(v).all() for v in trainer.model.state_dict().values())
+    assert any(not torch.equal(weights[k], v) for k, v in trainer.model.state_dict().items())
+
+
+def _nmt(tool: str, *args, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "bin" / tool), *map(str, args)], input=stdin,
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)))
+
+
+def _one_line_error(res: subprocess.CompletedProcess, tool: str, *fragments: str) -> str:
+    assert res.returncode == 1, (res.returncode, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{tool}: error: "), res.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def model(small, tmp_path_factory):
+    """A checkpoint of 2 updates of the tiny RNNsearch on ``small``."""
+    run = tmp_path_factory.mktemp("model")
+    train(_cfg(small, run, max_updates=2, valid_bleu_sentences=0))
+    return run / "checkpoint_last.pt"
+
+
+def _rewritten(model, tmp_path, change) -> Path:
+    payload = checkpoint.load(model)
+    change(payload)
+    path = tmp_path / "bad.pt"
+    torch.save(payload, path)
+    return path
+
+
+def test_decoding_a_diverged_model_says_so(model, tmp_path):
+    def poison(p):  # (what a diverged run leaves: NaN weights)
+        for name, value in p["model"].items():
+            p["model"][name] = torch.full_like(value, float("nan"))
+
+    bad = _rewritten(model, tmp_path, poison)
+    res = _nmt("nmt-translate", "-m", bad, stdin="a man .\n")
+    _one_line_error(res, "nmt-translate", str(bad), "the weights are not finite", "diverged")
+    assert res.stdout == ""
+
+
+@pytest.mark.parametrize("change, fragment", [
+    (lambda p: p.update(config=[1, 2]), "malformed checkpoint: 'config' is not a dict of settings"),
+    (lambda p: p["vocab"].pop("tgt"), "malformed checkpoint: 'vocab.tgt' is missing or not a list of tokens"),
+    (lambda p: p["vocab"].update(src="abc"), "malformed checkpoint: 'vocab.src' is missing or not a list"),
+    (lambda p: p["vocab"]["src"].__setitem__(7, "two words"),
+     "malformed checkpoint: 'vocab.src'[7] is not a token without spaces ('two words')"),
+    (lambda p: p["preprocessing"]["src"].update(casing="odd"),
+     "malformed checkpoint: 'preprocessing.src' is not understood: unknown text preprocessing setting(s): casing"),
+    (lambda p: p["preprocessing"]["tgt"].update(bpe_codes=12), "'preprocessing.tgt.bpe_codes' is not the text"),
+    (lambda p: p["model"].update(extra="text"), "malformed checkpoint: 'model' is not a dict of named tensors"),
+])
+def test_a_malformed_checkpoint_body_is_one_line_naming_the_field(model, tmp_path, change, fragment):
+    bad = _rewritten(model, tmp_path, change)
+    _one_line_error(_nmt("nmt-translate", "-m", bad, stdin="a man .\n"), "nmt-translate", str(bad), fragment)
+
+
+# -- options and outputs -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, fragment", [
+    (["-o", "{t}/x.fr", "--scores", "{t}/x.fr"], "--scores names the same file as the output --output"),
+    (["-o", "{t}/x.fr", "--alignments", "{t}/./x.fr"], "--alignments names the same file as the output --output"),
+    (["-i", "{t}/in.en", "-o", "{t}/in.en"], "--output names the same file as the input --input"),
+    (["--nbest", "2", "--beam", "2", "--nbest-file", "-", "--scores", "-"],
+     "standard output: --scores names the same file as the output --nbest-file"),
+    (["-o", "{t}/missing/dir/x.fr"], "{t}/missing/dir/x.fr"),
+    (["--window", "-3"], "--window must be at least 1 line (got -3"),
+    (["--device", "bogus"], "--device 'bogus' is not a device"),
+    (["--lenpen", "nan"], "--lenpen must be a finite number of at least 0 (got nan)"),
+])
+def test_translate_refuses_bad_options_in_one_line(model, tmp_path, args, fragment):
+    (tmp_path / "in.en").write_text("a man .\n", encoding="utf-8")
+    args = [a.replace("{t}", str(tmp_path)) for a in args]
+    if "-i" not in args:
+        args += ["-i", str(tmp_path / "in.en")]
+    res = _nmt("nmt-translate", "-m", model, *args)
+    _one_line_error(res, "nmt-translate", fragment.replace("{t}", str(tmp_path)))
+    assert (tmp_path / "in.en").read_text(encoding="utf-8") == "a man .\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the error is for machines without it")
+def test_cuda_on_a_machine_without_cuda_is_one_line(model, small, tmp_path):
+    _one_line_error(_nmt("nmt-translate", "-m", model, "--device", "cuda", stdin="a man .\n"), "nmt-translate",
+                    "--device cuda: this machine has no usable CUDA device")
+    _one_line_error(_nmt("nmt-train", small, "-a", "rnnsearch-tiny", "--save-dir", tmp_path / "r", "--device",
+                         "cuda"), "nmt-train", "--device cuda: this machine has no usable CUDA device")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--device", "bogus"], "--device 'bogus' is not a device"),
+    (["--lr", "nan"], "--lr must be a finite number above 0 (got nan)"),
+    (["--lr", "-1"], "--lr must be a finite number above 0 (got -1.0)"),
+    (["--clip-norm", "inf"], "--clip-norm must be finite and at least 0"),
+    (["--max-time", "-5"], "--max-time must be finite and at least 0"),
+    (["--patience", "-1"], "--patience must be at least 0"),
+    (["--rho", "1"], "--rho must be in (0, 1)"),
+    (["--log-file", "{t}/missing/dir/log"], "{t}/missing/dir/log: cannot write the training log"),
+])
+def test_train_refuses_bad_options_in_one_line(small, tmp_path, args, fragment):
+    args = [a.replace("{t}", str(tmp_path)) for a in args]
+    res = _nmt("nmt-train", small, "-a", "rnnsearch-tiny", "--save-dir", tmp_path / "run", "--max-updates", "1",
+               "--threads", "1", *args)
+    _one_line_error(res, "nmt-train", fragment.replace("{t}", str(tmp_path)))
+    assert not list((tmp_path / "run").glob("checkpoint*.pt"))
+
+
+def test_a_plain_text_file_named_sgm_is_an_error(tmp_path):
+    from nmtkit.files import read_segments
+
+    plain = tmp_path / "news.en.sgm"
+    plain.write_text("A plain line .\nAnother one .\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"news.en.sgm: read as WMT SGML \(by its name or header\) but none of its "
+                                         r"2 line\(s\) holds a <seg> element"):
+        list(read_segments(plain))

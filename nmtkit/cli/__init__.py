@@ -114,12 +114,12 @@ def _sigterm(signum, frame):
 
 def run(tool: str, body: Callable[[], object]) -> None:
     """Run a command body with the tools' error conventions (see the module docstring)."""
-    from nmtkit.errors import InputError, WorkerError
+    from nmtkit.errors import DivergedError, InputError, WorkerError
 
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         body()
-    except (InputError, WorkerError) as e:
+    except (InputError, WorkerError, DivergedError) as e:
         click.echo(f"{tool}: error: {e}", err=True)
         sys.exit(1)
     except KeyboardInterrupt:

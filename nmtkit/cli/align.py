@@ -83,7 +83,7 @@ def main(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir, p
 def _align(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir, plot_format, plot_sentences,
            force, gold, gold_format, gold_order, beam, batch_size, device, as_json, quiet):
     from nmtkit.align import Aligner, align_files
-    from nmtkit.files import atomic_file
+    from nmtkit.files import atomic_file, check_distinct
     from nmtkit.translate import pharaoh as pharaoh_line
 
     if plot_sentences is not None and plot_dir is None:
@@ -92,6 +92,8 @@ def _align(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir,
         raise InputError("--plot-sentences chooses what --plot-dir draws: give --plot-dir DIR")
     if pharaoh is None and plot_dir is None and gold is None:
         pharaoh = "-"
+    check_distinct({"--pharaoh": pharaoh, "--plot-dir": plot_dir},
+                   {"--model": model, "--source": source, "--target": target, "--gold": gold})
     aligner = Aligner(model, device=device, tokenized=tokenized, batch_size=batch_size, beam=beam)
     if plot_dir is not None:  # check the directory and the line numbers before the model runs
         from nmtkit.align import read_text

@@ -97,12 +97,16 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
     import torch
 
     from nmtkit.errors import InputError
+    from nmtkit.files import check_distinct
     from nmtkit.translate import Translator, load_unk_dict, pharaoh
 
     if threads:
         torch.set_num_threads(threads)
     if nbest > 1 and nbest_file is None and output_path in (None, "-"):
         nbest_file = "-"
+    check_distinct({"--output": None if nbest_file == "-" else output_path, "--nbest-file": nbest_file,
+                    "--alignments": alignments, "--attention": attention, "--scores": scores},
+                   {"--input": input_path, "--unk-dict": unk_dict, **{f"--model {m}": m for m in models}})
     if input_path == "-":
         stream, name = sys.stdin.buffer, "<stdin>"
     else:
