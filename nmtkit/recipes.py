@@ -44,7 +44,7 @@ def recipe_settings(name: str) -> dict[str, Any]:
 def train_config(data: str, arch: str, save_dir: str, recipe: str | None = None, **settings: Any):
     """A :class:`nmtkit.train.TrainConfig` with a recipe's settings (default: :func:`default_recipe` of ``arch``),
     overridden by those given here."""
-    from nmtkit.train import TrainConfig
+    from nmtkit.trainconfig import TrainConfig
 
     name = default_recipe(arch) if recipe is None else recipe
     return TrainConfig(data=data, arch=arch, save_dir=save_dir, recipe=name,

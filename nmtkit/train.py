@@ -32,12 +32,11 @@ import math
 import os
 import signal
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from nmtkit import averaging, checkpoint, rundir
+from nmtkit import averaging, checkpoint, resume, rundir
 from nmtkit.adadelta import Adadelta
 # (every nmtkit module the run needs is imported when it starts, none at its first validation: a package upgraded
 # under a long run must not meet the run's already-loaded modules halfway)
@@ -48,128 +47,13 @@ from nmtkit.gradients import clip_grad_norm_, grad_norm_and_scale
 from nmtkit.manifest import PreparedData
 from nmtkit.progress import Progress
 from nmtkit.models import build_model
-from nmtkit.models.init import INIT_SCHEMES, initialize
-from nmtkit.recipes import RECIPES
-from nmtkit.schedule import SCHEDULERS, LRSchedule
+from nmtkit.models.init import initialize
+from nmtkit.schedule import LRSchedule
+from nmtkit.trainconfig import TRAINING_DEFAULTS, TrainConfig, TrainState  # (TrainConfig: re-exported)
 from nmtkit.validation import describe as describe_validation
 from nmtkit.validation import validation_bleu, validation_loss
 
 log = logging.getLogger("nmtkit.train")
-
-OPTIMIZERS = ("adadelta", "adam", "sgd")
-METRICS = ("bleu", "loss")
-
-
-@dataclass
-class TrainConfig:
-    """Every setting of a training run; the defaults are the paper's recipe."""
-
-    data: str
-    arch: str
-    save_dir: str
-    model_options: dict = field(default_factory=dict)  # overrides of the model config (emb_dim=…, dropout=…)
-    recipe: str = "paper"  # the recipe the settings came from (nmtkit.recipes; recorded, the fields rule)
-    init: str = "paper"  # weight initialisation (nmtkit.models.init.INIT_SCHEMES): Appendix B.1 or Glorot
-    label_smoothing: float = 0.0  # ε: train on the cross-entropy against (1 − ε)·onehot(y) + ε/V; 0 = the paper's
-    seed: int = 1
-    batch_size: int = 80
-    pool_batches: int = 20  # minibatches per length-sorted pool (the paper: 20, i.e. 1,600 pairs)
-    max_len: int | None = None  # train on pairs of at most this many tokens per side (default: the model's)
-    optimizer: str = "adadelta"
-    lr: float = 1.0
-    lr_scheduler: str = "constant"  # nmtkit.schedule: constant, inverse-sqrt or plateau
-    warmup_updates: int = 0  # linear warm-up over the first N updates (lr·u/N), with every scheduler
-    lr_decay: float = 0.5  # plateau: the factor of each decay
-    lr_patience: int = 1  # plateau: decay after this many validations without improvement
-    min_lr: float = 0.0  # the floor of the decaying schedules (after warm-up)
-    ema_decay: float = 0.0  # validate and save an exponential moving average of the weights; 0 = off
-    average_last: int = 0  # validate and save the mean of the weights at the last N validations; 0 = off
-    rho: float = 0.95  # Adadelta's decay
-    eps: float = 1e-6  # Adadelta's ε
-    clip_norm: float = 1.0  # rescale the gradient to this L2 norm when larger; 0 = never
-    max_updates: int = 0  # 0 = no limit
-    max_epochs: int = 0
-    max_time: float = 0.0  # seconds of training, 0 = no limit
-    valid_every: int = 1000
-    valid_bleu_sentences: int = 500  # BLEU on the first N validation sentences; 0 = no BLEU, -1 = all
-    valid_beam: int = 1  # beam size of that decoding (1 = greedy)
-    valid_batch_size: int = 80
-    best_metric: str = "bleu"
-    patience: int = 0  # stop after this many validations without improvement; 0 = never
-    keep_last: int = 3
-    log_every: int = 100
-    log_file: str | None = None  # JSON lines; default SAVE_DIR/train.jsonl
-    device: str = "cpu"
-    bf16: bool = False
-    threads: int = 0  # torch intra-op threads, 0 = torch's default
-    resume: bool = False
-    force: bool = False
-
-    def check(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise InputError(f"unknown optimizer '{self.optimizer}' (choose from {', '.join(OPTIMIZERS)})")
-        if self.recipe not in RECIPES:
-            raise InputError(f"unknown recipe '{self.recipe}' (choose from {', '.join(RECIPES)})")
-        if self.init not in INIT_SCHEMES:
-            raise InputError(f"unknown initialisation '{self.init}' (choose from {', '.join(INIT_SCHEMES)})")
-        if self.best_metric not in METRICS:
-            raise InputError(f"unknown metric '{self.best_metric}' (choose from {', '.join(METRICS)})")
-        if self.lr_scheduler not in SCHEDULERS:
-            raise InputError(f"unknown --lr-scheduler '{self.lr_scheduler}' (choose from {', '.join(SCHEDULERS)})")
-        for name in ("batch_size", "pool_batches", "valid_every", "valid_batch_size", "keep_last", "log_every",
-                     "valid_beam", "lr_patience"):
-            if getattr(self, name) < 1:
-                raise InputError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
-        for name, ok, want in (("warmup_updates", self.warmup_updates >= 0, "at least 0"),
-                               ("average_last", self.average_last >= 0, "at least 0"),
-                               ("lr_decay", 0 < self.lr_decay < 1, "in (0, 1)"),
-                               ("min_lr", 0 <= self.min_lr < math.inf, "finite and at least 0"),
-                               ("ema_decay", 0 <= self.ema_decay < 1, "in [0, 1)"),
-                               ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1)"),
-                               ("lr", 0 < self.lr < math.inf, "a finite number above 0"),
-                               ("rho", 0 < self.rho < 1, "in (0, 1)"),
-                               ("eps", 0 < self.eps < math.inf, "a finite number above 0"),
-                               ("clip_norm", 0 <= self.clip_norm < math.inf, "finite and at least 0 (0 = never)"),
-                               ("max_time", 0 <= self.max_time < math.inf, "finite and at least 0 (0 = no limit)"),
-                               ("max_updates", self.max_updates >= 0, "at least 0 (0 = no limit)"),
-                               ("max_epochs", self.max_epochs >= 0, "at least 0 (0 = no limit)"),
-                               ("patience", self.patience >= 0, "at least 0 (0 = never stop early)"),
-                               ("threads", self.threads >= 0, "at least 0 (0 = torch's default)"),
-                               ("valid_bleu_sentences", self.valid_bleu_sentences >= -1, "at least -1 (-1 = all)"),
-                               ("max_len", self.max_len is None or self.max_len >= 1, "at least 1")):
-            if not ok:
-                raise InputError(f"--{name.replace('_', '-')} must be {want} (got {getattr(self, name)})")
-        if self.ema_decay and self.average_last:
-            raise InputError("--ema-decay and --average-last exclude each other (choose one averaging)")
-        if self.keep_last < self.average_last:
-            raise InputError(f"--keep-last ({self.keep_last}) must be at least --average-last ({self.average_last}): "
-                             "a resumed run reads the raw weights of the averaged checkpoints back")
-        if self.resume and self.force:
-            raise InputError("--resume and --force exclude each other")
-
-
-# the settings of the updates themselves: a resumed run that changes one is warned (a checkpoint from before one of
-# them existed ran with its default)
-TRAINING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)
-                     if f.name in ("lr", "lr_scheduler", "warmup_updates", "lr_decay", "lr_patience", "min_lr",
-                                   "ema_decay", "average_last", "label_smoothing")}
-
-
-@dataclass
-class TrainState:
-    """Where a run is; saved in every checkpoint for resuming."""
-
-    update: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0  # minibatches of the current epoch already trained on
-    elapsed: float = 0.0  # seconds of training so far (across resumptions)
-    best: float | None = None  # the best metric of the scheduled validations (every valid_every updates) ...
-    best_update: int = 0
-    bad_validations: int = 0  # ... and how many since it: what patience and the schedules count
-    best_saved: float | None = None  # the metric of what checkpoint_best.pt holds (any validation: an interrupted
-    best_saved_update: int = 0  # run's last one too, which must not change what patience counts)
-    history: list = field(default_factory=list)  # one dict per validation
-
 
 class Trainer:
     """Owns the model, optimizer, data and state of one training run. ``Trainer(cfg).train()``."""
@@ -204,7 +88,7 @@ class Trainer:
             raise InputError("--lr-scheduler plateau needs a validation set (prepare it with --valid)", cfg.data)
         self.state = TrainState()
         self.log_window = {"nll": 0.0, "tok": 0, "time": 0.0, "norm": 0.0, "n": 0}
-        self._fingerprint = self.data_fingerprint()
+        self._fingerprint = resume.data_fingerprint(self.train_src, self.train_tgt)
         self.stop_signal: int | None = None
         self.rundir = rundir.RunDir(cfg.save_dir)
         try:
@@ -216,31 +100,10 @@ class Trainer:
     # -- set-up ------------------------------------------------------------------------------------------------
 
     def _resume_payload(self) -> dict | None:
-        cfg = self.cfg
         if self.rank == 0:  # (held until the run ends: a second nmt-train here is refused)
             self.rundir.lock()
-        last = os.path.join(cfg.save_dir, "checkpoint_last.pt")
-        existing = glob.glob(os.path.join(cfg.save_dir, "checkpoint*.pt"))
-        if not cfg.resume:
-            if existing and not cfg.force:
-                raise InputError("already holds checkpoints; use --resume to continue that run or --force to "
-                                 "start over", cfg.save_dir)
-            return None
-        if not os.path.isfile(last) and (numbered := self.rundir.numbered()):
-            # (a kill before the first checkpoint_last.pt link: the numbered checkpoint is complete, atomically saved)
-            checkpoint.link(numbered[-1][1], last)
-            log.warning("no checkpoint_last.pt (a kill came before it was linked): resuming from %s",
-                        os.path.basename(numbered[-1][1]))
-        if not os.path.isfile(last):
-            raise InputError("nothing to resume: no checkpoint_last.pt", cfg.save_dir)
-        payload = checkpoint.load(last)
-        if "train" not in payload:
-            raise InputError("checkpoint has no training state to resume from", last)
-        for side, vocab in (("src", self.src_vocab), ("tgt", self.tgt_vocab)):
-            if payload["vocab"][side] != vocab.tokens:
-                raise InputError(f"the {side} vocabulary of the checkpoint ({len(payload['vocab'][side])} entries) "
-                                 f"differs from the data's ({len(vocab)} entries)", last)
-        return payload
+        return resume.find_checkpoint(self.rundir, self.cfg.resume, self.cfg.force,
+                                      {"src": self.src_vocab, "tgt": self.tgt_vocab})
 
     def _build(self, payload: dict | None) -> None:
         cfg = self.cfg
@@ -251,17 +114,8 @@ class Trainer:
                 if cfg.init != "paper":  # (the modules' own initialisation is B.1's)
                     initialize(self.model, cfg.init)
             else:
-                from nmtkit.models import resolve
-
-                if resolve(cfg.arch)[0] != payload["arch"]:
-                    raise InputError(f"--arch {cfg.arch} does not match the checkpoint's architecture "
-                                     f"'{payload['arch']}'", os.path.join(cfg.save_dir, "checkpoint_last.pt"))
-                before = payload["train"].get("config", {}).get("optimizer", cfg.optimizer)
-                if before != cfg.optimizer:  # (its state would not fit: a KeyError at the first update)
-                    raise InputError(f"--optimizer {cfg.optimizer} does not match the optimizer of the checkpoint's "
-                                     f"run, '{before}' (resume with --optimizer {before}, or that run's --recipe)",
-                                     os.path.join(cfg.save_dir, "checkpoint_last.pt"))
-                self._check_resumed_model_and_data(payload)
+                resume.check_fits(payload, cfg, (len(self.src_vocab), len(self.tgt_vocab)), self._fingerprint,
+                                  self.rundir.file("checkpoint_last.pt"))
                 self.model = checkpoint.build_model({**payload, "model": averaging.raw_weights(payload)})
         except ValueError as e:
             raise InputError(str(e)) from None
@@ -293,80 +147,17 @@ class Trainer:
             self.optimizer.load_state_dict(train["optimizer"])
             self.state = TrainState(**train["state"])
             self.log_window.update(train.get("log_window", {}))
-            self._resume_best()
+            resume.restore_best(self.state, self.rundir, self.rank == 0)
             torch.set_rng_state(train["rng"]["torch"])
             if self.device.type == "cuda" and "cuda" in train["rng"]:
                 torch.cuda.set_rng_state(train["rng"]["cuda"], self.device)
             log.info("resumed from update %d (epoch %d, batch %d)", self.state.update, self.state.epoch + 1,
                      self.state.batch_in_epoch)
-            before = train.get("config", {})
-            changed = [f"--{k.replace('_', '-')} {before[k]} -> {getattr(cfg, k)}"
-                       for k in ("seed", "batch_size", "pool_batches", "max_len") if k in before
-                       and before[k] != getattr(cfg, k)]
-            if changed:
-                log.warning("resuming with other data settings than the interrupted run (%s): the batches that "
-                            "follow differ from an uninterrupted run's", ", ".join(changed))
-            self._resume_schedule_and_average(payload)
-
-    def _resume_best(self) -> None:
-        """The best checkpoint as the uninterrupted run has it: the best of the scheduled validations (the
-        interrupted run's last validation may have been linked as best; it goes back), relinked if a kill came
-        between the links."""
-        st = self.state
-        interim = st.best_saved_update if st.best_saved_update != st.best_update else None
-        st.best_saved, st.best_saved_update = st.best, st.best_update  # (also: a checkpoint of an older nmtkit)
-        if self.rank == 0 and st.best is not None and self.rundir.repair_best(st.best_update):
-            why = (f"the interrupted run's last validation, at update {interim}, is not a scheduled one"
-                   if interim is not None else "a kill had come between the links")
-            log.warning("checkpoint_best.pt relinked to checkpoint%d.pt, the best of the run's scheduled "
-                        "validations (%s)", st.best_update, why)
-
-    def data_fingerprint(self) -> dict:
-        """What identifies the training pairs (beyond the vocabularies): their count and a CRC of their lengths."""
-        import zlib
-
-        sizes = [np.ascontiguousarray(np.asarray(c.sizes, dtype=np.int64)) for c in (self.train_src, self.train_tgt)]
-        return {"pairs": len(self.train_src), "tokens": [int(x.sum()) for x in sizes],
-                "crc32": zlib.crc32(sizes[1].tobytes(), zlib.crc32(sizes[0].tobytes()))}
-
-    def _check_resumed_model_and_data(self, payload: dict) -> None:
-        """Refuse a resume whose model (preset, -o options) or training pairs differ from the checkpoint's run."""
-        from nmtkit.models import get_config
-
-        last = os.path.join(self.cfg.save_dir, "checkpoint_last.pt")
-        want = get_config(self.cfg.arch, src_vocab_size=len(self.src_vocab), tgt_vocab_size=len(self.tgt_vocab),
-                          **self.cfg.model_options).to_dict()
-        have = payload["config"]
-        differ = [f"{k} {have.get(k)!r} -> {want.get(k)!r}" for k in sorted(set(want) | set(have))
-                  if have.get(k) != want.get(k)]
-        if differ:
-            raise InputError(f"the model asked for differs from the checkpoint's ({', '.join(differ)}); resume "
-                             "with the run's --arch and -o options, or start a new run", last)
-        before = payload["train"].get("data")
-        if before is not None and before != (now := self._fingerprint):
-            raise InputError(f"the training data differs from the checkpoint's run ({before['pairs']:,} pairs, "
-                             f"{before['tokens'][0]:,}/{before['tokens'][1]:,} tokens then; {now['pairs']:,} pairs, "
-                             f"{now['tokens'][0]:,}/{now['tokens'][1]:,} tokens now); resume on that run's data",
-                             self.cfg.data)
-
-    def _resume_schedule_and_average(self, payload: dict) -> None:
-        """The schedule's state and the averaged weights of the checkpoint's run; other settings than its: warned."""
-        cfg, train = self.cfg, payload["train"]
-        if "schedule" in train:
-            self.schedule.load_state_dict(train["schedule"])
-        if self.averager is not None and self.rank == 0:  # (only the lead process validates and saves)
-            self.averager.resume(payload, cfg.save_dir)
-        before = {**TRAINING_DEFAULTS, **train.get("config", {})}
-        changed = [f"--{k.replace('_', '-')} {before[k]} -> {getattr(cfg, k)}" for k in TRAINING_DEFAULTS
-                   if before[k] != getattr(cfg, k)]
-        if changed:
-            log.warning("resuming with other training settings than the interrupted run (%s): the updates that "
-                        "follow differ from an uninterrupted run's", ", ".join(changed))
-        warned = set(TRAINING_DEFAULTS) | {"seed", "batch_size", "pool_batches", "max_len", "resume", "force"}
-        other = [f"--{k.replace('_', '-')} {train['config'][k]} -> {v}" for k, v in dataclasses.asdict(cfg).items()
-                 if k not in warned and k in train.get("config", {}) and train["config"][k] != v]
-        if other:  # (what may change on resume without changing the updates: limits, logging, devices, ...)
-            log.info("resuming with %s", ", ".join(other))
+            if "schedule" in train:
+                self.schedule.load_state_dict(train["schedule"])
+            if self.averager is not None and self.rank == 0:  # (only the lead process validates and saves)
+                self.averager.resume(payload, cfg.save_dir)
+            resume.report_changes(train.get("config", {}), dataclasses.asdict(cfg), TRAINING_DEFAULTS)
 
     # -- checkpoints -------------------------------------------------------------------------------------------
 

@@ -1,0 +1,116 @@
+"""Resuming a training run: which checkpoint, whether it fits what was asked, and what changed.
+
+A resumed run must reach the weights of an uninterrupted one, so what it may not change is refused here in one line
+(the model's preset or ``-o`` options, the optimizer, the training pairs, the vocabularies), what changes the updates
+that follow is warned (learning-rate settings, seed, batch size), and what does not (limits, logging, devices) is
+logged.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import zlib
+
+import numpy as np
+
+from nmtkit import checkpoint
+from nmtkit.errors import InputError
+
+log = logging.getLogger("nmtkit.train")
+
+DATA_SETTINGS = ("seed", "batch_size", "pool_batches", "max_len")  # (the batches an update sees)
+
+
+def data_fingerprint(train_src, train_tgt) -> dict:
+    """What identifies the training pairs (beyond the vocabularies): their count and a CRC of their lengths."""
+    sizes = [np.ascontiguousarray(np.asarray(c.sizes, dtype=np.int64)) for c in (train_src, train_tgt)]
+    return {"pairs": len(train_src), "tokens": [int(x.sum()) for x in sizes],
+            "crc32": zlib.crc32(sizes[1].tobytes(), zlib.crc32(sizes[0].tobytes()))}
+
+
+def find_checkpoint(rundir, resume: bool, force: bool, vocabs: dict) -> dict | None:
+    """The payload to resume from (``checkpoint_last.pt``; the newest numbered one if a kill came before it was
+    first linked), or None for a fresh run; a save directory that holds a run is refused unless resume or force."""
+    last = rundir.file("checkpoint_last.pt")
+    numbered = rundir.numbered()
+    if not resume:
+        if glob.glob(rundir.file("checkpoint*.pt")) and not force:
+            raise InputError("already holds checkpoints; use --resume to continue that run or --force to start "
+                             "over", rundir.path)
+        return None
+    if not os.path.isfile(last) and numbered:  # (the numbered checkpoint is complete: saved atomically)
+        checkpoint.link(numbered[-1][1], last)
+        log.warning("no checkpoint_last.pt (a kill came before it was linked): resuming from %s",
+                    os.path.basename(numbered[-1][1]))
+    if not os.path.isfile(last):
+        raise InputError("nothing to resume: no checkpoint_last.pt", rundir.path)
+    payload = checkpoint.load(last)
+    if "train" not in payload:
+        raise InputError("checkpoint has no training state to resume from", last)
+    for side, vocab in vocabs.items():
+        if payload["vocab"][side] != vocab.tokens:
+            raise InputError(f"the {side} vocabulary of the checkpoint ({len(payload['vocab'][side])} entries) "
+                             f"differs from the data's ({len(vocab)} entries)", last)
+    return payload
+
+
+def check_fits(payload: dict, cfg, vocab_sizes: tuple[int, int], fingerprint: dict, last: str) -> None:
+    """Refuse a resume whose architecture, model (preset, -o options), optimizer or training pairs differ from
+    the checkpoint's run."""
+    from nmtkit.models import get_config, resolve
+
+    if resolve(cfg.arch)[0] != payload["arch"]:
+        raise InputError(f"--arch {cfg.arch} does not match the checkpoint's architecture '{payload['arch']}'", last)
+    before = payload["train"].get("config", {}).get("optimizer", cfg.optimizer)
+    if before != cfg.optimizer:  # (its state would not fit: a KeyError at the first update)
+        raise InputError(f"--optimizer {cfg.optimizer} does not match the optimizer of the checkpoint's run, "
+                         f"'{before}' (resume with --optimizer {before}, or that run's --recipe)", last)
+    want = get_config(cfg.arch, src_vocab_size=vocab_sizes[0], tgt_vocab_size=vocab_sizes[1],
+                      **cfg.model_options).to_dict()
+    have = payload["config"]
+    differ = [f"{k} {have.get(k)!r} -> {want.get(k)!r}" for k in sorted(set(want) | set(have))
+              if have.get(k) != want.get(k)]
+    if differ:
+        raise InputError(f"the model asked for differs from the checkpoint's ({', '.join(differ)}); resume with "
+                         "the run's --arch and -o options, or start a new run", last)
+    then = payload["train"].get("data")
+    if then is not None and then != fingerprint:
+        raise InputError(f"the training data differs from the checkpoint's run ({then['pairs']:,} pairs, "
+                         f"{then['tokens'][0]:,}/{then['tokens'][1]:,} tokens then; {fingerprint['pairs']:,} pairs, "
+                         f"{fingerprint['tokens'][0]:,}/{fingerprint['tokens'][1]:,} tokens now); resume on that "
+                         "run's data", cfg.data)
+
+
+def report_changes(before: dict, now: dict, training_defaults: dict) -> None:
+    """Warn of resumed settings that change the updates that follow; log the others that changed."""
+    def flag(k, v):
+        return f"--{k.replace('_', '-')} {v} -> {now[k]}"
+
+    data = [flag(k, before[k]) for k in DATA_SETTINGS if k in before and before[k] != now[k]]
+    if data:
+        log.warning("resuming with other data settings than the interrupted run (%s): the batches that follow "
+                    "differ from an uninterrupted run's", ", ".join(data))
+    then = {**training_defaults, **before}  # (a checkpoint from before one of them existed ran with its default)
+    training = [flag(k, then[k]) for k in training_defaults if then[k] != now[k]]
+    if training:
+        log.warning("resuming with other training settings than the interrupted run (%s): the updates that "
+                    "follow differ from an uninterrupted run's", ", ".join(training))
+    quiet = set(training_defaults) | set(DATA_SETTINGS) | {"resume", "force"}
+    other = [flag(k, before[k]) for k in now if k not in quiet and k in before and before[k] != now[k]]
+    if other:  # (what may change without changing the updates: limits, logging, devices, ...)
+        log.info("resuming with %s", ", ".join(other))
+
+
+def restore_best(state, rundir, lead: bool) -> None:
+    """The best checkpoint as the uninterrupted run has it: the best of the scheduled validations (an
+    interruption's validation may have been linked as best; it goes back), relinked if a kill came between the
+    links."""
+    interim = state.best_saved_update if state.best_saved_update != state.best_update else None
+    state.best_saved, state.best_saved_update = state.best, state.best_update  # (also: an older nmtkit's state)
+    if lead and state.best is not None and rundir.repair_best(state.best_update):
+        why = (f"the interrupted run's last validation, at update {interim}, is not a scheduled one"
+               if interim is not None else "a kill had come between the links")
+        log.warning("checkpoint_best.pt relinked to checkpoint%d.pt, the best of the run's scheduled validations "
+                    "(%s)", state.best_update, why)

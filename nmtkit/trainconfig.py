@@ -1,0 +1,127 @@
+"""The settings of a training run (:class:`TrainConfig`, the paper's recipe by default) and where a run stands
+(:class:`TrainState`, saved in every checkpoint for resuming)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from nmtkit.errors import InputError
+from nmtkit.models.init import INIT_SCHEMES
+from nmtkit.recipes import RECIPES
+from nmtkit.schedule import SCHEDULERS
+
+OPTIMIZERS = ("adadelta", "adam", "sgd")
+METRICS = ("bleu", "loss")
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of a training run; the defaults are the paper's recipe."""
+
+    data: str
+    arch: str
+    save_dir: str
+    model_options: dict = field(default_factory=dict)  # overrides of the model config (emb_dim=…, dropout=…)
+    recipe: str = "paper"  # the recipe the settings came from (nmtkit.recipes; recorded, the fields rule)
+    init: str = "paper"  # weight initialisation (nmtkit.models.init.INIT_SCHEMES): Appendix B.1 or Glorot
+    label_smoothing: float = 0.0  # ε: train on the cross-entropy against (1 − ε)·onehot(y) + ε/V; 0 = the paper's
+    seed: int = 1
+    batch_size: int = 80
+    pool_batches: int = 20  # minibatches per length-sorted pool (the paper: 20, i.e. 1,600 pairs)
+    max_len: int | None = None  # train on pairs of at most this many tokens per side (default: the model's)
+    optimizer: str = "adadelta"
+    lr: float = 1.0
+    lr_scheduler: str = "constant"  # nmtkit.schedule: constant, inverse-sqrt or plateau
+    warmup_updates: int = 0  # linear warm-up over the first N updates (lr·u/N), with every scheduler
+    lr_decay: float = 0.5  # plateau: the factor of each decay
+    lr_patience: int = 1  # plateau: decay after this many validations without improvement
+    min_lr: float = 0.0  # the floor of the decaying schedules (after warm-up)
+    ema_decay: float = 0.0  # validate and save an exponential moving average of the weights; 0 = off
+    average_last: int = 0  # validate and save the mean of the weights at the last N validations; 0 = off
+    rho: float = 0.95  # Adadelta's decay
+    eps: float = 1e-6  # Adadelta's ε
+    clip_norm: float = 1.0  # rescale the gradient to this L2 norm when larger; 0 = never
+    max_updates: int = 0  # 0 = no limit
+    max_epochs: int = 0
+    max_time: float = 0.0  # seconds of training, 0 = no limit
+    valid_every: int = 1000
+    valid_bleu_sentences: int = 500  # BLEU on the first N validation sentences; 0 = no BLEU, -1 = all
+    valid_beam: int = 1  # beam size of that decoding (1 = greedy)
+    valid_batch_size: int = 80
+    best_metric: str = "bleu"
+    patience: int = 0  # stop after this many validations without improvement; 0 = never
+    keep_last: int = 3
+    log_every: int = 100
+    log_file: str | None = None  # JSON lines; default SAVE_DIR/train.jsonl
+    device: str = "cpu"
+    bf16: bool = False
+    threads: int = 0  # torch intra-op threads, 0 = torch's default
+    resume: bool = False
+    force: bool = False
+
+    def check(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise InputError(f"unknown optimizer '{self.optimizer}' (choose from {', '.join(OPTIMIZERS)})")
+        if self.recipe not in RECIPES:
+            raise InputError(f"unknown recipe '{self.recipe}' (choose from {', '.join(RECIPES)})")
+        if self.init not in INIT_SCHEMES:
+            raise InputError(f"unknown initialisation '{self.init}' (choose from {', '.join(INIT_SCHEMES)})")
+        if self.best_metric not in METRICS:
+            raise InputError(f"unknown metric '{self.best_metric}' (choose from {', '.join(METRICS)})")
+        if self.lr_scheduler not in SCHEDULERS:
+            raise InputError(f"unknown --lr-scheduler '{self.lr_scheduler}' (choose from {', '.join(SCHEDULERS)})")
+        for name in ("batch_size", "pool_batches", "valid_every", "valid_batch_size", "keep_last", "log_every",
+                     "valid_beam", "lr_patience"):
+            if getattr(self, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
+        for name, ok, want in (("warmup_updates", self.warmup_updates >= 0, "at least 0"),
+                               ("average_last", self.average_last >= 0, "at least 0"),
+                               ("lr_decay", 0 < self.lr_decay < 1, "in (0, 1)"),
+                               ("min_lr", 0 <= self.min_lr < math.inf, "finite and at least 0"),
+                               ("ema_decay", 0 <= self.ema_decay < 1, "in [0, 1)"),
+                               ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1)"),
+                               ("lr", 0 < self.lr < math.inf, "a finite number above 0"),
+                               ("rho", 0 < self.rho < 1, "in (0, 1)"),
+                               ("eps", 0 < self.eps < math.inf, "a finite number above 0"),
+                               ("clip_norm", 0 <= self.clip_norm < math.inf, "finite and at least 0 (0 = never)"),
+                               ("max_time", 0 <= self.max_time < math.inf, "finite and at least 0 (0 = no limit)"),
+                               ("max_updates", self.max_updates >= 0, "at least 0 (0 = no limit)"),
+                               ("max_epochs", self.max_epochs >= 0, "at least 0 (0 = no limit)"),
+                               ("patience", self.patience >= 0, "at least 0 (0 = never stop early)"),
+                               ("threads", self.threads >= 0, "at least 0 (0 = torch's default)"),
+                               ("valid_bleu_sentences", self.valid_bleu_sentences >= -1, "at least -1 (-1 = all)"),
+                               ("max_len", self.max_len is None or self.max_len >= 1, "at least 1")):
+            if not ok:
+                raise InputError(f"--{name.replace('_', '-')} must be {want} (got {getattr(self, name)})")
+        if self.ema_decay and self.average_last:
+            raise InputError("--ema-decay and --average-last exclude each other (choose one averaging)")
+        if self.keep_last < self.average_last:
+            raise InputError(f"--keep-last ({self.keep_last}) must be at least --average-last ({self.average_last}): "
+                             "a resumed run reads the raw weights of the averaged checkpoints back")
+        if self.resume and self.force:
+            raise InputError("--resume and --force exclude each other")
+
+
+# the settings of the updates themselves: a resumed run that changes one is warned (a checkpoint from before one of
+# them existed ran with its default)
+TRAINING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)
+                     if f.name in ("lr", "lr_scheduler", "warmup_updates", "lr_decay", "lr_patience", "min_lr",
+                                   "ema_decay", "average_last", "label_smoothing")}
+
+
+@dataclass
+class TrainState:
+    """Where a run is; saved in every checkpoint for resuming."""
+
+    update: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # minibatches of the current epoch already trained on
+    elapsed: float = 0.0  # seconds of training so far (across resumptions)
+    best: float | None = None  # the best metric of the scheduled validations (every valid_every updates) ...
+    best_update: int = 0
+    bad_validations: int = 0  # ... and how many since it: what patience and the schedules count
+    best_saved: float | None = None  # the metric of what checkpoint_best.pt holds (any validation: an interrupted
+    best_saved_update: int = 0  # run's last one too, which must not change what patience counts)
+    history: list = field(default_factory=list)  # one dict per validation
