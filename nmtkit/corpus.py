@@ -117,6 +117,32 @@ class Corpus:
                              f"{total * self.dtype.itemsize} (truncated or corrupt)", bin_path)
         # np.memmap cannot map an empty file; an empty corpus has no tokens to read anyway.
         self._data = (np.memmap(bin_path, dtype=self.dtype, mode="r") if total else np.zeros(0, self.dtype))
+        self._check_index(idx_path)
+
+    def _check_index(self, idx_path: str) -> None:
+        """Lengths that are not negative and offsets that are their running sum (one vectorised pass)."""
+        sizes, offsets = np.asarray(self.sizes), np.asarray(self._offsets)
+        negative = np.flatnonzero(sizes < 0)
+        if len(negative):
+            raise InputError(f"index gives sentence {negative[0] + 1} a negative length ({sizes[negative[0]]}): "
+                             "corrupt", idx_path)
+        wrong = np.flatnonzero(np.diff(offsets) != sizes) if len(sizes) else []
+        if offsets[0] != 0 or len(wrong):
+            at = 0 if offsets[0] != 0 else int(wrong[0]) + 1
+            raise InputError(f"index offsets are not the running sum of the sentence lengths (from sentence "
+                             f"{max(at, 1)} on): corrupt", idx_path)
+
+    def check_ids(self, vocab_size: int) -> None:
+        """Refuse ids outside a vocabulary of ``vocab_size`` entries (one vectorised pass over the ids)."""
+        if not len(self._data):
+            return
+        top, low = int(self._data.max()), int(self._data.min())
+        if top >= vocab_size or low < 0:
+            position = int(np.argmax((self._data >= vocab_size) | (self._data < 0)))
+            sentence = int(np.searchsorted(np.asarray(self._offsets), position, side="right"))
+            raise InputError(f"sentence {sentence} holds token id {int(self._data[position])}, but the vocabulary "
+                             f"has {vocab_size} entries (ids 0 to {vocab_size - 1}): prepared with another "
+                             "vocabulary, or corrupt", self.prefix + ".bin")
 
     def __len__(self) -> int:
         return len(self.sizes)

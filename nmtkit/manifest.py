@@ -50,7 +50,35 @@ def load(directory: str | os.PathLike) -> dict:
     if version != FORMAT_VERSION:
         raise InputError(f"prepared-corpus format version {version} is not understood (this nmtkit reads "
                          f"version {FORMAT_VERSION}); prepare the data again with this nmtkit", path)
+    _check_fields(manifest, path)
     return manifest
+
+
+def _check_fields(manifest: dict, path: str) -> None:
+    """Every field the tools read, present and of its type: a damaged manifest is one line naming the field."""
+    def bad(field: str, problem: str):
+        return InputError(f"malformed manifest: {field} {problem}", path)
+
+    langs = []
+    for key in ("source_lang", "target_lang"):
+        if not isinstance(manifest.get(key), str) or not manifest[key]:
+            raise bad(f"'{key}'", "is missing or not a language code")
+        langs.append(manifest[key])
+    if not isinstance(manifest.get("splits"), dict) or not manifest["splits"]:
+        raise bad("'splits'", "is missing or empty")
+    for key in ("vocab", "preprocessing"):
+        if not isinstance(manifest.get(key), dict):
+            raise bad(f"'{key}'", "is missing or not a dict")
+        for lang in langs:
+            if not isinstance(manifest[key].get(lang), dict):
+                raise bad(f"'{key}'", f"has no entry for '{lang}', a language the manifest names "
+                                       f"(it has: {', '.join(map(str, manifest[key])) or 'none'})")
+    for lang in langs:
+        entry = manifest["vocab"][lang]
+        if not isinstance(entry.get("file"), str):
+            raise bad(f"'vocab.{lang}.file'", "is missing")
+        if "size" in entry and (not isinstance(entry["size"], int) or entry["size"] < 1):
+            raise bad(f"'vocab.{lang}.size'", "is not a positive integer")
 
 
 @dataclass
@@ -80,12 +108,23 @@ class PreparedData:
         return os.path.join(self.directory, name)
 
     def vocab(self, lang: str) -> Vocabulary:
-        return Vocabulary.load(self.path(self.manifest["vocab"][lang]["file"]))
+        path = self.path(self.manifest["vocab"][lang]["file"])
+        vocab = Vocabulary.load(path)
+        size = self.manifest["vocab"][lang].get("size")
+        if size is not None and len(vocab) != size:
+            raise InputError(f"holds {len(vocab)} entries, the manifest says {size} (a line lost or added since "
+                             "nmt-prepare wrote it)", path)
+        return vocab
 
     def corpus(self, split: str, lang: str) -> Corpus:
+        """A split's binarized corpus of one language, its ids checked against the vocabulary's size."""
         if split not in self.manifest["splits"]:
             raise InputError(f"no split '{split}' (this corpus has: {', '.join(self.splits)})", self.directory)
-        return Corpus(self.path(f"{split}.{lang}"))
+        corpus = Corpus(self.path(f"{split}.{lang}"))
+        size = self.manifest["vocab"].get(lang, {}).get("size")
+        if size is not None:
+            corpus.check_ids(size)
+        return corpus
 
     def text_config(self, lang: str) -> TextConfig:
         """The full preprocessing of one language, BPE codes included: what a checkpoint must carry."""

@@ -438,3 +438,66 @@ def test_a_plain_text_file_named_sgm_is_an_error(tmp_path):
     with pytest.raises(InputError, match=r"news.en.sgm: read as WMT SGML \(by its name or header\) but none of its "
                                          r"2 line\(s\) holds a <seg> element"):
         list(read_segments(plain))
+
+
+# -- damaged prepared data, caught when it is opened -------------------------------------------------------------
+
+def _damage_manifest(d, edit):
+    manifest = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
+    edit(manifest)
+    (d / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+
+
+def _drop_vocab_line(d):
+    lines = (d / "vocab.fr").read_text(encoding="utf-8").splitlines(keepends=True)
+    (d / "vocab.fr").write_text("".join(lines[:10] + lines[11:]), encoding="utf-8")
+
+
+def _poke_bin(d):  # the 5th id of train.fr becomes 60000 (the vocabulary has 134 entries)
+    import numpy as np
+
+    data = np.fromfile(d / "train.fr.bin", dtype="<u2")
+    data[4] = 60000
+    data.tofile(d / "train.fr.bin")
+
+
+def _poke_idx(d, which: str):
+    import struct
+
+    import numpy as np
+
+    raw = bytearray((d / "train.en.idx").read_bytes())
+    n = struct.unpack_from("<Q", raw, 16)[0]
+    if which == "offsets":  # offsets 2 and 3 swapped: not monotonic
+        offsets = np.frombuffer(bytes(raw[24: 24 + 8 * (n + 1)]), dtype="<i8").copy()
+        offsets[[2, 3]] = offsets[[3, 2]]
+        raw[24: 24 + 8 * (n + 1)] = offsets.tobytes()
+    else:  # the length of sentence 3 negative
+        start = 24 + 8 * (n + 1) + 4 * 2
+        raw[start: start + 4] = struct.pack("<i", -4)
+    (d / "train.en.idx").write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("damage, where, fragment", [
+    (lambda d: _damage_manifest(d, lambda m: m.pop("vocab")), "manifest.json",
+     "malformed manifest: 'vocab' is missing or not a dict"),
+    (lambda d: _damage_manifest(d, lambda m: m.update(source_lang="de")), "manifest.json",
+     "malformed manifest: 'vocab' has no entry for 'de', a language the manifest names (it has: en, fr)"),
+    (_drop_vocab_line, "vocab.fr", "holds 133 entries, the manifest says 134 (a line lost or added"),
+    (_poke_bin, "train.fr.bin", "sentence 1 holds token id 60000, but the vocabulary has 134 entries"),
+    (lambda d: _poke_idx(d, "offsets"), "train.en.idx",
+     "index offsets are not the running sum of the sentence lengths (from sentence 2 on): corrupt"),
+    (lambda d: _poke_idx(d, "length"), "train.en.idx", "index gives sentence 3 a negative length (-4): corrupt"),
+], ids=["manifest-no-vocab", "manifest-other-language", "vocab-line-missing", "bin-id-too-large",
+        "idx-offsets", "idx-negative-length"])
+def test_damaged_prepared_data_is_refused_when_opened(small, tmp_path, damage, where, fragment):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(small, data)
+    damage(data)
+    res = _nmt("nmt-train", data, "-a", "rnnsearch-tiny", "--save-dir", tmp_path / "run", "--max-updates", "1",
+               "--threads", "1")
+    line = _one_line_error(res, "nmt-train", fragment)
+    assert str(data / where) in line or (where == "manifest.json" and str(data) in line), line
+    assert not list((tmp_path / "run").glob("checkpoint*.pt"))
