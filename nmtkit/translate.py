@@ -32,8 +32,8 @@ from nmtkit import checkpoint
 from nmtkit.align import hard_links, word_matrix
 from nmtkit.batching import collate_source
 from nmtkit.errors import InputError
-from nmtkit.parallel import chunks
 from nmtkit.search import Hypothesis, beam_search
+from nmtkit.streaming import windows
 from nmtkit.text import Preprocessor, TextConfig, words_of
 from nmtkit.vocab import UNK, Vocabulary
 
@@ -206,17 +206,21 @@ class Translator:
     def translate(self, lines: Iterable[tuple[int, str]]) -> Iterator[Translation]:
         """(line number, text) pairs → one :class:`Translation` per line, in order, window by window.
 
+        Windows are full while lines flow; when the input stalls, the lines read so far form a window and are
+        translated before more is read (nmtkit/streaming.py), so a pipeline that waits for each translation gets it.
         With worker processes, a window's batches are submitted as soon as it is read and the next window is read
         while they decode; at most ``AHEAD`` windows are in flight, so memory stays bounded."""
         pending: deque[_Window] = deque()
-        for window in chunks(lines, self.window):
+        for window, stalled in windows(lines, self.window):
             w = self._prepare(window)
             if self._pool is None:
                 yield from self._assemble(w, [self._decode(b) for b in w.batches])
                 continue
             w.tickets = [self._pool.submit([p.ids for p in b]) for b in w.batches]
             pending.append(w)
-            while pending and (len(pending) > AHEAD or all(self._pool.ready(t) for t in pending[0].tickets)):
+            # an input that stalled waits for its translations: finish what is in flight before reading on
+            while pending and (stalled or len(pending) > AHEAD
+                               or all(self._pool.ready(t) for t in pending[0].tickets)):
                 w = pending.popleft()
                 yield from self._assemble(w, [self._pool.result(t) for t in w.tickets])
         while pending:

@@ -501,3 +501,62 @@ def test_damaged_prepared_data_is_refused_when_opened(small, tmp_path, damage, w
     line = _one_line_error(res, "nmt-train", fragment)
     assert str(data / where) in line or (where == "manifest.json" and str(data) in line), line
     assert not list((tmp_path / "run").glob("checkpoint*.pt"))
+
+
+# -- streaming: a pipeline that waits for each translation gets it --------------------------------------------------
+
+def test_windows_give_what_has_arrived_when_the_input_stalls():
+    import time
+
+    from nmtkit.streaming import windows
+
+    def slow():  # 3 lines at once, a pause, 2 lines, a pause, 1 line
+        yield from (1, 2, 3)
+        time.sleep(0.5)
+        yield from (4, 5)
+        time.sleep(0.5)
+        yield 6
+
+    assert list(windows(slow(), 10)) == [([1, 2, 3], True), ([4, 5], True), ([6], True)]
+    assert list(windows(range(7), 3)) == [([0, 1, 2], False), ([3, 4, 5], False), ([6], True)]
+    assert list(windows([], 3)) == []
+
+
+def test_windows_raise_an_input_error_in_order():
+    from nmtkit.streaming import windows
+
+    def bad():
+        yield from (1, 2)
+        raise InputError("bad line", "in.txt", 3)
+
+    got = []
+    with pytest.raises(InputError, match="in.txt:3: bad line"):
+        for window, _ in windows(bad(), 2):
+            got.extend(window)
+    assert got == [1, 2]
+
+
+@pytest.mark.parametrize("options", [[], ["--workers", "2", "--window", "1"], ["--workers", "1"]],
+                         ids=["defaults", "two-workers-window-1", "one-worker"])
+def test_each_translation_comes_out_before_the_next_line_is_written(model, options):
+    """A slow writer: one line, then nothing until its translation has been read.  Today's default reads a whole
+    window (or waits for the next line) before translating anything: the first read times out."""
+    import select
+
+    proc = subprocess.Popen([sys.executable, str(REPO / "bin" / "nmt-translate"), "-m", str(model), "--threads", "2",
+                             *options], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    try:
+        got = []
+        for line in (b"a man is walking .\n", b"two dogs play in the snow .\n"):
+            proc.stdin.write(line)
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], 120)  # (start-up included: workers load torch)
+            assert ready, f"no translation of line {len(got) + 1} within 120 s while the writer waits for it"
+            got.append(proc.stdout.readline())
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    finally:
+        proc.kill()
+    assert rest == b"" and len(got) == 2 and all(x.endswith(b"\n") for x in got)

@@ -133,7 +133,6 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
         attn_out = stack.enter_context(_output(attention)) if attention else None
         score_out = stack.enter_context(_output(scores)) if scores else None
         outputs = [f for f in (main_out, nbest_out, align_out, attn_out, score_out) if f is not None]
-        count = 0
         for t in translator.translate(read_input(stream, name)):
             if main_out is not None:
                 main_out.write(t.text + "\n")
@@ -147,12 +146,10 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
                 attn_out.write(json.dumps({"line": t.line, **t.attention}, ensure_ascii=False) + "\n")
             if score_out is not None:
                 score_out.write(f"{t.score:.6f}\n")
-            count += 1
             if progress is not None:
                 progress.update(1)
-            if count % translator.batch_size == 0 or count == 1:
-                for f in outputs:
-                    f.flush()
+            for f in outputs:  # (each line as soon as it is ready: a pipeline may be waiting for it)
+                f.flush()
         for f in outputs:
             f.flush()
     if progress is not None:
