@@ -52,9 +52,17 @@ def save(payload: dict, path: str | os.PathLike) -> None:
         os.umask(mask)
         os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        from nmtkit.files import WRITE_ERRORS
+
+        # (torch's zip writer reports a failed write as a RuntimeError "... file write failed")
+        if (isinstance(e, OSError) and e.errno in WRITE_ERRORS) or (isinstance(e, RuntimeError)
+                                                                    and "write failed" in str(e)):
+            reason = os.strerror(e.errno).lower() if isinstance(e, OSError) else "the write failed (disk full?)"
+            raise InputError(f"cannot write the checkpoint: {reason}; nothing was written (the earlier checkpoints "
+                             "are intact)", path) from None
         raise
 
 

@@ -560,3 +560,67 @@ def test_each_translation_comes_out_before_the_next_line_is_written(model, optio
     finally:
         proc.kill()
     assert rest == b"" and len(got) == 2 and all(x.endswith(b"\n") for x in got)
+
+
+# -- a full disk ---------------------------------------------------------------------------------------------------
+
+def _with_file_size_limit(limit: int):
+    """A preexec_fn: files of this process may not grow past ``limit`` bytes (the kernel's EFBIG, as a full disk's
+    ENOSPC: the write fails; SIGXFSZ ignored so that it is an error, not a kill)."""
+    def apply():
+        import resource
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def _nmt_limited(tool: str, limit: int, *args, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "bin" / tool), *map(str, args)], input=stdin,
+                          capture_output=True, text=True, timeout=300, preexec_fn=_with_file_size_limit(limit),
+                          env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)))
+
+
+def _hidden(directory) -> list[str]:
+    return sorted(p.name for p in Path(directory).iterdir() if p.name.startswith("."))
+
+
+def test_a_full_disk_in_translate_is_one_line_and_leaves_nothing(model, tmp_path):
+    text = "".join(f"a man is walking number {i} .\n" for i in range(60))
+    res = _nmt_limited("nmt-translate", 200, "-m", model, "-o", tmp_path / "out.fr", stdin=text)
+    _one_line_error(res, "nmt-translate", f"{tmp_path / 'out.fr'}: cannot write: file too large; nothing was written")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stdout_to_dev_full_is_one_line(model):
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([sys.executable, str(REPO / "bin" / "nmt-translate"), "-m", str(model)],
+                             input="a man .\n", stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
+                             env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)))
+    _one_line_error(res, "nmt-translate", "standard output: cannot write: no space left on device")
+
+
+def test_a_full_disk_in_prepare_is_one_line_and_leaves_nothing(data_dir, tmp_path):
+    for lang in ("en", "fr"):
+        _head(data_dir / "multi30k" / f"train.{lang}", tmp_path / f"train.{lang}", 300)
+    res = _nmt_limited("nmt-prepare", 4000, "-s", "en", "-t", "fr", "--train", tmp_path / "train",
+                       "--dest", tmp_path / "out" / "data", "--src-vocab-size", "100", "--tgt-vocab-size", "100")
+    _one_line_error(res, "nmt-prepare", "cannot write: file too large")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.en", "train.fr"]
+
+
+def test_a_full_disk_in_a_checkpoint_save_is_one_line_and_keeps_the_last_good_one(small, tmp_path):
+    run = tmp_path / "run"
+    train(_cfg(small, run, max_updates=2, valid_bleu_sentences=0))
+    before = {p.name: p.stat().st_ino for p in run.iterdir()}
+    size = (run / "checkpoint2.pt").stat().st_size
+    res = _nmt_limited("nmt-train", size // 2, small, "-a", "rnnsearch-tiny", "--save-dir", run, "--resume",
+                       "--max-updates", "4", "--valid-every", "2", "--batch-size", "16", "--pool-batches", "2",
+                       "--valid-bleu-sentences",
+                       "0", "--threads", "1", "-q")
+    _one_line_error(res, "nmt-train", "checkpoint4.pt: cannot write the checkpoint", "the earlier checkpoints "
+                    "are intact")
+    after = {p.name: p.stat().st_ino for p in run.iterdir() if p.name != "train.jsonl"}
+    assert after == {k: v for k, v in before.items() if k != "train.jsonl"}
+    assert _hidden(run) == []
+    assert checkpoint.load(run / "checkpoint_last.pt")["train"]["state"]["update"] == 2

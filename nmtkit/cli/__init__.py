@@ -15,6 +15,7 @@ Heavy libraries (torch) are imported inside the commands, so ``--help`` stays fa
 from __future__ import annotations
 
 import logging
+import os
 import re
 import signal
 import sys
@@ -112,6 +113,15 @@ def _sigterm(signum, frame):
     raise KeyboardInterrupt
 
 
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's flush at exit has nothing to fail on."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def run(tool: str, body: Callable[[], object]) -> None:
     """Run a command body with the tools' error conventions (see the module docstring)."""
     from nmtkit.errors import DivergedError, InputError, WorkerError
@@ -121,6 +131,15 @@ def run(tool: str, body: Callable[[], object]) -> None:
         body()
     except (InputError, WorkerError, DivergedError) as e:
         click.echo(f"{tool}: error: {e}", err=True)
+        sys.exit(1)
+    except OSError as e:
+        from nmtkit.files import WRITE_ERRORS
+
+        if e.errno not in WRITE_ERRORS:
+            raise
+        where = f"{e.filename}: " if e.filename else "standard output: "
+        _drop_stdout()  # (what is still buffered for a full stdout would fail again at exit, in a second message)
+        click.echo(f"{tool}: error: {where}cannot write: {os.strerror(e.errno).lower()}", err=True)
         sys.exit(1)
     except KeyboardInterrupt:
         click.echo(f"{tool}: interrupted; no partial output was left behind", err=True)
