@@ -42,7 +42,9 @@ def save(payload: dict, path: str | os.PathLike) -> None:
     payload = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "nmtkit_version": __version__, **payload}
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    from nmtkit.files import tmp_suffix
+
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=tmp_suffix())
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(payload, f)

@@ -197,7 +197,8 @@ def atomic_file(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     if os.path.isdir(path):
         raise InputError("is a directory; cannot write a file there", path)
     try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+        remove_stale(directory, os.path.basename(path))
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=tmp_suffix())
     except OSError as e:
         reason = "no such directory" if e.errno == errno.ENOENT else e.strerror
         raise InputError(f"cannot write: {reason}", path) from None
@@ -276,6 +277,9 @@ def atomic_dir(dest: str | os.PathLike, force: bool = False, marker: str | None 
     directory is removed and ``dest`` is left exactly as it was.
     """
     dest = os.path.abspath(os.fspath(dest))
+    if os.path.islink(dest):  # (replace the directory it names, and keep the user's link)
+        dest = os.path.realpath(dest)
+    remove_stale(os.path.dirname(dest), os.path.basename(dest), recover=dest)
     check_output_dir(dest, force, marker, kind)
     parent = os.path.dirname(dest)
     made = []  # missing parents created here, deepest first: removed again (if still empty) when the block fails
@@ -284,13 +288,17 @@ def atomic_dir(dest: str | os.PathLike, force: bool = False, marker: str | None 
         made.append(p)
         p = os.path.dirname(p)
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(dest)}.", suffix=".tmp")
+    tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(dest)}.", suffix=tmp_suffix())
     old = None
     try:
         yield tmp
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
-        if os.path.exists(dest):
-            old = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(dest)}.", suffix=".old")
+        if os.path.exists(dest) and _exchange(tmp, dest):  # one atomic step: dest is never missing
+            shutil.rmtree(tmp, ignore_errors=True)  # (the old output, now under the temporary name)
+            return
+        if os.path.exists(dest):  # (no RENAME_EXCHANGE here: two renames; a kill between them is recovered from
+            old = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(dest)}.",  # the .old by the next run)
+                                   suffix=tmp_suffix(".old"))
             os.rmdir(old)
             os.replace(dest, old)
         os.replace(tmp, dest)
@@ -304,3 +312,76 @@ def atomic_dir(dest: str | os.PathLike, force: bool = False, marker: str | None 
             with contextlib.suppress(OSError):
                 os.rmdir(d)
         raise
+
+
+def tmp_suffix(kind: str = ".tmp") -> str:
+    """The end of this process's temporary names, ``.PID.tmp``: a later run tells a dead run's leftovers from a live
+    one's by it (:func:`remove_stale`)."""
+    return f".{os.getpid()}{kind}"
+
+
+_STALE = r"\.{base}\.[A-Za-z0-9_]+\.(\d+)\.(tmp|old)"
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # (another user's live process)
+        return True
+    return True
+
+
+def remove_stale(directory: str | os.PathLike, base: str, recover: str | None = None) -> list[str]:
+    """Remove the temporaries ``.BASE.XXXX.PID.tmp`` (files or directories) that a killed run left in ``directory``,
+    never a live process's.  A ``.BASE.XXXX.PID.old`` is an output a kill caught between the two renames of a
+    replacement: put back as ``recover`` when that is missing, else removed.  Returns what it removed or restored."""
+    import logging
+
+    directory = os.fspath(directory) or "."
+    pattern = re.compile(_STALE.format(base=re.escape(base)))
+    done = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return done
+    for name in names:
+        m = pattern.fullmatch(name)
+        if m is None or _alive(int(m.group(1))):
+            continue
+        path = os.path.join(directory, name)
+        if m.group(2) == "old" and recover is not None and not os.path.lexists(recover):
+            os.replace(path, recover)
+            logging.getLogger("nmtkit").warning("%s: restored from %s, left by a run killed while replacing it "
+                                                "(pid %s)", recover, name, m.group(1))
+        else:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            logging.getLogger("nmtkit").warning("removed %s, a temporary left by a killed run (pid %s)", path,
+                                                m.group(1))
+        done.append(path)
+    return done
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap two paths in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the OS or the file
+    system cannot (the caller falls back to two renames)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    return False
+

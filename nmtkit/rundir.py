@@ -21,6 +21,7 @@ import errno
 import fcntl
 import glob
 import json
+import logging
 import os
 import re
 
@@ -29,6 +30,9 @@ from nmtkit.errors import InputError
 
 PID_FILE = ".nmt-train.pid"
 NUMBERED = re.compile(r"checkpoint(\d+)\.pt")
+# a checkpoint being saved (.checkpointN.pt.XXXX.PID.tmp) or linked (checkpoint_last.pt.PID.tmp)
+STALE = re.compile(r"\.checkpoint\d+\.pt\.[A-Za-z0-9_]+\.(\d+)\.tmp|checkpoint_(?:last|best)\.pt\.(\d+)\.tmp")
+log = logging.getLogger("nmtkit.train")
 
 
 class RunDir:
@@ -63,6 +67,24 @@ class RunDir:
         self._lock_fd = fd
         with open(self.file(PID_FILE), "w", encoding="ascii") as f:  # (who holds it, for the refusal's message)
             f.write(f"{os.getpid()}\n")
+        self.remove_stale()
+
+    def remove_stale(self) -> list[str]:
+        """Remove the temporaries of checkpoint saves and links that a killed run left (its pid is dead: the lock
+        is ours), saying so."""
+        from nmtkit.files import _alive
+
+        removed = []
+        for name in os.listdir(self.path):
+            m = STALE.fullmatch(name)
+            if m is None or _alive(int(m.group(1) or m.group(2))):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.file(name))
+            log.warning("removed %s, a temporary left by a killed run (pid %s)", self.file(name),
+                        m.group(1) or m.group(2))
+            removed.append(name)
+        return removed
 
     def __del__(self):
         self.unlock()

@@ -624,3 +624,122 @@ def test_a_full_disk_in_a_checkpoint_save_is_one_line_and_keeps_the_last_good_on
     assert after == {k: v for k, v in before.items() if k != "train.jsonl"}
     assert _hidden(run) == []
     assert checkpoint.load(run / "checkpoint_last.pt")["train"]["state"]["update"] == 2
+
+
+# -- leftovers of kills ------------------------------------------------------------------------------------------
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_killed_translation_leaves_a_temporary_that_the_next_run_removes(model, tmp_path):
+    import time
+
+    out = tmp_path / "out.fr"
+    proc = subprocess.Popen([sys.executable, str(REPO / "bin" / "nmt-translate"), "-m", str(model), "-o", str(out),
+                             "--workers", "1"], stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)))
+    proc.stdin.write(b"a man .\n")
+    proc.stdin.flush()
+    for _ in range(1200):
+        if _hidden(tmp_path):
+            break
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    left = _hidden(tmp_path)
+    assert len(left) == 1 and left[0].startswith(".out.fr.") and left[0].endswith(f".{proc.pid}.tmp"), left
+    # a live process's temporary of the same output is never touched
+    live = subprocess.Popen(["sleep", "60"])
+    (tmp_path / f".out.fr.abcd1234.{live.pid}.tmp").write_text("a live run's", encoding="utf-8")
+    try:
+        res = _nmt("nmt-translate", "-m", model, "-o", out, stdin="a man .\n")
+        assert res.returncode == 0, res.stderr
+        assert f"removed {tmp_path / left[0]}, a temporary left by a killed run (pid {proc.pid})" in res.stderr
+        assert _hidden(tmp_path) == [f".out.fr.abcd1234.{live.pid}.tmp"]
+    finally:
+        live.kill()
+        live.wait()
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 1
+
+
+def test_a_killed_prepare_leaves_a_directory_that_the_next_run_removes(data_dir, tmp_path):
+    import time
+
+    for lang in ("en", "fr"):
+        _head(data_dir / "multi30k" / f"train.{lang}", tmp_path / f"train.{lang}", 3000)
+    args = [sys.executable, str(REPO / "bin" / "nmt-prepare"), "-s", "en", "-t", "fr", "--train",
+            str(tmp_path / "train"), "--dest", str(tmp_path / "data"), "--src-vocab-size", "100",
+            "--tgt-vocab-size", "100", "--bpe-merges", "400"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, env=env)
+    for _ in range(2400):
+        if any(n.startswith(".data.") for n in _hidden(tmp_path)) or proc.poll() is not None:
+            break
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    left = [n for n in _hidden(tmp_path) if n.startswith(".data.")]
+    assert left and left[0].endswith(f".{proc.pid}.tmp"), left
+    res = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert f"removed {tmp_path / left[0]}, a temporary left by a killed run (pid {proc.pid})" in res.stderr
+    assert _hidden(tmp_path) == [] and (tmp_path / "data" / "manifest.json").is_file()
+
+
+def test_force_replaces_in_one_step_and_keeps_a_symlink(small, tmp_path):
+    from nmtkit.files import atomic_dir
+
+    target = tmp_path / "real"
+    target.mkdir()
+    (target / "marker").write_text("old", encoding="utf-8")
+    (tmp_path / "link").symlink_to(target)
+    with atomic_dir(tmp_path / "link", force=True, marker="marker") as d:
+        Path(d, "marker").write_text("new", encoding="utf-8")
+    assert (tmp_path / "link").is_symlink() and (target / "marker").read_text(encoding="utf-8") == "new"
+    assert _hidden(tmp_path) == []
+
+
+def test_an_output_caught_between_two_renames_is_restored(tmp_path):
+    """What a kill between the two renames of a replacement leaves (where no RENAME_EXCHANGE exists): the old
+    output under .NAME.XXXX.PID.old and no NAME.  The next run puts it back before anything else."""
+    from nmtkit.files import atomic_dir
+
+    old = tmp_path / f".out.k3j2.{_dead_pid()}.old"
+    old.mkdir()
+    (old / "marker").write_text("old", encoding="utf-8")
+    with pytest.raises(InputError, match="already holds an earlier output; use --force"):
+        with atomic_dir(tmp_path / "out", marker="marker"):
+            pass
+    assert (tmp_path / "out" / "marker").read_text(encoding="utf-8") == "old" and _hidden(tmp_path) == []
+
+
+def test_a_kill_during_a_checkpoint_save_leaves_a_temporary_that_resume_removes(small, tmp_path):
+    run = tmp_path / "run"
+    script = textwrap.dedent("""
+        import os, signal, sys, torch
+        from nmtkit.train import TrainConfig, train
+        save = torch.save
+        def save_then_die(obj, f, *a, **k):
+            save(obj, f, *a, **k)
+            if obj["train"]["state"]["update"] == 4:
+                os.kill(os.getpid(), signal.SIGKILL)
+        torch.save = save_then_die
+        train(TrainConfig(**__import__("json").loads(sys.argv[1])))
+    """)
+    cfg = json.dumps({**_cfg(small, run, max_updates=6, valid_bleu_sentences=0).__dict__})
+    killed = subprocess.run([sys.executable, "-c", script, cfg], capture_output=True, text=True, timeout=300,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    left = [n for n in _hidden(run) if n.startswith(".checkpoint4.pt.")]
+    assert len(left) == 1, _hidden(run)
+    resumed = subprocess.run([sys.executable, str(REPO / "bin" / "nmt-train"), str(small), "-a", "rnnsearch-tiny",
+                              "--save-dir", str(run), "--resume", "--max-updates", "6", "--valid-every", "2",
+                              "--batch-size", "16", "--pool-batches", "2", "--valid-bleu-sentences", "0",
+                              "--threads", "1"], capture_output=True, text=True, timeout=300,
+                             env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"removed {run / left[0]}, a temporary left by a killed run" in resumed.stderr
+    assert _hidden(run) == []
