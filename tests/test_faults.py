@@ -743,3 +743,13 @@ def test_a_kill_during_a_checkpoint_save_leaves_a_temporary_that_resume_removes(
     assert resumed.returncode == 0, resumed.stderr
     assert f"removed {run / left[0]}, a temporary left by a killed run" in resumed.stderr
     assert _hidden(run) == []
+
+
+def test_a_reader_that_closes_stdout_ends_translation_quietly(model, tmp_path):
+    """``nmt-translate ... | head -1``: the closed pipe is a normal end (exit 0, nothing on stderr)."""
+    source = tmp_path / "in.en"
+    source.write_text("".join(f"a man is walking number {i} .\n" for i in range(3000)), encoding="utf-8")
+    res = subprocess.run(f"'{sys.executable}' '{REPO / 'bin' / 'nmt-translate'}' -m '{model}' -i '{source}' "
+                         "| head -1; exit ${PIPESTATUS[0]}", shell=True, executable="/bin/bash", capture_output=True,
+                         text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)))
+    assert (res.returncode, res.stderr, len(res.stdout.splitlines())) == (0, "", 1), res.stderr

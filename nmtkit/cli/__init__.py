@@ -132,6 +132,9 @@ def run(tool: str, body: Callable[[], object]) -> None:
     except (InputError, WorkerError, DivergedError) as e:
         click.echo(f"{tool}: error: {e}", err=True)
         sys.exit(1)
+    except BrokenPipeError:  # the reader of stdout went away (| head): a normal end for a filter, as for cat
+        _drop_stdout()
+        sys.exit(0)
     except OSError as e:
         from nmtkit.files import WRITE_ERRORS
 

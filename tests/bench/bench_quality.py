@@ -141,6 +141,16 @@ def nmtkit(a, work: Path) -> dict:
                   "--beam", "12", "--batch-size", "80", "--threads", a.threads, "--quiet"], log)
         result.setdefault("tests", {})[name] = {**_bleu(out, DATA / ref), "decode_wall_s": round(t, 1)}
         result_path.write_text(json.dumps(result, indent=1))
+    if "alignment" not in result:  # the attention against the trial set's human links, and Figure 3's pictures
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_learning import alignment_quality, diagonal_aer
+
+        trial = DATA / "hansards-trial"
+        result["alignment"] = {**alignment_quality(str(model), trial), "diagonal_aer": diagonal_aer(trial)}
+        _run([sys.executable, REPO / "bin" / "nmt-align", "-m", model, "-s", DATA / TEST_SETS["hansards-test"][0],
+              "-t", w / "hansards-test.hyp.fr", "--plot-dir", w / "figure3", "--plot-sentences",
+              a.plot_sentences, "--force", "--pharaoh", w / "figure3.align", "-q"], log)
+        result_path.write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -162,6 +172,11 @@ def table(results: dict, a) -> str:
         f"{results[n].get('train_wall_s', '-'):>40}" for n in names))
     per = [f"{results[n]['train_wall_s'] / a.updates:.3f}" if "train_wall_s" in results[n] else "-" for n in names]
     lines.append(f"{'s per update':16} " + " ".join(f"{x:>40}" for x in per))
+    if "alignment" in results.get("nmtkit", {}):
+        al = results["nmtkit"]["alignment"]
+        lines += ["", f"nmtkit's attention on the Hansards trial set's 37 human-aligned sentences (argmax links): AER "
+                      f"{al['aer']:.3f} (monotone diagonal {al['diagonal_aer']:.3f}); mean entropy "
+                      f"{al['entropy']:.2f} nats per target word, {al['eos_mass']:.3f} of α on the source's </s>"]
     sig = next((r["signature"] for n in names for r in results[n].get("tests", {}).values()), None)
     if sig:
         lines += ["", f"sacreBLEU signature: {sig}"]
@@ -177,6 +192,8 @@ def main(argv=None) -> None:
     p.add_argument("--updates", type=int, default=5000)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--nmtkit-options", default="--recipe fast")
+    p.add_argument("--plot-sentences", default="1-8",
+                   help="hansards/test lines whose attention nmtkit's model draws (WORK/nmtkit/figure3)")
     a = p.parse_args(argv)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)

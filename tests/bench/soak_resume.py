@@ -1,0 +1,154 @@
+"""Randomised soak of exact resume: N SIGKILLs at random instants of a tiny training, each followed by ``--resume``.
+
+One uninterrupted ``nmt-train`` run of the tiny RNNsearch on 200 real Multi30K pairs (patience, dropout, keep-last 1,
+validation BLEU, a validation every 3 updates) is the reference.  The same run is then started again in another save
+directory and killed with SIGKILL at a random instant (anywhere: mid-update, mid-validation, mid-checkpoint save,
+between the links), resumed with ``--resume``, killed again, … ``--kills`` times, and finally let run to its end.  Its
+final weights, optimizer state and run state are compared tensor by tensor with the reference's, and its
+``checkpoint_best.pt`` with the reference's.
+
+    python tests/bench/soak_resume.py --kills 50 > tests/bench/results/soak_resume.txt
+
+A kill that lands before the first checkpoint exists leaves nothing to resume: that attempt starts the run afresh
+(``--force``), as a user would.  Every kill and what it left is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
+sys.path.insert(0, str(REPO))
+
+TRAIN = ["-a", "rnnsearch-tiny", "-o", "dropout=0.3", "--batch-size", "16", "--pool-batches", "2",
+         "--valid-every", "3", "--valid-bleu-sentences", "4", "--best-metric", "loss", "--patience", "4",
+         "--keep-last", "1", "--max-updates", "60", "--threads", "1", "-q"]
+
+
+def _prepare(root: Path) -> Path:
+    from nmtkit.prepare import PrepareConfig, prepare
+
+    for lang in ("en", "fr"):
+        with open(DATA / "multi30k" / f"train.{lang}", encoding="utf-8") as f:
+            (root / f"train.{lang}").write_text("".join(itertools.islice(f, 200)), encoding="utf-8")
+        with open(DATA / "multi30k" / f"val.{lang}", encoding="utf-8") as f:
+            (root / f"valid.{lang}").write_text("".join(itertools.islice(f, 20)), encoding="utf-8")
+    dest = root / "data"
+    prepare(PrepareConfig("en", "fr", [str(root / "train")], str(dest), valid=str(root / "valid"),
+                          src_vocab_size=120, tgt_vocab_size=130, bpe_merges=150))
+    return dest
+
+
+def _command(data: Path, run: Path, *extra: str) -> list[str]:
+    return [sys.executable, str(REPO / "bin" / "nmt-train"), str(data), "--save-dir", str(run), *TRAIN, *extra]
+
+
+def _env() -> dict:
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+
+
+def _compare(a_path: Path, b_path: Path) -> list[str]:
+    """What differs between two checkpoints: weights, optimizer state, run state (empty: identical)."""
+    import torch
+
+    from nmtkit import checkpoint
+
+    a, b = checkpoint.load(a_path), checkpoint.load(b_path)
+    diffs = [k for k in a["model"] if not torch.equal(a["model"][k], b["model"][k])]
+
+    def same(x, y) -> bool:
+        if isinstance(x, torch.Tensor):
+            return isinstance(y, torch.Tensor) and torch.equal(x, y)
+        if isinstance(x, dict):
+            return isinstance(y, dict) and x.keys() == y.keys() and all(same(x[k], y[k]) for k in x)
+        if isinstance(x, (list, tuple)):
+            return len(x) == len(y) and all(same(p, q) for p, q in zip(x, y))
+        return x == y
+
+    if "train" in a:
+        if not same(a["train"]["optimizer"], b["train"]["optimizer"]):
+            diffs.append("optimizer state")
+        state_a = {k: v for k, v in a["train"]["state"].items() if k not in ("elapsed", "history")}
+        state_b = {k: v for k, v in b["train"]["state"].items() if k not in ("elapsed", "history")}
+        if state_a != state_b:
+            diffs.append(f"run state {state_a} != {state_b}")
+    return diffs
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--kills", type=int, default=50)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--max-delay", type=float, default=0.0,
+                   help="kill within this many seconds of a start [measured: the reference run's wall time]")
+    a = p.parse_args(argv)
+    rng = random.Random(a.seed)
+    root = Path(tempfile.mkdtemp(prefix="nmtkit-soak-"))
+    data = _prepare(root)
+    t0 = time.perf_counter()
+    ref = subprocess.run(_command(data, root / "reference"), env=_env(), capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if ref.returncode != 0:
+        raise SystemExit(f"soak_resume: the reference run failed: {ref.stderr}")
+    print(f"reference: {' '.join(TRAIN)}; {wall:.1f} s wall")
+    delay = a.max_delay or wall
+    run = root / "soaked"
+    kills = fresh = 0
+    while kills < a.kills:
+        has_last = (run / "checkpoint_last.pt").exists() or any(run.glob("checkpoint[0-9]*.pt"))
+        extra = ["--resume"] if has_last else ["--force"]
+        fresh += not has_last
+        proc = subprocess.Popen(_command(data, run, *extra), env=_env(), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        at = rng.uniform(0.5, delay)  # (python and torch take ~1.5 s to start: earlier kills find nothing to do)
+        try:
+            proc.wait(timeout=at)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            kills += 1
+            update = _update_of(run / "checkpoint_last.pt")
+            print(f"kill {kills:3d} after {at:5.2f} s ({' '.join(extra)}): checkpoint_last at update {update}, "
+                  f"hidden leftovers: {sorted(n for n in os.listdir(run) if n.startswith('.'))}")
+            continue
+        err = proc.stderr.read()
+        if proc.returncode != 0:
+            raise SystemExit(f"soak_resume: a resumed run failed ({proc.returncode}): {err}")
+        print(f"the run ended by itself before kill {kills + 1}; starting it again to kill it")
+        for old in run.glob("checkpoint*.pt"):  # (a finished run would only be resumed as finished)
+            old.unlink()
+    final = subprocess.run(_command(data, run, "--resume"), env=_env(), capture_output=True, text=True)
+    if final.returncode != 0:
+        raise SystemExit(f"soak_resume: the last resume failed: {final.stderr}")
+    diffs = _compare(root / "reference" / "checkpoint_last.pt", run / "checkpoint_last.pt")
+    best = _compare(root / "reference" / "checkpoint_best.pt", run / "checkpoint_best.pt")
+    print(f"\n{kills} SIGKILLs ({fresh} before the first checkpoint: started afresh), then a last --resume to the end")
+    print(f"final update {_update_of(run / 'checkpoint_last.pt')} (reference {_update_of(root / 'reference' / 'checkpoint_last.pt')})")
+    print("checkpoint_last.pt: " + ("identical to the uninterrupted run's (weights, optimizer, run state)"
+                                    if not diffs else f"DIFFERS: {', '.join(diffs)}"))
+    print("checkpoint_best.pt: " + ("identical to the uninterrupted run's" if not best
+                                    else f"DIFFERS: {', '.join(best)}"))
+    if diffs or best:
+        raise SystemExit(1)
+
+
+def _update_of(path: Path):
+    if not path.exists():
+        return None
+    from nmtkit import checkpoint
+
+    return checkpoint.load(path)["train"]["state"]["update"]
+
+
+if __name__ == "__main__":
+    main()
