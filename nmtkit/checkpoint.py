@@ -119,7 +119,7 @@ def _check_structure(payload: dict, path: str) -> None:
     """Every field a tool reads, of the type it expects: a malformed body is one line naming the field."""
     import torch
 
-    from nmtkit.text import TextConfig
+    from nmtkit.text import TextConfig, bpe_codes_problem
 
     def bad(field: str, problem: str):
         return InputError(f"malformed checkpoint: {field} {problem}", path)
@@ -150,6 +150,8 @@ def _check_structure(payload: dict, path: str) -> None:
             raise bad(f"'preprocessing.{side}'", f"is not understood: {e}") from None
         if config.bpe_codes is not None and not isinstance(config.bpe_codes, str):
             raise bad(f"'preprocessing.{side}.bpe_codes'", "is not the text of a codes file")
+        if config.bpe_codes is not None and (problem := bpe_codes_problem(config.bpe_codes)) is not None:
+            raise bad(f"'preprocessing.{side}.bpe_codes'", f"are not subword-nmt codes: {problem}")
     model = payload["model"]
     if not isinstance(model, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                               for k, v in model.items()):

@@ -66,6 +66,9 @@ class Preprocessor:
         if config.bpe_codes is not None:
             from subword_nmt.apply_bpe import BPE
 
+            problem = bpe_codes_problem(config.bpe_codes)
+            if problem is not None:  # (subword-nmt would print its own message and exit the process)
+                raise ValueError(f"bad BPE codes: {problem}")
             self._bpe = BPE(io.StringIO(config.bpe_codes), separator=config.bpe_separator)
 
     def words(self, line: str) -> list[str]:
@@ -124,6 +127,17 @@ def words_of(tokens: list[str], sep: str = BPE_SEPARATOR) -> tuple[list[str], li
     if pending:
         words.append(pending)
     return words, owner
+
+
+def bpe_codes_problem(codes: str) -> str | None:
+    """What is wrong with the text of a subword-nmt codes file (None: nothing): after an optional ``#version``
+    header, every line must be two subword units separated by whitespace."""
+    for n, line in enumerate(codes.split("\n"), start=1):
+        if (n == 1 and line.startswith("#version")) or not line:
+            continue
+        if len(line.rstrip("\r").split()) != 2:
+            return f"line {n} is not two subword units separated by a space ({line[:40]!r})"
+    return None
 
 
 def learn_bpe_codes(word_counts: Mapping[str, int], merges: int, min_frequency: int = 2) -> str:

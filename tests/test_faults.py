@@ -372,6 +372,8 @@ def test_decoding_a_diverged_model_says_so(model, tmp_path):
     (lambda p: p["preprocessing"]["src"].update(casing="odd"),
      "malformed checkpoint: 'preprocessing.src' is not understood: unknown text preprocessing setting(s): casing"),
     (lambda p: p["preprocessing"]["tgt"].update(bpe_codes=12), "'preprocessing.tgt.bpe_codes' is not the text"),
+    (lambda p: p["preprocessing"]["src"].update(bpe_codes="#version: 0.2\nt h\nnot codes at all\n"),
+     "'preprocessing.src.bpe_codes' are not subword-nmt codes: line 3 is not two subword units"),
     (lambda p: p["model"].update(extra="text"), "malformed checkpoint: 'model' is not a dict of named tensors"),
 ])
 def test_a_malformed_checkpoint_body_is_one_line_naming_the_field(model, tmp_path, change, fragment):
@@ -753,3 +755,31 @@ def test_a_reader_that_closes_stdout_ends_translation_quietly(model, tmp_path):
                          "| head -1; exit ${PIPESTATUS[0]}", shell=True, executable="/bin/bash", capture_output=True,
                          text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)))
     assert (res.returncode, res.stderr, len(res.stdout.splitlines())) == (0, "", 1), res.stderr
+
+
+def test_a_resumed_torchrun_equals_an_uninterrupted_one(small, tmp_path):
+    """Two processes of data parallelism, interrupted at update 3 (a --max-updates limit, off the validation
+    schedule) and resumed to 6, against the same two processes run straight to 6."""
+    import socket
+
+    def torchrun(run, *extra):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+        res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node",
+                              "2", "--master_addr", "127.0.0.1", "--master_port", str(port),
+                              str(REPO / "bin" / "nmt-train"), str(small), "-a", "rnnsearch-tiny", "--save-dir",
+                              str(run), "--batch-size", "15", "--pool-batches", "2", "--valid-every", "2",
+                              "--valid-bleu-sentences", "4", "--patience", "3", "-o", "dropout=0.2", "--threads",
+                              "1", *extra], capture_output=True, text=True, timeout=300,
+                             env=dict(env, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)))
+        assert res.returncode == 0, res.stderr[-3000:]
+
+    torchrun(tmp_path / "A", "--max-updates", "6")
+    torchrun(tmp_path / "B", "--max-updates", "3")
+    torchrun(tmp_path / "B", "--max-updates", "6", "--resume")
+    _same_weights(tmp_path / "A" / "checkpoint_last.pt", tmp_path / "B" / "checkpoint_last.pt")
+    a, b = (checkpoint.load(tmp_path / x / "checkpoint_last.pt")["train"] for x in ("A", "B"))
+    for key in ("update", "best", "best_update", "bad_validations"):
+        assert a["state"][key] == b["state"][key], key
