@@ -52,6 +52,7 @@ class PrepareConfig:
     aggressive_dash_splits: bool = False
     bpe_merges: int | None = None
     bpe_codes: str | None = None  # path of an existing codes file
+    vocab_from: str | None = None  # a prepared directory whose vocabularies, BPE codes and text settings are reused
     workers: int = 1
     force: bool = False
 
@@ -67,6 +68,8 @@ class PrepareConfig:
                 raise InputError(f"{name} must be at least 1 (got {value})")
         if self.bpe_merges is not None and self.bpe_codes is not None:
             raise InputError("--bpe-merges and --bpe-codes exclude each other")
+        if self.vocab_from is not None and (self.bpe_merges is not None or self.bpe_codes is not None):
+            raise InputError("--vocab-from brings its directory's BPE codes; drop --bpe-merges/--bpe-codes")
         if self.bpe_merges is not None and self.bpe_merges < 1:
             raise InputError(f"--bpe-merges must be at least 1 (got {self.bpe_merges})")
 
@@ -138,6 +141,9 @@ def prepare(cfg: PrepareConfig) -> dict:
         _check_bpe_codes(codes, cfg.bpe_codes)
     text_cfg = {lang: TextConfig(lang, cfg.normalize_punctuation, cfg.aggressive_dash_splits, cfg.lowercase)
                 for lang in (src, tgt)}
+    given_vocabs = None
+    if cfg.vocab_from is not None:  # (a corpus to fine-tune a model of that directory on: the same ids)
+        given_vocabs, codes = _vocabs_from(cfg.vocab_from, src, tgt, text_cfg)
 
     with atomic_dir(cfg.dest, force=cfg.force, marker=manifest_format.MANIFEST, kind="a prepared corpus") as out:
         stats: dict[str, dict] = {}
@@ -163,7 +169,7 @@ def prepare(cfg: PrepareConfig) -> dict:
             with open(os.path.join(out, "bpe.codes"), "w", encoding="utf-8", newline="\n") as f:
                 f.write(codes)
             bpe_info = {"codes_file": "bpe.codes", "learned_merges": cfg.bpe_merges,
-                        "given_codes": cfg.bpe_codes, "separator": text_cfg[src].bpe_separator, "joint": True}
+                        "given_codes": cfg.bpe_codes or cfg.vocab_from, "separator": text_cfg[src].bpe_separator, "joint": True}
         model_cfg = {lang: TextConfig(**{**c.to_dict(), "bpe_codes": codes}) for lang, c in text_cfg.items()}
 
         # 3. model tokens, filtering (train only) and counts; 4. vocabularies and binarized corpora
@@ -172,8 +178,8 @@ def prepare(cfg: PrepareConfig) -> dict:
             for split in splits:
                 counts[split] = _filter_and_count(mapper, out, split, src, tgt, stats[split],
                                                   cfg.max_len if split == "train" else None)
-        vocabs = {src: Vocabulary.build(counts["train"][0], cfg.src_vocab_size),
-                  tgt: Vocabulary.build(counts["train"][1], cfg.tgt_vocab_size)}
+        vocabs = given_vocabs or {src: Vocabulary.build(counts["train"][0], cfg.src_vocab_size),
+                                  tgt: Vocabulary.build(counts["train"][1], cfg.tgt_vocab_size)}
         for lang, vocab in vocabs.items():
             vocab.save(os.path.join(out, f"vocab.{lang}"))
         for split in splits:
@@ -186,6 +192,26 @@ def prepare(cfg: PrepareConfig) -> dict:
             f.write(manifest_format.dumps(manifest))
         _report(manifest)
     return manifest
+
+
+def _vocabs_from(directory: str, src: str, tgt: str, text_cfg: dict) -> tuple[dict, str | None]:
+    """The vocabularies and BPE codes of another prepared directory (same languages and text settings)."""
+    from nmtkit.manifest import PreparedData
+
+    other = PreparedData.open(directory)
+    if (other.source_lang, other.target_lang) != (src, tgt):
+        raise InputError(f"is a {other.source_lang}-{other.target_lang} corpus, not {src}-{tgt}", directory)
+    codes = None
+    for lang in (src, tgt):
+        theirs = other.text_config(lang)
+        codes = theirs.bpe_codes
+        mine = {k: v for k, v in text_cfg[lang].to_dict().items() if k != "bpe_codes"}
+        differ = [f"{k} {theirs.to_dict()[k]!r} there, {v!r} here" for k, v in mine.items()
+                  if theirs.to_dict()[k] != v]
+        if differ:
+            raise InputError(f"its {lang} text settings differ ({', '.join(differ)}); prepare with the same "
+                             "--lowercase/--no-normalize/--aggressive-dash-splits", directory)
+    return {lang: other.vocab(lang) for lang in (src, tgt)}, codes
 
 
 def _check_bpe_codes(codes: str, path: str) -> None:
@@ -278,7 +304,8 @@ def _manifest(cfg: PrepareConfig, splits, stats, vocabs, train_counts, model_cfg
             lang: {"file": f"vocab.{lang}", "shortlist": size, "size": len(vocabs[lang]),
                    "specials": ["<pad>", "<unk>", "<s>", "</s>"], "types_in_training": len(train_counts[k]),
                    "dtype": str(dtype_for_vocab(len(vocabs[lang])))}
-            for k, (lang, size) in enumerate(((src, cfg.src_vocab_size), (tgt, cfg.tgt_vocab_size)))
+            for k, (lang, size) in enumerate(((src, len(vocabs[src]) - 4 if cfg.vocab_from else cfg.src_vocab_size),
+                                              (tgt, len(vocabs[tgt]) - 4 if cfg.vocab_from else cfg.tgt_vocab_size)))
         },
         "splits": stats,
     }

@@ -20,7 +20,7 @@ from nmtkit.errors import InputError
 
 log = logging.getLogger("nmtkit.train")
 
-DATA_SETTINGS = ("seed", "batch_size", "pool_batches", "max_len")  # (the batches an update sees)
+DATA_SETTINGS = ("seed", "batch_size", "pool_batches", "max_len", "update_freq")  # (the batches an update sees)
 
 
 def data_fingerprint(train_src, train_tgt) -> dict:
@@ -97,7 +97,7 @@ def report_changes(before: dict, now: dict, training_defaults: dict) -> None:
     if training:
         log.warning("resuming with other training settings than the interrupted run (%s): the updates that "
                     "follow differ from an uninterrupted run's", ", ".join(training))
-    quiet = set(training_defaults) | set(DATA_SETTINGS) | {"resume", "force"}
+    quiet = set(training_defaults) | set(DATA_SETTINGS) | {"resume", "force", "init_from"}
     other = [flag(k, before[k]) for k in now if k not in quiet and k in before and before[k] != now[k]]
     if other:  # (what may change without changing the updates: limits, logging, devices, ...)
         log.info("resuming with %s", ", ".join(other))
@@ -114,3 +114,32 @@ def restore_best(state, rundir, lead: bool) -> None:
                if interim is not None else "a kill had come between the links")
         log.warning("checkpoint_best.pt relinked to checkpoint%d.pt, the best of the run's scheduled validations "
                     "(%s)", state.best_update, why)
+
+
+def initial_weights(path: str, cfg, vocabs: dict) -> dict:
+    """The weights of ``--init-from CHECKPOINT`` for a new run: its architecture and model config must be the ones
+    asked for, and its vocabularies the prepared data's (else refused, saying what differs).  What ``"model"``
+    holds is taken (with averaging, the averaged weights)."""
+    from nmtkit.models import get_config, resolve
+
+    payload = checkpoint.load(path)
+    if resolve(cfg.arch)[0] != payload["arch"]:
+        raise InputError(f"is a {payload['arch']} checkpoint; --arch {cfg.arch} is another architecture", path)
+    for side, vocab in vocabs.items():
+        theirs = payload["vocab"][side]
+        if theirs != vocab.tokens:
+            first = next((i for i, (a, b) in enumerate(zip(theirs, vocab.tokens)) if a != b),
+                         min(len(theirs), len(vocab.tokens)))
+            raise InputError(f"its {side} vocabulary ({len(theirs)} entries) differs from the prepared data's "
+                             f"({len(vocab)} entries) from id {first} on; prepare the data with the checkpoint's "
+                             "vocabularies (nmt-prepare --src-vocab/--tgt-vocab) or start from scratch", path)
+    want = get_config(cfg.arch, src_vocab_size=len(vocabs["src"]), tgt_vocab_size=len(vocabs["tgt"]),
+                      **cfg.model_options).to_dict()
+    have = payload["config"]
+    differ = [f"{k} {have.get(k)!r} (checkpoint) vs {want.get(k)!r} (asked)" for k in sorted(set(want) | set(have))
+              if have.get(k) != want.get(k) and k != "dropout"]
+    if differ:
+        raise InputError(f"its model differs from the one asked for ({', '.join(differ)}); give the checkpoint's "
+                         "--arch and -o options", path)
+    return payload["model"]
+

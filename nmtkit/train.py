@@ -111,7 +111,11 @@ class Trainer:
         try:
             if payload is None:
                 self.model = build_model(cfg.arch, len(self.src_vocab), len(self.tgt_vocab), **cfg.model_options)
-                if cfg.init != "paper":  # (the modules' own initialisation is B.1's)
+                if cfg.init_from:  # a new run from another's weights (fine-tuning): fresh optimizer and schedule
+                    self.model.load_state_dict(resume.initial_weights(cfg.init_from, cfg, {
+                        "src": self.src_vocab, "tgt": self.tgt_vocab}))
+                    log.info("weights from %s", cfg.init_from)
+                elif cfg.init != "paper":  # (the modules' own initialisation is B.1's)
                     initialize(self.model, cfg.init)
             else:
                 resume.check_fits(payload, cfg, (len(self.src_vocab), len(self.tgt_vocab)), self._fingerprint,
@@ -131,7 +135,8 @@ class Trainer:
         else:
             self.optimizer = torch.optim.SGD(params, lr=cfg.lr)
         # row-sparse embedding gradients where the update takes them (gradients.py): nmtkit's Adadelta on the CPU
-        self.model.sparse_embedding_grads = isinstance(self.optimizer, Adadelta) and self.device.type == "cpu"
+        self.model.sparse_embedding_grads = (isinstance(self.optimizer, Adadelta) and self.device.type == "cpu"
+                                             and cfg.update_freq == 1)  # (accumulated: dense)
         max_len = cfg.max_len or getattr(self.model.config, "max_len", None) or 10**9
         sizes_ok = (np.asarray(self.train_src.sizes) <= max_len) & (np.asarray(self.train_tgt.sizes) <= max_len)
         self.eligible = np.flatnonzero(sizes_ok)
@@ -199,20 +204,24 @@ class Trainer:
 
     # -- one update --------------------------------------------------------------------------------------------
 
-    def _step(self, ids: np.ndarray) -> tuple[float, int, float]:
-        """Forward, backward, clip and update on one minibatch; returns (summed NLL, target tokens, grad norm)."""
+    def _step(self, group: list[np.ndarray]) -> tuple[float, int, float]:
+        """Forward, backward, clip and update on a group of minibatches (``--update-freq``: one, or N whose
+        gradients add up to the one of their union); returns (summed NLL, target tokens, grad norm)."""
         self.model.train()
-        mine = ids[self.rank:: self.world]  # this process's share (all of it in one process)
+        sentences = sum(len(ids) for ids in group)
         self.optimizer.zero_grad(set_to_none=True)
         nll_sum = torch.zeros((), dtype=torch.float64)
         ntok = 0
-        if len(mine):
+        for ids in group:
+            mine = ids[self.rank:: self.world]  # this process's share (all of it in one process)
+            if not len(mine):
+                continue
             batch = collate(self.train_src, self.train_tgt, mine).to(self.device)
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
                 loss, nll = self.model.training_loss(batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out,
                                                      self.cfg.label_smoothing)  # summed over tokens
-            (loss / len(ids)).backward()  # mean over the whole minibatch's sentences, across processes
-            nll_sum, ntok = nll.detach().double().cpu(), batch.num_tokens
+            (loss / sentences).backward()  # mean over the update's sentences, across processes
+            nll_sum, ntok = nll_sum + nll.detach().double().cpu(), ntok + batch.num_tokens
         if self.world > 1:
             nll_sum, ntok = self._all_reduce_grads(nll_sum, ntok)
         # the norm before rescaling; with clipping off (0) an infinite threshold leaves the gradient as is.  nmtkit's
@@ -321,10 +330,11 @@ class Trainer:
                                           self.eligible, cfg.batch_size, cfg.pool_batches, cfg.seed, st.epoch)
                 while st.batch_in_epoch < len(schedule):
                     t0 = time.perf_counter()
-                    nll, ntok, norm = self._step(schedule[st.batch_in_epoch])
+                    group = schedule[st.batch_in_epoch: st.batch_in_epoch + cfg.update_freq]
+                    nll, ntok, norm = self._step(group)
                     dt = time.perf_counter() - t0
                     st.update += 1
-                    st.batch_in_epoch += 1
+                    st.batch_in_epoch += len(group)
                     st.elapsed += dt
                     for k, v in (("nll", nll), ("tok", ntok), ("time", dt), ("norm", norm), ("n", 1)):
                         window[k] += v

@@ -31,6 +31,8 @@ class TrainConfig:
     batch_size: int = 80
     pool_batches: int = 20  # minibatches per length-sorted pool (the paper: 20, i.e. 1,600 pairs)
     max_len: int | None = None  # train on pairs of at most this many tokens per side (default: the model's)
+    update_freq: int = 1  # minibatches per update (gradient accumulation: the update of one N times as large)
+    init_from: str | None = None  # a checkpoint whose weights start a new run (not --resume: a fresh optimizer)
     optimizer: str = "adadelta"
     lr: float = 1.0
     lr_scheduler: str = "constant"  # nmtkit.schedule: constant, inverse-sqrt or plateau
@@ -73,7 +75,7 @@ class TrainConfig:
         if self.lr_scheduler not in SCHEDULERS:
             raise InputError(f"unknown --lr-scheduler '{self.lr_scheduler}' (choose from {', '.join(SCHEDULERS)})")
         for name in ("batch_size", "pool_batches", "valid_every", "valid_batch_size", "keep_last", "log_every",
-                     "valid_beam", "lr_patience"):
+                     "valid_beam", "lr_patience", "update_freq"):
             if getattr(self, name) < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
         for name, ok, want in (("warmup_updates", self.warmup_updates >= 0, "at least 0"),
@@ -102,6 +104,8 @@ class TrainConfig:
                              "a resumed run reads the raw weights of the averaged checkpoints back")
         if self.resume and self.force:
             raise InputError("--resume and --force exclude each other")
+        if self.resume and self.init_from:
+            raise InputError("--resume continues a run with its own weights; --init-from starts a new one: choose one")
 
 
 # the settings of the updates themselves: a resumed run that changes one is warned (a checkpoint from before one of

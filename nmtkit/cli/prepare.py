@@ -27,11 +27,14 @@ from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
 @click.option("--aggressive-dash-splits", is_flag=True, help="Split hyphenated words (tokenizer.perl -a).")
 @click.option("--bpe-merges", type=int, metavar="N", help="Learn N joint BPE merges on the training data.")
 @click.option("--bpe-codes", type=click.Path(dir_okay=False), metavar="FILE", help="Apply these subword-nmt codes.")
+@click.option("--vocab-from", type=click.Path(file_okay=False), metavar="DIR",
+              help="Reuse another prepared directory's vocabularies and BPE codes (to fine-tune its models here "
+                   "with nmt-train --init-from).")
 @click.option("--workers", "-j", default=1, show_default=True, help="Tokenise in this many processes.")
 @click.option("--force", is_flag=True, help="Replace DEST if it already holds a prepared corpus.")
 @click.option("--quiet", "-q", is_flag=True, help="Report only warnings and errors.")
 def main(source_lang, target_lang, train, valid, test, dest, src_vocab_size, tgt_vocab_size, max_len, lowercase,
-         no_normalize, aggressive_dash_splits, bpe_merges, bpe_codes, workers, force, quiet):
+         no_normalize, aggressive_dash_splits, bpe_merges, bpe_codes, vocab_from, workers, force, quiet):
     """Tokenise, filter, build shortlist vocabularies and binarize a parallel corpus into DEST.
 
     \b
@@ -46,7 +49,7 @@ def main(source_lang, target_lang, train, valid, test, dest, src_vocab_size, tgt
         source_lang=source_lang, target_lang=target_lang, train=list(train), valid=valid, test=list(test),
         dest=dest, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, max_len=max_len,
         lowercase=lowercase, normalize_punctuation=not no_normalize, aggressive_dash_splits=aggressive_dash_splits,
-        bpe_merges=bpe_merges, bpe_codes=bpe_codes, workers=workers, force=force,
+        bpe_merges=bpe_merges, bpe_codes=bpe_codes, vocab_from=vocab_from, workers=workers, force=force,
     )
     run("nmt-prepare", lambda: prepare(cfg))
 

@@ -61,6 +61,11 @@ def _list_archs(ctx, param, value):
 @click.option("--pool-batches", default=20, show_default=True,
               help="Minibatches per length-sorted pool (the paper: 20 x 80 = 1,600 pairs).")
 @click.option("--max-len", type=int, help="Train on pairs of at most this many tokens a side [the model's: 30/50].")
+@click.option("--update-freq", default=1, show_default=True,
+              help="Minibatches per update (gradient accumulation): the update of one batch N times as large.")
+@click.option("--init-from", type=click.Path(dir_okay=False), metavar="CKPT",
+              help="Start a new run from this checkpoint's weights (fine-tuning): new optimizer, schedule and data; "
+                   "its vocabularies must be the data's (nmt-prepare --vocab-from). --resume continues a run instead.")
 @click.option("--optimizer", type=click.Choice(["adadelta", "adam", "sgd"]), default="adadelta", show_default=True)
 @click.option("--lr", default=1.0, show_default=True, help="Learning rate (Adadelta: 1.0).")
 @click.option("--lr-scheduler", type=click.Choice(["constant", "inverse-sqrt", "plateau"]), default="constant",

@@ -1,0 +1,149 @@
+"""Training features users of fairseq and OpenNMT-py expect: gradient accumulation (--update-freq) and a new run
+from a checkpoint's weights (--init-from, with nmt-prepare --vocab-from for a corpus that shares its vocabularies)."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from nmtkit import checkpoint
+from nmtkit.errors import InputError
+from nmtkit.prepare import PrepareConfig, prepare
+from nmtkit.train import TrainConfig, Trainer, train
+
+
+def _lines(src, dst, start: int, stop: int) -> None:
+    with open(src, encoding="utf-8") as f:
+        dst.write_text("".join(itertools.islice(f, start, stop)), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def raw(data_dir, tmp_path_factory):
+    """Multi30K: pairs 1-200 ("first"), 201-400 ("second"), and 20 validation pairs."""
+    root = tmp_path_factory.mktemp("raw")
+    for lang in ("en", "fr"):
+        _lines(data_dir / "multi30k" / f"train.{lang}", root / f"first.{lang}", 0, 200)
+        _lines(data_dir / "multi30k" / f"train.{lang}", root / f"second.{lang}", 200, 400)
+        _lines(data_dir / "multi30k" / f"val.{lang}", root / f"valid.{lang}", 0, 20)
+    return root
+
+
+@pytest.fixture(scope="module")
+def first(raw, tmp_path_factory):
+    dest = tmp_path_factory.mktemp("first") / "data"
+    prepare(PrepareConfig("en", "fr", [str(raw / "first")], str(dest), valid=str(raw / "valid"),
+                          src_vocab_size=120, tgt_vocab_size=130, bpe_merges=150))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def second(raw, first, tmp_path_factory):
+    """The second 200 pairs, prepared with the first corpus's vocabularies and BPE codes."""
+    dest = tmp_path_factory.mktemp("second") / "data"
+    prepare(PrepareConfig("en", "fr", [str(raw / "second")], str(dest), valid=str(raw / "valid"),
+                          vocab_from=str(first)))
+    return dest
+
+
+def _cfg(data, save_dir, **kw) -> TrainConfig:
+    base = dict(arch="rnnsearch-tiny", batch_size=16, pool_batches=2, valid_every=4, valid_bleu_sentences=0,
+                valid_batch_size=20, log_every=1, threads=1)
+    base.update(kw)
+    return TrainConfig(data=str(data), save_dir=str(save_dir), **base)
+
+
+# -- gradient accumulation ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("recipe", [{}, {"optimizer": "adam", "lr": 0.01}, {"optimizer": "sgd", "lr": 0.5,
+                                                                           "clip_norm": 0.0}],
+                         ids=["adadelta", "adam", "sgd-unclipped"])
+def test_update_freq_makes_the_update_of_one_batch_n_times_as_large(first, tmp_path, recipe):
+    accumulated = Trainer(_cfg(first, tmp_path / "a", update_freq=2, **recipe))
+    whole = Trainer(_cfg(first, tmp_path / "b", batch_size=32, **recipe))
+    initial = {k: v.clone() for k, v in whole.model.state_dict().items()}
+    for name, w in accumulated.model.state_dict().items():  # the same start
+        assert torch.equal(w, initial[name])
+    rng = np.random.default_rng(3)
+    a_ids, b_ids = (rng.choice(len(accumulated.eligible), 16, replace=False) for _ in range(2))
+    a_ids, b_ids = accumulated.eligible[a_ids], accumulated.eligible[b_ids]
+    nll_a, tok_a, norm_a = accumulated._step([a_ids, b_ids])
+    nll_b, tok_b, norm_b = whole._step([np.concatenate([a_ids, b_ids])])
+    assert tok_a == tok_b and nll_a == pytest.approx(nll_b, rel=1e-6) and norm_a == pytest.approx(norm_b, rel=1e-5)
+    for name, w in whole.model.state_dict().items():
+        torch.testing.assert_close(accumulated.model.state_dict()[name], w, rtol=1e-5, atol=1e-6, msg=name)
+    assert max(float((w - initial[k]).abs().max()) for k, w in whole.model.state_dict().items()) > 1e-4  # (real)
+
+
+def test_update_freq_counts_updates_and_resumes_exactly(first, tmp_path):
+    from nmtkit.manifest import PreparedData
+
+    pairs = len(PreparedData.open(first).corpus("train", "en"))
+    batches = pairs // 32 * 2 + -(-(pairs % 32) // 16)  # an epoch: pools of 2 batches of 16
+    epoch = position = updates = 0  # where 5 updates of 3 minibatches end: an epoch's last group may be shorter
+    while updates < 5:
+        while position < batches and updates < 5:
+            position, updates = position + min(3, batches - position), updates + 1
+        if updates < 5:
+            epoch, position = epoch + 1, 0
+    straight = train(_cfg(first, tmp_path / "A", update_freq=3, max_updates=5))
+    state = checkpoint.load(tmp_path / "A" / "checkpoint_last.pt")["train"]["state"]
+    assert straight["update"] == 5 and (state["epoch"], state["batch_in_epoch"]) == (epoch, position)
+    train(_cfg(first, tmp_path / "B", update_freq=3, max_updates=3))
+    train(_cfg(first, tmp_path / "B", update_freq=3, max_updates=5, resume=True))
+    a, b = (checkpoint.load(tmp_path / x / "checkpoint_last.pt") for x in ("A", "B"))
+    for name, w in a["model"].items():
+        assert torch.equal(w, b["model"][name]), name
+
+
+# -- a new run from a checkpoint's weights -----------------------------------------------------------------------
+
+def test_prepare_vocab_from_reuses_the_vocabularies_and_codes(first, second):
+    for name in ("vocab.en", "vocab.fr", "bpe.codes"):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    assert (first / "train.en.bin").read_bytes() != (second / "train.en.bin").read_bytes()
+
+
+def test_prepare_vocab_from_refuses_other_text_settings(raw, first, tmp_path):
+    with pytest.raises(InputError, match=r"its en text settings differ \(lowercase False there, True here\)"):
+        prepare(PrepareConfig("en", "fr", [str(raw / "second")], str(tmp_path / "x"), vocab_from=str(first),
+                              lowercase=True))
+    with pytest.raises(InputError, match="--vocab-from brings its directory's BPE codes"):
+        prepare(PrepareConfig("en", "fr", [str(raw / "second")], str(tmp_path / "x"), vocab_from=str(first),
+                              bpe_merges=10))
+
+
+def test_init_from_starts_a_new_run_from_the_weights(first, second, tmp_path):
+    train(_cfg(first, tmp_path / "base", max_updates=4, optimizer="adam", lr=0.01))
+    base = checkpoint.load(tmp_path / "base" / "checkpoint_last.pt")
+    tuned = Trainer(_cfg(second, tmp_path / "tuned", max_updates=2, init_from=str(tmp_path / "base" /
+                                                                                   "checkpoint_last.pt")))
+    for name, w in base["model"].items():
+        assert torch.equal(tuned.model.state_dict()[name], w), name
+    assert tuned.state.update == 0 and not tuned.optimizer.state  # a fresh optimizer (Adadelta here), a new run
+    summary = tuned.train()
+    assert summary["update"] == 2
+    after = checkpoint.load(tmp_path / "tuned" / "checkpoint_last.pt")
+    assert after["train"]["config"]["init_from"].endswith("checkpoint_last.pt")
+    assert after["train"]["data"]["pairs"] != base["train"]["data"]["pairs"] or \
+        after["train"]["data"]["crc32"] != base["train"]["data"]["crc32"]
+
+
+def test_init_from_refuses_other_vocabularies_models_and_resume(raw, first, tmp_path):
+    train(_cfg(first, tmp_path / "base", max_updates=2))
+    ckpt = str(tmp_path / "base" / "checkpoint_last.pt")
+    own = tmp_path / "own"
+    prepare(PrepareConfig("en", "fr", [str(raw / "second")], str(own), src_vocab_size=120, tgt_vocab_size=130,
+                          bpe_merges=150))
+    with pytest.raises(InputError, match=r"its src vocabulary \(\d+ entries\) differs from the prepared data's "
+                                         r"\(\d+ entries\) from id \d+ on"):
+        Trainer(_cfg(own, tmp_path / "x", init_from=ckpt))
+    with pytest.raises(InputError, match=r"its model differs from the one asked for \(hidden_dim 48 \(checkpoint\) "
+                                         r"vs 64 \(asked\)\)"):
+        Trainer(_cfg(first, tmp_path / "y", init_from=ckpt, model_options={"hidden_dim": 64}))
+    with pytest.raises(InputError, match="--resume continues a run with its own weights; --init-from starts"):
+        Trainer(_cfg(first, tmp_path / "base", init_from=ckpt, resume=True))
+    shutil.rmtree(tmp_path / "x", ignore_errors=True)
