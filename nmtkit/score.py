@@ -5,6 +5,8 @@ Every number comes from sacreBLEU and carries its signature:
 - ``BLEU``: sacreBLEU's default, detokenized BLEU (13a tokenisation, exponential smoothing), as the WMT findings
   report it;
 - ``chrF``: sacreBLEU's chrF2 (character 6-grams, β = 2);
+- ``TER``: sacreBLEU's translation edit rate (tercom's: edits, block shifts included, per reference word; lower is
+  better; case-insensitive, as sacreBLEU's default);
 - ``BLEU-tok``: the paper-era *tokenized* BLEU, as ``tokenizer.perl -l LANG | multi-bleu.perl`` computed it:
   hypothesis and reference Moses-tokenized by sacremoses (no escaping, no punctuation normalisation), then BLEU on
   the tokens, case-sensitive, without smoothing. Its numbers are not comparable with sacreBLEU's.
@@ -29,12 +31,13 @@ import numpy as np
 
 from nmtkit.errors import InputError
 
-METRICS = ("BLEU", "chrF", "BLEU-tok")
-AXIS_LABELS = {"BLEU": "BLEU (sacreBLEU, detokenized)", "chrF": "chrF2 (sacreBLEU)",
+METRICS = ("BLEU", "chrF", "TER", "BLEU-tok")
+AXIS_LABELS = {"BLEU": "BLEU (sacreBLEU, detokenized)", "chrF": "chrF2 (sacreBLEU)", "TER": "TER (sacreBLEU)",
                "BLEU-tok": "tokenized BLEU (multi-bleu.perl style)"}
 DESCRIPTIONS = {
     "BLEU": "sacreBLEU, detokenized",
     "chrF": "sacreBLEU chrF2",
+    "TER": "sacreBLEU TER, lower is better",
     "BLEU-tok": "tokenized BLEU, multi-bleu.perl style (Moses-tokenized, case-sensitive, no smoothing); "
                 "NOT comparable with sacreBLEU",
 }
@@ -114,20 +117,22 @@ class SentenceMetric:
     ``prepare`` turns hypothesis lines into what the metric reads (the Moses tokenizer for ``BLEU-tok``).
     """
 
-    def __init__(self, name: str, metric, signature: str, prepare=None):
+    def __init__(self, name: str, metric, signature: str, prepare=None, integer: bool = True):
         self.name, self.metric, self.signature, self.prepare = name, metric, signature, prepare
+        self.integer = integer  # (TER's statistics are edit counts and average reference lengths: floats)
 
     def stats(self, hypotheses: Sequence[str]) -> np.ndarray:
-        """(sentences, k) integer sufficient statistics, one row per hypothesis line."""
+        """(sentences, k) sufficient statistics, one row per hypothesis line."""
         lines = self.prepare(hypotheses) if self.prepare else list(hypotheses)
-        return np.asarray(self.metric._extract_corpus_statistics(lines, None), dtype=np.int64)
+        return np.asarray(self.metric._extract_corpus_statistics(lines, None),
+                          dtype=np.int64 if self.integer else np.float64)
 
     def score_of(self, stats: np.ndarray, rows: np.ndarray | None = None):
         """sacreBLEU's Score object for the summed statistics of ``rows`` (all rows when None); None if no rows."""
         s = stats if rows is None else stats[rows]
         if len(s) == 0:
             return None
-        return self.metric._compute_score_from_stats([int(v) for v in s.sum(0)])
+        return self.metric._compute_score_from_stats([int(v) if self.integer else float(v) for v in s.sum(0)])
 
     def score(self, stats: np.ndarray, rows: np.ndarray | None = None) -> float | None:
         result = self.score_of(stats, rows)
@@ -136,10 +141,10 @@ class SentenceMetric:
 
 def make_metrics(references: Sequence[str], target_lang: str, names: Sequence[str] = METRICS
                  ) -> dict[str, SentenceMetric]:
-    """The metrics named (``BLEU``, ``chrF``, ``BLEU-tok``) with ``references`` cached."""
+    """The metrics named (``BLEU``, ``chrF``, ``TER``, ``BLEU-tok``) with ``references`` cached."""
     from importlib.metadata import version
 
-    from sacrebleu.metrics import BLEU, CHRF
+    from sacrebleu.metrics import BLEU, CHRF, TER
 
     unknown = set(names) - set(METRICS)
     if unknown:
@@ -152,6 +157,9 @@ def make_metrics(references: Sequence[str], target_lang: str, names: Sequence[st
         elif name == "chrF":
             m = CHRF(references=[list(references)])
             out[name] = SentenceMetric(name, m, m.get_signature().format())
+        elif name == "TER":
+            m = TER(references=[list(references)])
+            out[name] = SentenceMetric(name, m, m.get_signature().format(), integer=False)
         else:
             m = BLEU(tokenize="none", smooth_method="none", force=True,
                      references=[moses_tokenize(references, target_lang)])

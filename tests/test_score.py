@@ -138,6 +138,31 @@ def test_scores_equal_sacrebleu_on_real_system_outputs(wmt):
     chrf = sacrebleu.corpus_chrf(lines(wmt["hyps"][0]), [refs])
     assert report["systems"][0]["scores"]["chrF"]["score"] == pytest.approx(chrf.score, abs=1e-9)
     assert report["metrics"]["chrF"]["signature"] == "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0"
+    ter = sacrebleu.corpus_ter(lines(wmt["hyps"][0]), [refs])
+    assert report["systems"][0]["scores"]["TER"]["score"] == pytest.approx(ter.score, abs=1e-9)
+    assert report["metrics"]["TER"]["signature"] == \
+        "nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:2.6.0"
+    assert 0 < ter.score < 100 and ter.score < 100 - system["scores"]["BLEU"]["score"]  # (Edinburgh's Moses)
+
+
+def test_ter_of_a_subset_and_its_bootstrap_equal_sacrebleu(wmt):
+    """TER's statistics are summed per row like BLEU's: the score of any set of lines is sacreBLEU's on those lines
+    alone, and its paired bootstrap is sacreBLEU's PairedTest with TER."""
+    from sacrebleu.metrics import TER
+
+    refs = lines(wmt["ref"])
+    systems = [(os.path.basename(p), lines(p)) for p in wmt["hyps"][:2]]
+    metric = make_metrics(refs, "fr", ["TER"])["TER"]
+    stats = metric.stats(systems[0][1])
+    rows = np.arange(0, len(refs), 7)
+    subset = sacrebleu.corpus_ter([systems[0][1][i] for i in rows], [[refs[i] for i in rows]])
+    assert metric.score(stats, rows) == pytest.approx(subset.score, abs=1e-9)
+    ours = paired_bootstrap(systems, metric, samples=100)
+    sigs, theirs = PairedTest(systems, {"TER": TER()}, [refs], test_type="bs", n_samples=100)()
+    assert ours["signature"] == sigs["TER"].format()
+    for row, result in zip(ours["systems"], theirs["TER"]):
+        assert (row["score"], row["mean"], row["ci"], row["p_value"]) == (
+            result.score, result.mean, result.ci, result.p_value)
 
 
 def test_bootstrap_equals_sacrebleu_paired_test(wmt):
@@ -272,7 +297,7 @@ def test_command_reports_everything_as_json(small, shortlist, tmp_path):
             sacrebleu.corpus_bleu(lines(path), [refs]).score, abs=1e-9)
     assert 0 < report["no_unk"]["sentences"] < SMALL
     assert sum(report["by_length"]["counts"]) == SMALL
-    assert [b["metric"] for b in report["bootstrap"]] == ["BLEU", "chrF", "BLEU-tok"]
+    assert [b["metric"] for b in report["bootstrap"]] == ["BLEU", "chrF", "TER", "BLEU-tok"]
     assert report["nll"]["sentences"] == SMALL and report["nll"]["per_word"] > 0
     assert report["plot"] == str(plot) and plot.read_bytes()[:4] == b"\x89PNG"
 
@@ -283,7 +308,8 @@ def test_command_text_output_carries_signatures(small):
                     *small["hyps"][:2]).stdout
     table = out.split("\n")
     header = next(line for line in table if line.startswith("system"))
-    assert header.split() == ["system", "BLEU", "chrF", "BLEU-tok"]
+    assert header.split() == ["system", "BLEU", "chrF", "TER", "BLEU-tok"]
+    assert any(line.startswith("TER ") and "tok:tercom" in line and "lower is better" in line for line in table)
     assert any(line.startswith("BLEU ") and "tok:13a" in line for line in table)
     assert any(line.startswith("BLEU-tok ") and "NOT comparable" in line for line in table)
     assert any(line.startswith("chrF ") and "nc:6" in line for line in table)
@@ -314,6 +340,7 @@ def test_empty_lines_are_scored_as_sacrebleu_scores_them(small, tmp_path):
         h = lines(path)
         assert system["scores"]["BLEU"]["score"] == pytest.approx(sacrebleu.corpus_bleu(h, [refs]).score, abs=1e-9)
         assert system["scores"]["chrF"]["score"] == pytest.approx(sacrebleu.corpus_chrf(h, [refs]).score, abs=1e-9)
+        assert system["scores"]["TER"]["score"] == pytest.approx(sacrebleu.corpus_ter(h, [refs]).score, abs=1e-9)
     assert report["systems"][1]["scores"]["BLEU"]["score"] == 0.0
 
 

@@ -99,7 +99,7 @@ def render_text(report: dict) -> str:
 @click.option("--by-length", is_flag=True, help="Scores per source-length bucket (the paper's Figure 2).")
 @click.option("--bucket-width", default=10, show_default=True, help="Words per length bucket.")
 @click.option("--max-length", default=60, show_default=True, help="The last bucket holds this many words and more.")
-@click.option("--length-metric", default="BLEU", show_default=True, type=click.Choice(["BLEU", "chrF", "BLEU-tok"]),
+@click.option("--length-metric", default="BLEU", show_default=True, type=click.Choice(["BLEU", "chrF", "TER", "BLEU-tok"]),
               help="The score of --by-length and --plot.")
 @click.option("--plot", type=click.Path(dir_okay=False),
               help="Draw the by-length scores, one line per system (.png, .svg or .pdf); implies --by-length.")
