@@ -90,6 +90,7 @@ class Trainer:
         self.log_window = {"nll": 0.0, "tok": 0, "time": 0.0, "norm": 0.0, "n": 0}
         self._fingerprint = resume.data_fingerprint(self.train_src, self.train_tgt)
         self.stop_signal: int | None = None
+        self._rank_rngs: list | None = None  # (data parallel: every process's RNG states at the last checkpoint)
         self.rundir = rundir.RunDir(cfg.save_dir)
         try:
             self._build(self._resume_payload())
@@ -153,9 +154,11 @@ class Trainer:
             self.state = TrainState(**train["state"])
             self.log_window.update(train.get("log_window", {}))
             resume.restore_best(self.state, self.rundir, self.rank == 0)
-            torch.set_rng_state(train["rng"]["torch"])
-            if self.device.type == "cuda" and "cuda" in train["rng"]:
-                torch.cuda.set_rng_state(train["rng"]["cuda"], self.device)
+            per_rank = train["rng"].get("per_rank")  # (each process's own: its dropout draws differ)
+            mine = per_rank[self.rank] if per_rank and len(per_rank) == self.world else train["rng"]
+            torch.set_rng_state(mine["torch"])
+            if self.device.type == "cuda" and "cuda" in mine:
+                torch.cuda.set_rng_state(mine["cuda"], self.device)
             log.info("resumed from update %d (epoch %d, batch %d)", self.state.update, self.state.epoch + 1,
                      self.state.batch_in_epoch)
             if "schedule" in train:
@@ -173,9 +176,9 @@ class Trainer:
         raw = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
         if weights is None and self.averager is not None:
             weights = self.averager.weights(raw)
-        rng = {"torch": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        rng = self._rng_state()
+        if self._rank_rngs is not None:
+            rng["per_rank"] = self._rank_rngs
         return {
             "arch": self.model.arch,
             "config": self.model.config.to_dict(),
@@ -343,6 +346,7 @@ class Trainer:
                         self._log_train(logf, window)
                     stop = self._should_stop()
                     if st.update % cfg.valid_every == 0 or stop:
+                        self._gather_rngs()
                         status = self._validate_and_save(logf, progress) if lead else status
                         saved_at = st.update
                         status = self._broadcast_status(status)
@@ -353,6 +357,8 @@ class Trainer:
                 else:
                     st.epoch += 1
                     st.batch_in_epoch = 0
+            if saved_at != st.update:
+                self._gather_rngs()
             if saved_at != st.update and lead:
                 self._validate_and_save(logf, progress)
         finally:
@@ -365,6 +371,22 @@ class Trainer:
         status = {"done": "done", "limit": "done"}.get(status, status)
         return {"status": status, "update": st.update, "epoch": st.epoch, "best": st.best_saved,
                 "best_update": st.best_saved_update, "save_dir": cfg.save_dir, "history": st.history}
+
+    def _rng_state(self) -> dict:
+        rng = {"torch": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        return rng
+
+    def _gather_rngs(self) -> None:
+        """Every process's RNG states, for the lead's checkpoint (a collective call: all processes make it)."""
+        if self.world == 1:
+            return
+        import torch.distributed as dist
+
+        states: list = [None] * self.world
+        dist.all_gather_object(states, {k: v.cpu() for k, v in self._rng_state().items()})
+        self._rank_rngs = states
 
     def _should_stop(self) -> bool:
         cfg, st = self.cfg, self.state
