@@ -192,7 +192,7 @@ def main(argv=None) -> None:
     p.add_argument("--updates", type=int, default=5000)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--nmtkit-options", default="--recipe fast")
-    p.add_argument("--plot-sentences", default="1-8",
+    p.add_argument("--plot-sentences", default="332,566,777,1019",
                    help="hansards/test lines whose attention nmtkit's model draws (WORK/nmtkit/figure3)")
     a = p.parse_args(argv)
     work = Path(a.work)
