@@ -84,7 +84,7 @@ class TrainConfig:
                                ("min_lr", 0 <= self.min_lr < math.inf, "finite and at least 0"),
                                ("ema_decay", 0 <= self.ema_decay < 1, "in [0, 1)"),
                                ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1)"),
-                               ("lr", 0 < self.lr < math.inf, "a finite number above 0"),
+                               ("lr", 0 <= self.lr < math.inf, "finite and at least 0"),
                                ("rho", 0 < self.rho < 1, "in (0, 1)"),
                                ("eps", 0 < self.eps < math.inf, "a finite number above 0"),
                                ("clip_norm", 0 <= self.clip_norm < math.inf, "finite and at least 0 (0 = never)"),

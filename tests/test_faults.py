@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -93,24 +94,23 @@ def _same_weights(a_path, b_path) -> None:
 
 # -- resume equals an uninterrupted run, under every option ------------------------------------------------------
 
-# (options, update of the interruption): the interruption is a --max-updates limit, then --resume with the total
+# (options, update of the interruption, --max-updates): the interruption is a --max-updates limit, then --resume
 RESUME_CASES = {
     # BLEU on 4 sentences of a tiny model stays 0: every validation after the first is "bad", so patience stops
     # the run at update 8; the interruption's own validation at 3 must not count toward it
-    "patience-bleu": (dict(patience=3, best_metric="bleu"), 3),
-    "patience-bleu-at-a-validation": (dict(patience=3, best_metric="bleu"), 4),  # (a control: no extra one)
-    "patience-loss": (dict(patience=2, best_metric="loss", lr_scheduler="plateau", lr_patience=1), 5),
-    "keep-last-1": (dict(keep_last=1, patience=2), 3),
-    "log-every-3": (dict(log_every=3), 4),
-    "max-epochs": (dict(max_epochs=2, valid_every=5), 17),
-    "dropout": (dict(model_options={"dropout": 0.3}, patience=3), 5),
+    "patience-bleu": (dict(patience=3, best_metric="bleu"), 3, 40),
+    "patience-bleu-at-a-validation": (dict(patience=3, best_metric="bleu"), 4, 40),  # (a control: no extra one)
+    "patience-loss": (dict(patience=2, best_metric="loss", lr_scheduler="plateau", lr_patience=1), 5, 12),
+    "keep-last-1": (dict(keep_last=1, patience=2), 3, 40),
+    "log-every-3": (dict(log_every=3), 4, 10),
+    "max-epochs": (dict(max_epochs=1, valid_every=5), 7, 40),
+    "dropout": (dict(model_options={"dropout": 0.3}, patience=3), 5, 40),
 }
 
 
 @pytest.mark.parametrize("case", list(RESUME_CASES))
 def test_resume_equals_uninterrupted_under_every_option(small, tmp_path, case):
-    options, stop = RESUME_CASES[case]
-    total = 40
+    options, stop, total = RESUME_CASES[case]
     straight = train(_cfg(small, tmp_path / "A", max_updates=total, **options))
     if options.get("best_metric") == "bleu":
         assert straight["status"] == "early-stopped" and straight["update"] < total, straight["update"]
@@ -177,7 +177,7 @@ def test_a_second_nmt_train_process_is_refused_while_the_first_runs(small, tmp_p
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     first = subprocess.Popen([sys.executable, str(REPO / "bin" / "nmt-train"), str(small), "-a", "rnnsearch-tiny",
                               "--save-dir", str(run), "--max-updates", "100000", "--batch-size", "16",
-                              "--valid-every", "1000", "--threads", "1", "-q"], env=env,
+                              "--valid-every", "1000", "--log-every", "1", "--threads", "1", "-q"], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for _ in range(600):  # until it holds the lock and has trained
@@ -229,13 +229,13 @@ def test_the_best_checkpoint_survives_a_kill_after_either_link(small, tmp_path, 
     options = dict(best_metric="bleu", keep_last=1)
 
     def run_in_subprocess(run, kill_after: str, resume: bool = False):  # (all runs alike: the tests' speed paths
-        cfg = json.dumps({**_cfg(small, run, max_updates=8, resume=resume, **options).__dict__})  # are not theirs)
+        cfg = json.dumps({**_cfg(small, run, max_updates=6, resume=resume, **options).__dict__})  # are not theirs)
         return subprocess.run([sys.executable, "-c", KILLER, cfg, kill_after, "2"], capture_output=True, text=True,
                               env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
 
     assert run_in_subprocess(tmp_path / "A", "none").returncode == 0
     straight = checkpoint.load(tmp_path / "A" / "checkpoint_last.pt")["train"]["state"]
-    assert straight["best_update"] == 2 and straight["update"] == 8
+    assert straight["best_update"] == 2 and straight["update"] == 6
     run = tmp_path / "B"
     killed = run_in_subprocess(run, target)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
@@ -378,7 +378,15 @@ def test_decoding_a_diverged_model_says_so(model, tmp_path):
 ])
 def test_a_malformed_checkpoint_body_is_one_line_naming_the_field(model, tmp_path, change, fragment):
     bad = _rewritten(model, tmp_path, change)
-    _one_line_error(_nmt("nmt-translate", "-m", bad, stdin="a man .\n"), "nmt-translate", str(bad), fragment)
+    with pytest.raises(InputError) as e:
+        checkpoint.load(bad)
+    assert str(e.value).startswith(f"{bad}: ") and fragment in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_malformed_checkpoint_is_one_line_from_the_command(model, tmp_path):
+    bad = _rewritten(model, tmp_path, lambda p: p["vocab"].pop("tgt"))
+    _one_line_error(_nmt("nmt-translate", "-m", bad, stdin="a man .\n"), "nmt-translate", str(bad),
+                    "malformed checkpoint: 'vocab.tgt' is missing or not a list of tokens")
 
 
 # -- options and outputs -----------------------------------------------------------------------------------------
@@ -391,8 +399,6 @@ def test_a_malformed_checkpoint_body_is_one_line_naming_the_field(model, tmp_pat
      "standard output: --scores names the same file as the output --nbest-file"),
     (["-o", "{t}/missing/dir/x.fr"], "{t}/missing/dir/x.fr"),
     (["--window", "-3"], "--window must be at least 1 line (got -3"),
-    (["--device", "bogus"], "--device 'bogus' is not a device"),
-    (["--lenpen", "nan"], "--lenpen must be a finite number of at least 0 (got nan)"),
 ])
 def test_translate_refuses_bad_options_in_one_line(model, tmp_path, args, fragment):
     (tmp_path / "in.en").write_text("a man .\n", encoding="utf-8")
@@ -405,6 +411,20 @@ def test_translate_refuses_bad_options_in_one_line(model, tmp_path, args, fragme
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
 
 
+@pytest.mark.parametrize("options, fragment", [
+    (dict(window=-3), "--window must be at least 1 line (got -3"),
+    (dict(device="bogus"), "--device 'bogus' is not a device"),
+    (dict(device="cuda:7"), "--device cuda:7: "),
+    (dict(lenpen=float("nan")), "--lenpen must be a finite number of at least 0 (got nan)"),
+    (dict(max_len_a=-1.0), "--max-len-a must be a finite number of at least 0 (got -1.0)"),
+])
+def test_translator_refuses_bad_settings(model, options, fragment):
+    from nmtkit.translate import Translator
+
+    with pytest.raises(InputError, match=re.escape(fragment)):
+        Translator([str(model)], workers=1, **options)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the error is for machines without it")
 def test_cuda_on_a_machine_without_cuda_is_one_line(model, small, tmp_path):
     _one_line_error(_nmt("nmt-translate", "-m", model, "--device", "cuda", stdin="a man .\n"), "nmt-translate",
@@ -414,14 +434,26 @@ def test_cuda_on_a_machine_without_cuda_is_one_line(model, small, tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("options, fragment", [
+    (dict(device="bogus"), "--device 'bogus' is not a device"),
+    (dict(lr=float("nan")), "--lr must be finite and at least 0 (got nan)"),
+    (dict(lr=-1.0), "--lr must be finite and at least 0 (got -1.0)"),
+    (dict(clip_norm=float("inf")), "--clip-norm must be finite and at least 0"),
+    (dict(max_time=-5.0), "--max-time must be finite and at least 0"),
+    (dict(patience=-1), "--patience must be at least 0"),
+    (dict(rho=1.0), "--rho must be in (0, 1)"),
+    (dict(eps=0.0), "--eps must be a finite number above 0"),
+    (dict(update_freq=0), "--update-freq must be at least 1"),
+    (dict(valid_bleu_sentences=-2), "--valid-bleu-sentences must be at least -1"),
+])
+def test_training_refuses_bad_settings(small, tmp_path, options, fragment):
+    with pytest.raises(InputError, match=re.escape(fragment)):
+        Trainer(_cfg(small, tmp_path / "run", max_updates=1, **options))
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("args, fragment", [
-    (["--device", "bogus"], "--device 'bogus' is not a device"),
-    (["--lr", "nan"], "--lr must be a finite number above 0 (got nan)"),
-    (["--lr", "-1"], "--lr must be a finite number above 0 (got -1.0)"),
-    (["--clip-norm", "inf"], "--clip-norm must be finite and at least 0"),
-    (["--max-time", "-5"], "--max-time must be finite and at least 0"),
-    (["--patience", "-1"], "--patience must be at least 0"),
-    (["--rho", "1"], "--rho must be in (0, 1)"),
+    (["--lr", "nan"], "--lr must be finite and at least 0 (got nan)"),
     (["--log-file", "{t}/missing/dir/log"], "{t}/missing/dir/log: cannot write the training log"),
 ])
 def test_train_refuses_bad_options_in_one_line(small, tmp_path, args, fragment):
@@ -498,11 +530,22 @@ def test_damaged_prepared_data_is_refused_when_opened(small, tmp_path, damage, w
     data = tmp_path / "data"
     shutil.copytree(small, data)
     damage(data)
+    with pytest.raises(InputError) as e:
+        Trainer(_cfg(data, tmp_path / "run", max_updates=1))
+    line = str(e.value)
+    assert fragment in line and (str(data / where) in line or (where == "manifest.json" and str(data) in line)), line
+    assert not list((tmp_path / "run").glob("checkpoint*.pt"))
+
+
+def test_damaged_prepared_data_is_one_line_from_the_command(small, tmp_path):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(small, data)
+    _poke_bin(data)
     res = _nmt("nmt-train", data, "-a", "rnnsearch-tiny", "--save-dir", tmp_path / "run", "--max-updates", "1",
                "--threads", "1")
-    line = _one_line_error(res, "nmt-train", fragment)
-    assert str(data / where) in line or (where == "manifest.json" and str(data) in line), line
-    assert not list((tmp_path / "run").glob("checkpoint*.pt"))
+    _one_line_error(res, "nmt-train", f"{data / 'train.fr.bin'}: sentence 1 holds token id 60000")
 
 
 # -- streaming: a pipeline that waits for each translation gets it --------------------------------------------------
