@@ -351,11 +351,19 @@ class ScoreConfig:
     bootstrap: int = 0  # resamples; 0 = no significance test
     batch_size: int = 16
     device: str = "cpu"
+    metrics: list[str] | tuple[str, ...] = METRICS  # which scores, in the table's order
 
     def check(self) -> None:
         """Reject contradictory or incomplete settings before any file is read."""
         if not self.hypotheses:
             raise InputError("no hypothesis file given")
+        unknown = [m for m in self.metrics if m not in METRICS]
+        if unknown or not self.metrics:
+            raise InputError(f"--metrics: unknown {', '.join(unknown) or 'empty list'} (choose from "
+                             f"{', '.join(METRICS)})")
+        if (self.by_length or self.plot) and self.length_metric not in self.metrics:
+            raise InputError(f"--length-metric {self.length_metric} is not among --metrics "
+                             f"{','.join(self.metrics)}")
         if [self.reference, self.source, *self.hypotheses].count("-") > 1:
             raise InputError("only one input can be read from stdin ('-')")
         from nmtkit.files import check_distinct
@@ -408,7 +416,7 @@ def evaluate(cfg: ScoreConfig) -> dict:
         shortlist = shortlist_from_prepared(cfg.vocab)
     tgt_lang = cfg.target_lang or (shortlist and shortlist.target_lang) or guess_lang(cfg.reference) or "en"
     src_lang = cfg.source_lang or (shortlist and shortlist.source_lang) or guess_lang(cfg.source) or "en"
-    metrics = make_metrics(refs, tgt_lang)
+    metrics = make_metrics(refs, tgt_lang, cfg.metrics)
     stats = {m: [metric.stats(h) for h in hyps] for m, metric in metrics.items()}
     report: dict = {
         "reference": cfg.reference, "source": cfg.source, "sentences": len(refs),
