@@ -17,6 +17,7 @@ and settings give byte-identical outputs, whatever the number of workers.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -47,6 +48,8 @@ class PrepareConfig:
     src_vocab_size: int = 30000
     tgt_vocab_size: int = 30000
     max_len: int = 50
+    max_ratio: float | None = None  # drop training pairs whose token counts differ more than this factor (Moses)
+    dedup: bool = False  # drop training pairs that repeat an earlier pair exactly (after tokenisation)
     lowercase: bool = False
     normalize_punctuation: bool = True
     aggressive_dash_splits: bool = False
@@ -70,6 +73,8 @@ class PrepareConfig:
             raise InputError("--bpe-merges and --bpe-codes exclude each other")
         if self.vocab_from is not None and (self.bpe_merges is not None or self.bpe_codes is not None):
             raise InputError("--vocab-from brings its directory's BPE codes; drop --bpe-merges/--bpe-codes")
+        if self.max_ratio is not None and not (1 <= self.max_ratio < math.inf):
+            raise InputError(f"--max-ratio must be a finite number of at least 1 (got {self.max_ratio})")
         if self.bpe_merges is not None and self.bpe_merges < 1:
             raise InputError(f"--bpe-merges must be at least 1 (got {self.bpe_merges})")
 
@@ -177,7 +182,8 @@ def prepare(cfg: PrepareConfig) -> dict:
             counts = {}
             for split in splits:
                 counts[split] = _filter_and_count(mapper, out, split, src, tgt, stats[split],
-                                                  cfg.max_len if split == "train" else None)
+                                                  cfg.max_len if split == "train" else None,
+                                                  cfg.max_ratio, cfg.dedup)
         vocabs = given_vocabs or {src: Vocabulary.build(counts["train"][0], cfg.src_vocab_size),
                                   tgt: Vocabulary.build(counts["train"][1], cfg.tgt_vocab_size)}
         for lang, vocab in vocabs.items():
@@ -242,10 +248,16 @@ def _tokenize_split(mapper: _Mapper, files, out: str, split: str, src: str, tgt:
 
 
 def _filter_and_count(mapper: _Mapper, out: str, split: str, src: str, tgt: str, stats: dict,
-                      max_len: int | None) -> tuple[Counter, Counter]:
-    """Write the model tokens of the kept lines to hidden files; return the token counts per language."""
+                      max_len: int | None, max_ratio: float | None = None, dedup: bool = False
+                      ) -> tuple[Counter, Counter]:
+    """Write the model tokens of the kept lines to hidden files; return the token counts per language.  With
+    ``max_len`` (the training split) pairs with an empty side, longer than ``max_len`` tokens, with a length ratio
+    above ``max_ratio`` (clean-corpus-n.perl's) or repeating an earlier pair (``dedup``) are left out, counted."""
+    import hashlib
+
     src_counts, tgt_counts = Counter(), Counter()
-    empty = too_long = kept = 0
+    empty = too_long = kept = ratio = duplicate = 0
+    seen: set[int] = set()  # (8-byte digests of the kept pairs: ~60 bytes of memory per pair)
     pairs = zip(_read_tok(os.path.join(out, f"{split}.tok.{src}")), _read_tok(os.path.join(out, f"{split}.tok.{tgt}")))
     kept_file = open(os.path.join(out, "train.kept"), "w", encoding="utf-8", newline="\n") if max_len else None
     with open(os.path.join(out, f".{split}.model.{src}"), "w", encoding="utf-8", newline="\n") as fs, \
@@ -258,6 +270,16 @@ def _filter_and_count(mapper: _Mapper, out: str, split: str, src: str, tgt: str,
                 if len(s) > max_len or len(t) > max_len:
                     too_long += 1
                     continue
+                if max_ratio is not None and max(len(s), len(t)) > max_ratio * min(len(s), len(t)):
+                    ratio += 1
+                    continue
+                if dedup:
+                    key = int.from_bytes(hashlib.blake2b(("\t".join((" ".join(s), " ".join(t)))).encode(),
+                                                         digest_size=8).digest(), "little")
+                    if key in seen:
+                        duplicate += 1
+                        continue
+                    seen.add(key)
                 kept_file.write(f"{line}\n")
             kept += 1
             src_counts.update(s)
@@ -268,7 +290,12 @@ def _filter_and_count(mapper: _Mapper, out: str, split: str, src: str, tgt: str,
         kept_file.close()
     stats.update(lines_out=kept, tokens={src: sum(src_counts.values()), tgt: sum(tgt_counts.values())})
     if max_len is not None:
-        stats.update(removed={"empty": empty, "too_long": too_long}, kept_lines_file="train.kept")
+        removed = {"empty": empty, "too_long": too_long}
+        if max_ratio is not None:
+            removed["ratio"] = ratio
+        if dedup:
+            removed["duplicate"] = duplicate
+        stats.update(removed=removed, kept_lines_file="train.kept")
         if kept == 0:
             raise InputError(f"no training pair is left after filtering ({empty} had an empty side, {too_long} "
                              f"were longer than {max_len} tokens)", stats["inputs"][0][0])
@@ -299,7 +326,7 @@ def _manifest(cfg: PrepareConfig, splits, stats, vocabs, train_counts, model_cfg
                   "subword_nmt": getattr(subword_nmt, "__version__", "unknown") if bpe_info else None},
         "bpe": bpe_info,
         "filters": {"max_len": cfg.max_len, "unit": "model tokens (subwords with BPE)", "splits": ["train"],
-                    "remove_empty": True},
+                    "remove_empty": True, "max_ratio": cfg.max_ratio, "dedup": cfg.dedup},
         "vocab": {
             lang: {"file": f"vocab.{lang}", "shortlist": size, "size": len(vocabs[lang]),
                    "specials": ["<pad>", "<unk>", "<s>", "</s>"], "types_in_training": len(train_counts[k]),
@@ -317,6 +344,10 @@ def _report(manifest: dict) -> None:
         removed = s.get("removed")
         extra = (f", removed {removed['empty']} with an empty side and {removed['too_long']} longer than "
                  f"{manifest['filters']['max_len']} tokens") if removed else ""
+        if removed and "ratio" in removed:
+            extra += f", {removed['ratio']} with a length ratio above {manifest['filters']['max_ratio']:g}"
+        if removed and "duplicate" in removed:
+            extra += f", {removed['duplicate']} repeating an earlier pair"
         log.info("%s: %d pairs in, %d out%s; coverage %s %.2f%%, %s %.2f%%", split, s["lines_in"], s["lines_out"],
                  extra, src, 100 * s["coverage"][src], tgt, 100 * s["coverage"][tgt])
     for lang, v in manifest["vocab"].items():

@@ -408,3 +408,40 @@ def test_nothing_left_after_filtering_is_an_error(tmp_path):
     with pytest.raises(InputError, match="no training pair is left"):
         prepare(PrepareConfig("en", "fr", train=[str(tmp_path / "t")], dest=str(tmp_path / "out"), max_len=3))
     assert sorted(os.listdir(tmp_path)) == ["t.en", "t.fr"]
+
+
+def test_length_ratio_and_duplicate_filters_against_an_independent_count(data_dir, tmp_path):
+    """Moses' cleaning on 3,000 real Hansards pairs (which repeat short sittings formulas): --max-ratio drops the
+    pairs one side of which has more than R times the other's tokens, --dedup exact repeats of an earlier pair;
+    both counted in the manifest, the rest of the filtering unchanged."""
+    import gzip
+    import itertools
+
+    for lang in ("en", "fr"):
+        with gzip.open(data_dir / "hansards" / f"train.{lang}.gz", "rt", encoding="utf-8") as f:
+            (tmp_path / f"h.{lang}").write_text("".join(itertools.islice(f, 3000)), encoding="utf-8")
+    plain = prepare(PrepareConfig("en", "fr", [str(tmp_path / "h")], str(tmp_path / "plain"), max_len=40,
+                                  src_vocab_size=500, tgt_vocab_size=500))
+    cleaned = prepare(PrepareConfig("en", "fr", [str(tmp_path / "h")], str(tmp_path / "clean"), max_len=40,
+                                    src_vocab_size=500, tgt_vocab_size=500, max_ratio=2.0, dedup=True))
+    src = read_tok(str(tmp_path / "plain" / "train.tok.en"))
+    tgt = read_tok(str(tmp_path / "plain" / "train.tok.fr"))
+    kept, empty, too_long = independent_filter(src, tgt, 40)
+    expected, ratio, duplicate, seen = [], 0, 0, set()
+    for n in kept:
+        s, t = src[n - 1], tgt[n - 1]
+        if max(len(s), len(t)) > 2.0 * min(len(s), len(t)):
+            ratio += 1
+        elif (tuple(s), tuple(t)) in seen:
+            duplicate += 1
+        else:
+            seen.add((tuple(s), tuple(t)))
+            expected.append(n)
+    removed = cleaned["splits"]["train"]["removed"]
+    assert removed == {"empty": empty, "too_long": too_long, "ratio": ratio, "duplicate": duplicate}
+    assert ratio > 10 and duplicate > 10  # (the Hansards has both)
+    assert [int(x) for x in read_lines(str(tmp_path / "clean" / "train.kept"))] == expected
+    assert plain["splits"]["train"]["removed"] == {"empty": empty, "too_long": too_long}
+    assert cleaned["filters"]["max_ratio"] == 2.0 and cleaned["filters"]["dedup"] is True
+    with pytest.raises(InputError, match=r"--max-ratio must be a finite number of at least 1 \(got 0.5\)"):
+        prepare(PrepareConfig("en", "fr", [str(tmp_path / "h")], str(tmp_path / "x"), max_ratio=0.5))

@@ -30,11 +30,16 @@ from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
 @click.option("--vocab-from", type=click.Path(file_okay=False), metavar="DIR",
               help="Reuse another prepared directory's vocabularies and BPE codes (to fine-tune its models here "
                    "with nmt-train --init-from).")
+@click.option("--max-ratio", type=float, metavar="R",
+              help="Drop training pairs one side of which has more than R times the other's tokens "
+                   "(clean-corpus-n.perl's ratio; Moses uses 9) [off].")
+@click.option("--dedup", is_flag=True, help="Drop training pairs that repeat an earlier pair exactly.")
 @click.option("--workers", "-j", default=1, show_default=True, help="Tokenise in this many processes.")
 @click.option("--force", is_flag=True, help="Replace DEST if it already holds a prepared corpus.")
 @click.option("--quiet", "-q", is_flag=True, help="Report only warnings and errors.")
 def main(source_lang, target_lang, train, valid, test, dest, src_vocab_size, tgt_vocab_size, max_len, lowercase,
-         no_normalize, aggressive_dash_splits, bpe_merges, bpe_codes, vocab_from, workers, force, quiet):
+         no_normalize, aggressive_dash_splits, bpe_merges, bpe_codes, vocab_from, max_ratio, dedup, workers, force,
+         quiet):
     """Tokenise, filter, build shortlist vocabularies and binarize a parallel corpus into DEST.
 
     \b
@@ -49,7 +54,8 @@ def main(source_lang, target_lang, train, valid, test, dest, src_vocab_size, tgt
         source_lang=source_lang, target_lang=target_lang, train=list(train), valid=valid, test=list(test),
         dest=dest, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, max_len=max_len,
         lowercase=lowercase, normalize_punctuation=not no_normalize, aggressive_dash_splits=aggressive_dash_splits,
-        bpe_merges=bpe_merges, bpe_codes=bpe_codes, vocab_from=vocab_from, workers=workers, force=force,
+        bpe_merges=bpe_merges, bpe_codes=bpe_codes, vocab_from=vocab_from, max_ratio=max_ratio, dedup=dedup,
+        workers=workers, force=force,
     )
     run("nmt-prepare", lambda: prepare(cfg))
 
