@@ -323,6 +323,10 @@ class Trainer:
         if (cfg.max_updates and st.update >= cfg.max_updates) or (cfg.max_time and st.elapsed >= cfg.max_time):
             status = "limit"  # a resumed run that already reached its limit: no further update
             progress.write(f"update {st.update}: the run has already reached its --max-updates/--max-time limit")
+        elif cfg.patience and st.bad_validations >= cfg.patience:  # (killed after its early stop was saved)
+            status = "early-stopped"
+            progress.write(f"update {st.update}: the run has already stopped early ({st.bad_validations} validations "
+                           f"without improvement, --patience {cfg.patience})")
         log.info("training %s (%s parameters) on %d of %d pairs (at most %d tokens a side), %d process(es); recipe "
                  "%s: %s, lr %g, init %s%s", self.model.arch, f"{sum(p.numel() for p in self.model.parameters()):,}",
                  len(self.eligible), len(self.train_src), self.max_len, self.world, cfg.recipe, cfg.optimizer, cfg.lr,

@@ -826,3 +826,17 @@ def test_a_resumed_torchrun_equals_an_uninterrupted_one(small, tmp_path):
     a, b = (checkpoint.load(tmp_path / x / "checkpoint_last.pt")["train"] for x in ("A", "B"))
     for key in ("update", "best", "best_update", "bad_validations"):
         assert a["state"][key] == b["state"][key], key
+
+
+def test_resuming_an_early_stopped_run_trains_no_further(small, tmp_path):
+    """A kill after the early stop's checkpoint was saved, then --resume: the run had ended (found by the soak,
+    tests/bench/soak_resume.py: the resumed run trained on to --max-updates)."""
+    run = tmp_path / "run"
+    first = train(_cfg(small, run, max_updates=40, patience=3, best_metric="bleu"))
+    assert first["status"] == "early-stopped" and first["update"] < 40
+    before = checkpoint.load(run / "checkpoint_last.pt")["train"]["state"]
+    again = train(_cfg(small, run, max_updates=40, patience=3, best_metric="bleu", resume=True))
+    assert (again["status"], again["update"]) == ("early-stopped", first["update"])
+    assert checkpoint.load(run / "checkpoint_last.pt")["train"]["state"] == before
+    more = train(_cfg(small, run, max_updates=first["update"] + 2, patience=10, best_metric="bleu", resume=True))
+    assert more["update"] == first["update"] + 2  # (a larger patience continues it)
