@@ -3,9 +3,10 @@
 One uninterrupted ``nmt-train`` run of the tiny RNNsearch on 200 real Multi30K pairs (patience, dropout, keep-last 1,
 validation BLEU, a validation every 3 updates) is the reference.  The same run is then started again in another save
 directory and killed with SIGKILL at a random instant (anywhere: mid-update, mid-validation, mid-checkpoint save,
-between the links), resumed with ``--resume``, killed again, … ``--kills`` times, and finally let run to its end.  Its
-final weights, optimizer state and run state are compared tensor by tensor with the reference's, and its
-``checkpoint_best.pt`` with the reference's.
+between the links), resumed with ``--resume``, killed again, … ``--kills`` times, and finally let run to its end.  Each
+*lineage* (a run from its fresh start to its end, however often killed and resumed) ends with its final weights,
+optimizer state and run state compared tensor by tensor with the reference's, and its ``checkpoint_best.pt``
+with the reference's; then a new lineage starts, until ``--kills`` kills have been made.
 
     python tests/bench/soak_resume.py --kills 50 > tests/bench/results/soak_resume.txt
 
@@ -104,6 +105,20 @@ def main(argv=None) -> None:
     delay = a.max_delay or wall
     run = root / "soaked"
     kills = fresh = 0
+    lineage, in_lineage, compared = 1, 0, 0  # a lineage: one run from its fresh start to its end, however killed
+    failures = []
+
+    def check_lineage(end: str) -> None:
+        nonlocal compared
+        diffs = _compare(root / "reference" / "checkpoint_last.pt", run / "checkpoint_last.pt")
+        best = _compare(root / "reference" / "checkpoint_best.pt", run / "checkpoint_best.pt")
+        verdict = "identical" if not diffs and not best else f"DIFFERS: {', '.join(diffs + best)}"
+        print(f"lineage {lineage}: {in_lineage} kills, {end}; final update {_update_of(run / 'checkpoint_last.pt')}; "
+              f"checkpoint_last.pt and checkpoint_best.pt against the uninterrupted run's: {verdict}")
+        compared += in_lineage
+        if diffs or best:
+            failures.append(lineage)
+
     while kills < a.kills:
         has_last = (run / "checkpoint_last.pt").exists() or any(run.glob("checkpoint[0-9]*.pt"))
         extra = ["--resume"] if has_last else ["--force"]
@@ -117,28 +132,26 @@ def main(argv=None) -> None:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             kills += 1
+            in_lineage += 1
             update = _update_of(run / "checkpoint_last.pt")
             print(f"kill {kills:3d} after {at:5.2f} s ({' '.join(extra)}): checkpoint_last at update {update}, "
-                  f"hidden leftovers: {sorted(n for n in os.listdir(run) if n.startswith('.'))}")
+                  f"hidden leftovers: {sorted(n for n in os.listdir(run) if n.startswith('.')) if run.exists() else '-'}")
             continue
         err = proc.stderr.read()
         if proc.returncode != 0:
             raise SystemExit(f"soak_resume: a resumed run failed ({proc.returncode}): {err}")
-        print(f"the run ended by itself before kill {kills + 1}; starting it again to kill it")
-        for old in run.glob("checkpoint*.pt"):  # (a finished run would only be resumed as finished)
+        check_lineage("then it ran to its end")
+        lineage, in_lineage = lineage + 1, 0
+        for old in run.glob("checkpoint*.pt"):  # (a finished run would only be resumed as finished: a new one)
             old.unlink()
     final = subprocess.run(_command(data, run, "--resume"), env=_env(), capture_output=True, text=True)
     if final.returncode != 0:
         raise SystemExit(f"soak_resume: the last resume failed: {final.stderr}")
-    diffs = _compare(root / "reference" / "checkpoint_last.pt", run / "checkpoint_last.pt")
-    best = _compare(root / "reference" / "checkpoint_best.pt", run / "checkpoint_best.pt")
-    print(f"\n{kills} SIGKILLs ({fresh} before the first checkpoint: started afresh), then a last --resume to the end")
-    print(f"final update {_update_of(run / 'checkpoint_last.pt')} (reference {_update_of(root / 'reference' / 'checkpoint_last.pt')})")
-    print("checkpoint_last.pt: " + ("identical to the uninterrupted run's (weights, optimizer, run state)"
-                                    if not diffs else f"DIFFERS: {', '.join(diffs)}"))
-    print("checkpoint_best.pt: " + ("identical to the uninterrupted run's" if not best
-                                    else f"DIFFERS: {', '.join(best)}"))
-    if diffs or best:
+    check_lineage("then a last --resume to its end")
+    print(f"\n{kills} SIGKILLs in {lineage} lineages ({fresh} came before a lineage's first checkpoint: started "
+          f"afresh); reference's final update {_update_of(root / 'reference' / 'checkpoint_last.pt')}; "
+          f"{compared} kills covered by a comparison; lineages that differ: {failures or 'none'}")
+    if failures:
         raise SystemExit(1)
 
 
