@@ -320,7 +320,7 @@ def tmp_suffix(kind: str = ".tmp") -> str:
     return f".{os.getpid()}{kind}"
 
 
-_STALE = r"\.{base}\.[A-Za-z0-9_]+\.(\d+)\.(tmp|old)"
+_STALE = r"\.{base}\.[A-Za-z0-9_]+\.(?P<pid>\d+)\.(?P<kind>tmp|old)"
 
 
 def _alive(pid: int) -> bool:
@@ -335,14 +335,16 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale(directory: str | os.PathLike, base: str, recover: str | None = None) -> list[str]:
+def remove_stale(directory: str | os.PathLike, base: str | None = None, recover: str | None = None,
+                 pattern: re.Pattern | None = None) -> list[str]:
     """Remove the temporaries ``.BASE.XXXX.PID.tmp`` (files or directories) that a killed run left in ``directory``,
     never a live process's.  A ``.BASE.XXXX.PID.old`` is an output a kill caught between the two renames of a
-    replacement: put back as ``recover`` when that is missing, else removed.  Returns what it removed or restored."""
+    replacement: put back as ``recover`` when that is missing, else removed.  ``pattern`` (with a ``pid`` group)
+    replaces the names of ``base``.  Returns what it removed or restored."""
     import logging
 
     directory = os.fspath(directory) or "."
-    pattern = re.compile(_STALE.format(base=re.escape(base)))
+    pattern = pattern or re.compile(_STALE.format(base=re.escape(base)))
     done = []
     try:
         names = os.listdir(directory)
@@ -350,13 +352,13 @@ def remove_stale(directory: str | os.PathLike, base: str, recover: str | None = 
         return done
     for name in names:
         m = pattern.fullmatch(name)
-        if m is None or _alive(int(m.group(1))):
+        if m is None or _alive(int(m.group("pid"))):
             continue
         path = os.path.join(directory, name)
-        if m.group(2) == "old" and recover is not None and not os.path.lexists(recover):
+        if m.groupdict().get("kind") == "old" and recover is not None and not os.path.lexists(recover):
             os.replace(path, recover)
             logging.getLogger("nmtkit").warning("%s: restored from %s, left by a run killed while replacing it "
-                                                "(pid %s)", recover, name, m.group(1))
+                                                "(pid %s)", recover, name, m.group("pid"))
         else:
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path, ignore_errors=True)
@@ -364,7 +366,7 @@ def remove_stale(directory: str | os.PathLike, base: str, recover: str | None = 
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
             logging.getLogger("nmtkit").warning("removed %s, a temporary left by a killed run (pid %s)", path,
-                                                m.group(1))
+                                                m.group("pid"))
         done.append(path)
     return done
 

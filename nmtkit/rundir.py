@@ -21,7 +21,6 @@ import errno
 import fcntl
 import glob
 import json
-import logging
 import os
 import re
 
@@ -31,8 +30,7 @@ from nmtkit.errors import InputError
 PID_FILE = ".nmt-train.pid"
 NUMBERED = re.compile(r"checkpoint(\d+)\.pt")
 # a checkpoint being saved (.checkpointN.pt.XXXX.PID.tmp) or linked (checkpoint_last.pt.PID.tmp)
-STALE = re.compile(r"\.checkpoint\d+\.pt\.[A-Za-z0-9_]+\.(\d+)\.tmp|checkpoint_(?:last|best)\.pt\.(\d+)\.tmp")
-log = logging.getLogger("nmtkit.train")
+STALE = re.compile(r"(?:\.checkpoint\d+\.pt\.[A-Za-z0-9_]+|checkpoint_(?:last|best)\.pt)\.(?P<pid>\d+)\.tmp")
 
 
 class RunDir:
@@ -72,19 +70,9 @@ class RunDir:
     def remove_stale(self) -> list[str]:
         """Remove the temporaries of checkpoint saves and links that a killed run left (its pid is dead: the lock
         is ours), saying so."""
-        from nmtkit.files import _alive
+        from nmtkit.files import remove_stale
 
-        removed = []
-        for name in os.listdir(self.path):
-            m = STALE.fullmatch(name)
-            if m is None or _alive(int(m.group(1) or m.group(2))):
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.file(name))
-            log.warning("removed %s, a temporary left by a killed run (pid %s)", self.file(name),
-                        m.group(1) or m.group(2))
-            removed.append(name)
-        return removed
+        return remove_stale(self.path, pattern=STALE)
 
     def __del__(self):
         self.unlock()

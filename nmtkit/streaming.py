@@ -55,17 +55,18 @@ def windows(lines: Iterable, size: int, stall: float = STALL_S) -> Iterator[tupl
             if isinstance(item, _Failure):  # (raised after every line before it has gone out)
                 raise item.error
             window, item = [item], None
+            waited = False  # (a stall already seen: no second wait for it)
             while len(window) < size:  # the rest of the window, while lines come without a stall
                 try:
                     item = take(stall)
                 except queue.Empty:
-                    item = None
+                    waited = True
                     break
                 if item is _END or isinstance(item, _Failure):
                     break
                 window.append(item)
                 item = None
-            if item is None:  # full or stalled: is another line waiting?
+            if item is None and not waited:  # a full window: is another line waiting?
                 try:
                     item = take(stall)
                 except queue.Empty:

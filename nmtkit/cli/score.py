@@ -108,7 +108,7 @@ def render_text(report: dict) -> str:
 @click.option("--batch-size", default=16, show_default=True, help="Sentences per batch for --model's NLL.")
 @click.option("--device", default="cpu", show_default=True, help="Device for --model's NLL.")
 @click.option("--metrics", default="BLEU,chrF,TER,BLEU-tok", show_default=True,
-              help="The scores to give, comma-separated, in this order (TER is the slowest: ~10 s per 3,000 lines).")
+              help="The scores to give, comma-separated, in this order (TER is by far the slowest to compute).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True)
 def main(hypotheses, reference, source, names, model, vocab, src_lang, tgt_lang, by_length, bucket_width, max_length,
