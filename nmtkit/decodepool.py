@@ -113,9 +113,9 @@ def worker_main() -> None:
             task = tasks.popleft()
         if task is None:
             return
-        ticket, sources = task
+        ticket, sources, extras = task
         try:
-            reply = ("done", ticket, decode_batch(models, sources, setup["device"], **setup["options"]))
+            reply = ("done", ticket, decode_batch(models, sources, setup["device"], **setup["options"], **extras))
         except Exception as e:  # noqa: BLE001
             reply = ("failed", ticket, f"{type(e).__name__}: {e}")
         try:
@@ -151,7 +151,7 @@ class DecodePool:
         setup = {"checkpoints": [str(p) for p in checkpoints], "device": str(device), "threads": threads,
                  "options": options}
         self._workers: list[_Worker] = []
-        self._queue: deque[tuple[int, list[np.ndarray]]] = deque()
+        self._queue: deque[tuple[int, list[np.ndarray], dict]] = deque()
         self._done: dict[int, Any] = {}
         self._next = self._collected = 0
         try:
@@ -177,10 +177,11 @@ class DecodePool:
         """Batches submitted whose results have not been collected."""
         return self._next - self._collected
 
-    def submit(self, sources: list[np.ndarray]) -> int:
-        """Queue one batch (source id arrays without ``</s>``); returns its ticket for :meth:`result`."""
+    def submit(self, sources: list[np.ndarray], extras: dict | None = None) -> int:
+        """Queue one batch (source id arrays without ``</s>``, and what else ``decode_batch`` needs for its
+        sentences: prefixes, sampling keys); returns its ticket for :meth:`result`."""
         ticket, self._next = self._next, self._next + 1
-        self._queue.append((ticket, sources))
+        self._queue.append((ticket, sources, extras or {}))
         self._dispatch()
         return ticket
 

@@ -6,7 +6,15 @@
   first ``beam`` others continue. A sentence is done when it has ``beam`` finished hypotheses or reaches its length
   limit (``max_len_a × source words + max_len_b`` tokens, after which ``</s>`` is forced); done sentences leave
   the batch, so the work shrinks as sentences finish. Finished hypotheses are ranked by
-  ``log p(y, </s> | x) / (|y| + 1) ** lenpen`` (``lenpen = 0``: raw log-probability).
+  ``log p(y, </s> | x) / (|y| + 1) ** lenpen`` (``lenpen = 0``: raw log-probability), plus, with
+  ``coverage_penalty`` β > 0, Wu et al. (2016)'s coverage penalty ``β Σ_j log min(Σ_i α_ij, 1)`` over the source
+  words j (not the source's ``</s>``; the sum over i includes the ``</s>`` step): a hypothesis that left source words
+  unattended ranks lower. As in OpenNMT-py's default, it ranks finished hypotheses; it does not change which
+  expansions stay in the beam.
+- A target **prefix** per sentence (``prefix``, ``prefix_lens``; post-editing, interactive MT) is forced: while
+  ``t < prefix_len`` the only expansion is the prefix's token, scored with the model's own log-probability (also
+  when ``no_unk`` would forbid it), so every hypothesis starts with the prefix and the rest is the search continued
+  from the state the prefix leads to. The length limit is at least the prefix's length.
 - :func:`greedy`: the plain batched greedy decoder (validation during training; equal to ``beam = 1``).
 - :func:`beam_search_reference`: one sentence at a time with Python lists — slow, obviously right, and the yardstick
   the batched search is tested against.
@@ -60,9 +68,31 @@ class Ensemble:
         return logp, new_states, alpha
 
 
-def _limits(src_lens: torch.Tensor, max_len_a: float, max_len_b: int) -> torch.Tensor:
-    """Most output tokens (without </s>) per sentence; src_lens count the source's </s>."""
-    return (max_len_a * (src_lens - 1).float() + max_len_b).long().clamp(min=1)
+def _limits(src_lens: torch.Tensor, max_len_a: float, max_len_b: int,
+            prefix_lens: torch.Tensor | None = None) -> torch.Tensor:
+    """Most output tokens (without </s>) per sentence; src_lens count the source's </s>; at least the prefix."""
+    limits = (max_len_a * (src_lens - 1).float() + max_len_b).long().clamp(min=1)
+    return limits if prefix_lens is None else torch.maximum(limits, prefix_lens.to(limits.device))
+
+
+def _force_prefix(logp: torch.Tensor, raw: torch.Tensor, t: int, prefix: torch.Tensor | None,
+                  prefix_lens: torch.Tensor | None, sentences: torch.Tensor, K: int) -> None:
+    """In place: rows (K per sentence, ``sentences`` (A,) their batch ids) whose prefix is longer than t may only
+    continue with its token t, at its log-probability in ``raw`` (before any masking)."""
+    if prefix is None or t >= prefix.shape[1]:
+        return
+    rows = (t < prefix_lens[sentences]).repeat_interleave(K).nonzero().squeeze(1)  # (R,)
+    if rows.numel():
+        tok = prefix[sentences, t].repeat_interleave(K)[rows]  # (R,)
+        kept = raw[rows, tok]
+        logp[rows] = -math.inf
+        logp[rows, tok] = kept
+
+
+def coverage(cov: torch.Tensor, words: torch.Tensor, beta: float) -> torch.Tensor:
+    """Wu et al. (2016)'s coverage penalty: cov (N, Tx) Σ_i α_ij so far, words (N, Tx) bool, the source words (not
+    </s>, not padding) -> β Σ_j log min(cov_j, 1) (N,), at most 0 (a word never attended counts log 10⁻¹²)."""
+    return beta * (cov.clamp(min=1e-12, max=1.0).log() * words).sum(dim=1)
 
 
 def _mask(logp: torch.Tensor, no_unk: bool) -> None:
@@ -138,17 +168,28 @@ def greedy(models, src: torch.Tensor, src_lens: torch.Tensor, max_len_a: float =
 @torch.no_grad()
 def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 12, nbest: int = 1,
                 max_len_a: float = 2.0, max_len_b: int = 10, lenpen: float = 1.0, no_unk: bool = False,
-                need_attention: bool = False) -> list[list[Hypothesis]]:
-    """Batched beam search: src (B, Tx) with ``</s>``, src_lens (B,) → for each sentence its ``nbest`` best
-    hypotheses, best first (see the module docstring for the exact procedure)."""
+                need_attention: bool = False, coverage_penalty: float = 0.0, prefix: torch.Tensor | None = None,
+                prefix_lens: torch.Tensor | None = None) -> list[list[Hypothesis]]:
+    """Batched beam search: src (B, Tx) with ``</s>``, src_lens (B,), optionally prefix (B, P) target ids padded
+    with ``<pad>`` and prefix_lens (B,) → for each sentence its ``nbest`` best hypotheses, best first (see the module
+    docstring for the exact procedure)."""
     if beam < 1 or nbest < 1 or nbest > beam:
         raise ValueError(f"need 1 <= nbest <= beam (got nbest {nbest}, beam {beam})")
+    if coverage_penalty < 0:
+        raise ValueError(f"the coverage penalty must be at least 0 (got {coverage_penalty})")
     ens = Ensemble(models)
     dev = src.device
     B, K = src.shape[0], beam
+    if prefix is not None:
+        prefix, prefix_lens = prefix.to(dev), prefix_lens.to(dev)
     encs = ens.encode(src, src_lens)  # one per sentence: the K hypotheses of a sentence share it
     states = [s.repeat_interleave(K, dim=0) for s in ens.init(encs)]  # (B*K, n): K rows per sentence, in order
-    limits = _limits(src_lens, max_len_a, max_len_b).to(dev)  # (B,)
+    limits = _limits(src_lens, max_len_a, max_len_b, prefix_lens).to(dev)  # (B,)
+    words = None  # with a coverage penalty: (B*K, Tx) which positions are source words, and Σ_i α_ij so far
+    if coverage_penalty > 0:
+        positions = torch.arange(src.shape[1], device=dev)
+        words = (positions < (src_lens.to(dev) - 1).unsqueeze(1)).repeat_interleave(K, dim=0)
+        cov = torch.zeros((B * K, src.shape[1]), device=dev)
     alive = torch.arange(B, device=dev)  # original ids of the sentences still decoding
     scores = torch.full((B, K), -math.inf, device=dev)
     scores[:, 0] = 0.0  # one live hypothesis to start with, so the first step does not repeat it K times
@@ -162,7 +203,14 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
         A = alive.numel()
         logp, states, alpha = ens.step(y, states, encs)  # (A*K, V), α (A*K, Tx)
         V = logp.shape[1]
+        raw = logp.clone() if prefix is not None and t < prefix.shape[1] else logp
         _mask(logp, no_unk)
+        _force_prefix(logp, raw, t, prefix, prefix_lens, alive, K)
+        if words is not None:
+            if alpha is None:
+                raise ValueError("the coverage penalty needs an attention model (rnnsearch)")
+            cov = cov + alpha  # (A*K, Tx) Σ_i α_ij including this step
+            penalty = coverage(cov, words, coverage_penalty).tolist()  # (A*K,)
         forced = (t >= limits[alive]).repeat_interleave(K)  # (A*K,) at the limit only </s> may follow
         if bool(forced.any()):
             only_eos = torch.full_like(logp[0], -math.inf)
@@ -187,7 +235,8 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
                 toks = tokens[row].tolist()
                 score = scores_l[a][j]
                 att = attn[row, :, : lens_l[sent]].clone() if need_attention else None
-                finished[sent].append(Hypothesis(toks, score, score / (len(toks) + 1) ** lenpen, att))
+                norm = score / (len(toks) + 1) ** lenpen + (penalty[row] if words is not None else 0.0)
+                finished[sent].append(Hypothesis(toks, score, norm, att))
                 count[sent] += 1
         # the first K expansions that are not </s> continue
         positions = torch.arange(top_idx.shape[1], device=dev)
@@ -200,6 +249,8 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
         if need_attention:
             attn = attn.index_select(0, rows)
         states = [s.index_select(0, rows) for s in states]
+        if words is not None:
+            cov, words = cov.index_select(0, rows), words.index_select(0, rows)
         done = (torch.tensor([count[i] for i in alive_l], device=dev) >= K) | (t >= limits[alive])  # (A,)
         if bool(done.all()):
             break
@@ -210,6 +261,8 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
             if need_attention:
                 attn = attn[keep_rows]
             states = [s.index_select(0, keep_rows) for s in states]
+            if words is not None:
+                cov, words = cov[keep_rows], words[keep_rows]
             encs = [m.reorder_encoder_out(e, keep) for m, e in zip(ens.models, encs)]
         # (the K rows of a sentence share its encoder output, so reordering beams leaves ``encs`` as it is)
     results = []
@@ -221,37 +274,44 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
 
 @torch.no_grad()
 def beam_search_reference(models, src_ids: list[int], beam: int = 12, nbest: int = 1, max_len_a: float = 2.0,
-                          max_len_b: int = 10, lenpen: float = 1.0, no_unk: bool = False) -> list[Hypothesis]:
+                          max_len_b: int = 10, lenpen: float = 1.0, no_unk: bool = False,
+                          coverage_penalty: float = 0.0, prefix: list[int] | None = None) -> list[Hypothesis]:
     """The same search for one sentence (ids without ``</s>``), hypothesis by hypothesis with Python lists."""
     ens = Ensemble(models)
     src = torch.tensor([list(src_ids) + [EOS]])
     src_lens = torch.tensor([len(src_ids) + 1])
+    prefix = list(prefix or [])
     encs = ens.encode(src, src_lens)
-    limit = int(_limits(src_lens, max_len_a, max_len_b)[0])
-    live = [([], 0.0, ens.init(encs))]  # (tokens, score, states)
+    limit = max(int(_limits(src_lens, max_len_a, max_len_b)[0]), len(prefix))
+    live = [([], 0.0, ens.init(encs), [0.0] * len(src_ids))]  # (tokens, score, states, Σ_i α_ij per source word)
     finished: list[Hypothesis] = []
     for t in range(limit + 1):
-        expansions = []  # (score, order, tokens, token, states)
-        for h, (toks, score, states) in enumerate(live):
+        expansions = []  # (score, order, tokens, token, states, coverage)
+        for h, (toks, score, states, cov) in enumerate(live):
             y = torch.tensor([toks[-1] if toks else BOS])
-            logp, new_states, _ = ens.step(y, states, encs)
+            logp, new_states, alpha = ens.step(y, states, encs)
+            raw = logp.clone()
             _mask(logp, no_unk)
+            new_cov = cov if alpha is None else [c + float(a) for c, a in zip(cov, alpha[0])]
             for v in range(logp.shape[1]):
                 lp = float(logp[0, v])
+                if t < len(prefix):
+                    lp = float(raw[0, v]) if v == prefix[t] else -math.inf
                 if t >= limit and v != EOS:
                     lp = -math.inf
                 # exact ties (which real log-probabilities practically never have) go to the lower index here;
                 # torch.topk promises no order among equal values
-                expansions.append((score + lp, h * logp.shape[1] + v, toks, v, new_states))
+                expansions.append((score + lp, h * logp.shape[1] + v, toks, v, new_states, new_cov))
         expansions.sort(key=lambda e: (-e[0], e[1]))
         expansions = expansions[: 2 * beam]
         next_live = []
-        for rank, (score, _, toks, v, states) in enumerate(expansions):
+        for rank, (score, _, toks, v, states, cov) in enumerate(expansions):
             if v == EOS:
                 if rank < beam and math.isfinite(score) and len(finished) < beam:
-                    finished.append(Hypothesis(toks, score, score / (len(toks) + 1) ** lenpen))
+                    cp = coverage_penalty * sum(math.log(min(max(c, 1e-12), 1.0)) for c in cov)
+                    finished.append(Hypothesis(toks, score, score / (len(toks) + 1) ** lenpen + cp))
             elif len(next_live) < beam:
-                next_live.append((toks + [v], score, states))
+                next_live.append((toks + [v], score, states, cov))
         live = next_live
         if len(finished) >= beam:
             break

@@ -10,7 +10,16 @@ must match) and turns raw lines into translations, **one result per input line, 
 - lines are read in windows of ``window`` lines, sorted by length into batches of ``batch_size`` within the window,
   decoded with batched beam search (:mod:`nmtkit.search`), and the results given back in input order, window by
   window, so memory does not grow with the input;
-- the output undoes the preprocessing (BPE merge, Moses detokenisation) unless ``tokenized``.
+- the output undoes the preprocessing (BPE merge, Moses detokenisation) unless ``tokenized``;
+- with ``prefixes`` (one target line per input line, preprocessed as the target side is), each translation starts
+  with its line's prefix: the search is forced through it (:mod:`nmtkit.search`) and the prefix's own words are
+  written back; an empty source line with a prefix gives the prefix itself;
+- with ``sampling``, translations are drawn from the model (:mod:`nmtkit.sampling`) instead of searched for,
+  ``nbest`` samples per line, reproducibly from ``seed``, the line number and the piece.
+
+With ``workers=0`` on a CPU the decoding processes start only once the input fills a first window: a few lines
+(one sentence in a shell pipeline) are decoded in this process at once, without paying for starting processes
+that each load torch and the model.
 
 Alignments (Pharaoh ``i-j``, source-target, 0-based) are on Moses-tokenised words, computed as ``nmt-align``
 computes them (:func:`nmtkit.align.word_matrix`, :func:`nmtkit.align.hard_links`): a target word's attention is
@@ -19,6 +28,7 @@ the mean over its subwords' rows, a source word's the sum over its subwords' col
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections import deque
@@ -32,10 +42,11 @@ from nmtkit import checkpoint
 from nmtkit.align import hard_links, word_matrix
 from nmtkit.batching import collate_source
 from nmtkit.errors import InputError
+from nmtkit.sampling import Sampling, sample
 from nmtkit.search import Hypothesis, beam_search
 from nmtkit.streaming import windows
 from nmtkit.text import Preprocessor, TextConfig, words_of
-from nmtkit.vocab import UNK, Vocabulary
+from nmtkit.vocab import PAD, UNK, Vocabulary
 
 log = logging.getLogger("nmtkit.translate")
 MAX_AUTO_WORKERS = 4  # workers=0 starts min(threads, this) processes on a CPU
@@ -63,12 +74,16 @@ class _Piece:
     order: int  # position of the piece within its line
     ids: np.ndarray  # source ids (no </s>)
     tokens: list[str]  # source model tokens
+    key: tuple[int, int] = (0, 0)  # (line number, piece): what a sample's random draws depend on, with the seed
+    prefix: np.ndarray | None = None  # target prefix ids the translation must start with (first piece only)
+    prefix_tokens: list[str] = field(default_factory=list)  # the prefix's model tokens, written back as given
 
 
 @dataclass
 class _Window:
     lines: list[tuple[int, str]]  # (line number, text)
     words: list[list[str]]  # each line's source words
+    prefixes: list[list[str]]  # each line's target prefix tokens (empty: none)
     batches: list[list[_Piece]]  # length-sorted
     tickets: list[int] = field(default_factory=list)  # the batches' tickets in the decoding pool
 
@@ -93,14 +108,39 @@ def build_models(paths: list[str], device: str = "cpu", payloads: list[dict] | N
         raise InputError(f"cannot rebuild the model: {str(e).splitlines()[0]}", paths[0]) from None
 
 
+def collate_prefixes(prefixes: list[np.ndarray | None]) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
+    """Target prefix id arrays (None: none) → (prefix (B, P) padded with ``<pad>``, prefix_lens (B,)), or
+    (None, None) when no sentence has one."""
+    lens = [0 if p is None else len(p) for p in prefixes]
+    if not any(lens):
+        return None, None
+    out = np.full((len(prefixes), max(lens)), PAD, dtype=np.int64)
+    for k, p in enumerate(prefixes):
+        if lens[k]:
+            out[k, : lens[k]] = p
+    return torch.from_numpy(out), torch.tensor(lens)
+
+
 def decode_batch(models: list, sources: list[np.ndarray], device, bf16: bool = False,
-                 **search) -> list[list[Hypothesis]]:
-    """Beam search (``nmtkit.search.beam_search(**search)``) over source id arrays (without ``</s>``): each
-    sentence's hypotheses, with attention (if asked for) as float32 numpy arrays (len(tokens) + 1, Tx)."""
+                 prefixes: list[np.ndarray | None] | None = None, keys: list | None = None,
+                 sampling: dict | None = None, seed: int = 0, **search) -> list[list[Hypothesis]]:
+    """Beam search (``nmtkit.search.beam_search(**search)``) over source id arrays (without ``</s>``), or with
+    ``sampling`` (:class:`nmtkit.sampling.Sampling`'s fields) ``nbest`` samples per sentence drawn with the keys
+    ``(seed, *keys[k])``: each sentence's hypotheses, with attention (if asked for) as float32 numpy arrays
+    (len(tokens) + 1, Tx)."""
     device = torch.device(device)
     src, lens = collate_source(sources)
+    prefix, prefix_lens = collate_prefixes(prefixes) if prefixes is not None else (None, None)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-        hyps = beam_search(models, src.to(device), lens.to(device), **search)
+        if sampling is not None:
+            keys = keys if keys is not None else [(k,) for k in range(len(sources))]
+            hyps = sample(models, src.to(device), lens.to(device), [(seed, *k) for k in keys],
+                          n=search["nbest"], sampling=Sampling(**sampling), max_len_a=search["max_len_a"],
+                          max_len_b=search["max_len_b"], lenpen=search["lenpen"], no_unk=search["no_unk"],
+                          need_attention=search["need_attention"], prefix=prefix, prefix_lens=prefix_lens)
+        else:
+            hyps = beam_search(models, src.to(device), lens.to(device), prefix=prefix, prefix_lens=prefix_lens,
+                               **search)
     for sentence in hyps:
         for h in sentence:
             if h.attention is not None:
@@ -115,11 +155,18 @@ class Translator:
                  lenpen: float = 1.0, max_len_a: float = 2.0, max_len_b: int = 10, no_unk: bool = False,
                  replace_unk: bool = False, unk_dict: dict[str, str] | None = None, batch_size: int = 64,
                  window: int | None = None, tokenized: bool = False, max_source_len: int = 250,
-                 need_attention: bool = False, bf16: bool = False, workers: int = 1, threads: int = 0):
+                 need_attention: bool = False, bf16: bool = False, workers: int = 1, threads: int = 0,
+                 coverage_penalty: float = 0.0, sampling: Sampling | None = None, seed: int = 0):
         if not checkpoints:
             raise InputError("no checkpoint given (-m CHECKPOINT)")
-        if beam < 1 or not 1 <= nbest <= beam:
+        if sampling is None and (beam < 1 or not 1 <= nbest <= beam):
             raise InputError(f"need beam >= 1 and 1 <= nbest <= beam (got beam {beam}, nbest {nbest})")
+        if sampling is not None and nbest < 1:
+            raise InputError(f"--nbest must be at least 1 sample (got {nbest})")
+        if not (math.isfinite(coverage_penalty) and coverage_penalty >= 0):
+            raise InputError(f"--coverage-penalty must be a finite number of at least 0 (got {coverage_penalty})")
+        if sampling is not None and coverage_penalty:
+            raise InputError("--coverage-penalty ranks beam search's hypotheses; it has no meaning with --sampling")
         if batch_size < 1 or max_source_len < 1:
             raise InputError("--batch-size and --max-source-len must be at least 1")
         if workers < 0 or threads < 0:
@@ -146,23 +193,33 @@ class Translator:
         self.tokenized, self.max_source_len, self.bf16 = tokenized, max_source_len, bf16
         self.need_attention = need_attention or replace_unk
         self.has_attention = all(m.arch == "rnnsearch" for m in self.models)
-        if self.need_attention and not self.has_attention:
-            raise InputError("alignments, attention and --replace-unk need an attention model (rnnsearch); "
-                             f"this checkpoint is {self.models[0].arch}", checkpoints[0])
+        if (self.need_attention or coverage_penalty) and not self.has_attention:
+            raise InputError("alignments, attention, --coverage-penalty and --replace-unk need an attention model "
+                             f"(rnnsearch); this checkpoint is {self.models[0].arch}", checkpoints[0])
+        self.sampling, self.seed = sampling, seed
         self._options = dict(beam=beam, nbest=nbest, max_len_a=max_len_a, max_len_b=max_len_b, lenpen=lenpen,
                              no_unk=no_unk, need_attention=self.need_attention, bf16=bf16)
+        if coverage_penalty:
+            self._options["coverage_penalty"] = coverage_penalty
+        if sampling is not None:
+            self._options.update(sampling=dataclasses.asdict(sampling), seed=seed)
         threads = threads or torch.get_num_threads()
-        if workers == 0:  # automatic: processes rather than threads on a CPU (see nmtkit.decodepool)
+        self._lazy_pool = workers == 0  # automatic: start processes only for an input that fills a window
+        if workers == 0:  # processes rather than threads on a CPU (see nmtkit.decodepool)
             workers = min(threads, MAX_AUTO_WORKERS) if self.device.type == "cpu" else 1
         if workers > 1 and self.device.type != "cpu":
             raise InputError(f"--workers {workers} needs --device cpu (one process drives a {self.device.type} device)")
-        self.workers = workers
+        self.workers, self._threads, self._checkpoints = workers, threads, list(checkpoints)
         self._pool = None
-        if workers > 1:
-            from nmtkit.decodepool import DecodePool
+        if workers > 1 and not self._lazy_pool:
+            self._start_pool()
 
-            self.models = []  # the workers hold the models; the parent only checked that they build
-            self._pool = DecodePool(checkpoints, workers, max(1, threads // workers), device, self._options)
+    def _start_pool(self) -> None:
+        from nmtkit.decodepool import DecodePool
+
+        self._pool = DecodePool(self._checkpoints, self.workers, max(1, self._threads // self.workers), self.device,
+                                self._options)
+        self.models = []  # the workers hold the models; the parent only checked that they build
 
     @property
     def worker_pids(self) -> list[int]:
@@ -203,20 +260,27 @@ class Translator:
 
     # -- translation -------------------------------------------------------------------------------------------
 
-    def translate(self, lines: Iterable[tuple[int, str]]) -> Iterator[Translation]:
-        """(line number, text) pairs → one :class:`Translation` per line, in order, window by window.
+    def translate(self, lines: Iterable[tuple[int, str]], prefixes: Iterable[str] | None = None,
+                  prefix_name: str = "prefixes") -> Iterator[Translation]:
+        """(line number, text) pairs → one :class:`Translation` per line, in order, window by window; ``prefixes``
+        (from the file ``prefix_name``, for messages) gives each line its target prefix, one line per input line.
 
         Windows are full while lines flow; when the input stalls, the lines read so far form a window and are
         translated before more is read (nmtkit/streaming.py), so a pipeline that waits for each translation gets it.
         With worker processes, a window's batches are submitted as soon as it is read and the next window is read
         while they decode; at most ``AHEAD`` windows are in flight, so memory stays bounded."""
         pending: deque[_Window] = deque()
+        prefix_lines = iter(prefixes) if prefixes is not None else None
+        last = 0
         for window, stalled in windows(lines, self.window):
-            w = self._prepare(window)
+            last = window[-1][0]
+            w = self._prepare(window, self._read_prefixes(prefix_lines, window, prefix_name))
+            if self._pool is None and self._lazy_pool and self.workers > 1 and len(window) == self.window:
+                self._start_pool()  # the input is large: worth the processes' start-up
             if self._pool is None:
                 yield from self._assemble(w, [self._decode(b) for b in w.batches])
                 continue
-            w.tickets = [self._pool.submit([p.ids for p in b]) for b in w.batches]
+            w.tickets = [self._pool.submit([p.ids for p in b], self._extras(b)) for b in w.batches]
             pending.append(w)
             # an input that stalled waits for its translations: finish what is in flight before reading on
             while pending and (stalled or len(pending) > AHEAD
@@ -226,15 +290,46 @@ class Translator:
         while pending:
             w = pending.popleft()
             yield from self._assemble(w, [self._pool.result(t) for t in w.tickets])
+        if prefix_lines is not None and next(prefix_lines, None) is not None:
+            raise InputError(f"has more lines than the input ({last})", prefix_name, last + 1)
+
+    def _read_prefixes(self, prefix_lines, window: list[tuple[int, str]], name: str) -> list[list[str]]:
+        """The window's target prefixes as model tokens (none: every line's empty)."""
+        if prefix_lines is None:
+            return [[] for _ in window]
+        out = []
+        for lineno, _ in window:
+            text = next(prefix_lines, None)
+            if text is None:
+                raise InputError(f"has fewer lines than the input (no prefix for input line {lineno})", name, lineno)
+            words = self.target_words(text)
+            out.append(self.tgt_pre.subwords(words) if words else [])
+        return out
+
+    def target_words(self, line: str) -> list[str]:
+        """A target-side line (a prefix) as the target side's words."""
+        if self.tokenized:
+            words = line.split()
+            return [w.lower() for w in words] if self.tgt_pre.config.lowercase else words
+        return self.tgt_pre.words(line)
+
+    def _extras(self, batch: list[_Piece]) -> dict:
+        """What a batch's sentences need beside their source ids: prefixes, and the keys of their random draws."""
+        extras: dict = {}
+        if any(p.prefix is not None for p in batch):
+            extras["prefixes"] = [p.prefix for p in batch]
+        if self.sampling is not None:
+            extras["keys"] = [p.key for p in batch]
+        return extras
 
     def translate_lines(self, texts: Iterable[str]) -> list[str]:
         """Convenience: a list of raw lines → a list of translations."""
         return [t.text for t in self.translate(enumerate(texts, start=1))]
 
     def _decode(self, batch: list[_Piece]) -> list[list[Hypothesis]]:
-        return decode_batch(self.models, [p.ids for p in batch], self.device, **self._options)
+        return decode_batch(self.models, [p.ids for p in batch], self.device, **self._options, **self._extras(batch))
 
-    def _prepare(self, window: list[tuple[int, str]]) -> _Window:
+    def _prepare(self, window: list[tuple[int, str]], prefixes: list[list[str]]) -> _Window:
         """Words, model-token pieces and length-sorted batches of a window of lines."""
         words = [self.source_words(text) for _, text in window]
         pieces: list[_Piece] = []
@@ -244,11 +339,15 @@ class Translator:
             if len(parts) > 1:
                 log.warning("line %d: %d source tokens, more than --max-source-len %d: translated in %d pieces",
                             lineno, len(tokens), self.max_source_len, len(parts))
-            pieces.extend(_Piece(k, n, self.src_vocab.encode(p), p) for n, p in enumerate(parts))
+            for n, p in enumerate(parts):
+                piece = _Piece(k, n, self.src_vocab.encode(p), p, key=(lineno, n))
+                if n == 0 and prefixes[k]:
+                    piece.prefix, piece.prefix_tokens = self.tgt_vocab.encode(prefixes[k]), prefixes[k]
+                pieces.append(piece)
         order = sorted(range(len(pieces)), key=lambda i: len(pieces[i].ids))
         batches = [[pieces[i] for i in order[start: start + self.batch_size]]
                    for start in range(0, len(order), self.batch_size)]
-        return _Window(window, words, batches)
+        return _Window(window, words, prefixes, batches)
 
     def _assemble(self, w: _Window, hyps: list[list[list[Hypothesis]]]) -> list[Translation]:
         """The window's translations in input order, from each batch's hypotheses."""
@@ -258,11 +357,14 @@ class Translator:
                 results[p.index].append((p, h))
         for r in results:  # pieces of a line were sorted by length: restore their order
             r.sort(key=lambda ph: ph[0].order)
-        return [self._finish(lineno, w.words[k], results[k]) for k, (lineno, _) in enumerate(w.lines)]
+        return [self._finish(lineno, w.words[k], results[k], w.prefixes[k]) for k, (lineno, _) in enumerate(w.lines)]
 
-    def _finish(self, lineno: int, src_words: list[str], parts: list[tuple[_Piece, list[Hypothesis]]]) -> Translation:
-        if not parts:
-            return Translation(lineno, "", src_words, [], 0.0, nbest=[("", 0.0, 0.0, 0)],
+    def _finish(self, lineno: int, src_words: list[str], parts: list[tuple[_Piece, list[Hypothesis]]],
+                prefix: list[str]) -> Translation:
+        if not parts:  # an empty line: nothing to translate, the prefix (if any) as it was given
+            text = self._render(prefix)
+            return Translation(lineno, text, src_words, self.tgt_pre.merge_subwords(prefix), 0.0,
+                               nbest=[(text, 0.0, 0.0, len(prefix))],
                                alignment=[] if self.need_attention else None,
                                attention={"source": ["</s>"], "target": ["</s>"], "alpha": [[1.0]]}
                                if self.need_attention else None)
@@ -299,6 +401,7 @@ class Translator:
 
     def _target_tokens(self, h: Hypothesis, piece: _Piece) -> list[str]:
         toks = self.tgt_vocab.decode(h.tokens)
+        toks[: len(piece.prefix_tokens)] = piece.prefix_tokens  # the prefix's words as given, out-of-vocabulary too
         if self.replace_unk and h.attention is not None:
             src_words, src_word_of = words_of(piece.tokens, self.src_pre.config.bpe_separator)
             for i, tid in enumerate(h.tokens):

@@ -6,6 +6,7 @@ tests that need it are skipped with the reason, except under CI (``CI=true``), w
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -33,6 +34,40 @@ def data_dir() -> Path:
             pytest.fail(msg + " -- under CI absent data is a failure")
         pytest.skip(msg)
     return root
+
+
+def lines_of(path, n=None) -> list[str]:
+    """The first n lines of a text file (all with None), without their newlines."""
+    with open(path, encoding="utf-8", newline="\n") as f:
+        return [line.rstrip("\n") for line in itertools.islice(f, n)]
+
+
+@pytest.fixture(scope="session")
+def trained(data_dir, tmp_path_factory):
+    """A tiny RNNsearch trained for a minute on 1,500 real Multi30K pairs: (its root directory, its checkpoint).
+    Shared by the translation and decoding tests."""
+    import torch
+
+    from nmtkit.prepare import PrepareConfig, prepare
+    from nmtkit.train import TrainConfig, train
+
+    root = tmp_path_factory.mktemp("translate")
+    for lang in ("en", "fr"):
+        lines = lines_of(data_dir / "multi30k" / f"train.{lang}", 1500)
+        (root / f"train.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (root / f"valid.{lang}").write_text("\n".join(lines_of(data_dir / "multi30k" / f"val.{lang}", 50)) + "\n",
+                                            encoding="utf-8")
+    prepare(PrepareConfig("en", "fr", train=[str(root / "train")], valid=str(root / "valid"), dest=str(root / "data"),
+                          src_vocab_size=800, tgt_vocab_size=800, max_len=30))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(TrainConfig(data=str(root / "data"), arch="rnnsearch-tiny", save_dir=str(root / "run"),
+                          optimizer="adam", lr=0.01, batch_size=40, max_updates=150, valid_every=150,
+                          valid_bleu_sentences=0, log_every=50))
+    finally:
+        torch.set_num_threads(threads)
+    return root, str(root / "run" / "checkpoint_last.pt")
 
 
 @pytest.fixture

@@ -16,39 +16,16 @@ import torch
 from nmtkit import checkpoint
 from nmtkit.batching import collate_source
 from nmtkit.models import build_model
-from nmtkit.prepare import PrepareConfig, prepare
 from nmtkit.search import beam_search, beam_search_reference, greedy
 from nmtkit.text import TextConfig
-from nmtkit.train import TrainConfig, train
 from nmtkit.vocab import BOS, EOS, UNK
 
-from conftest import REPO
+from conftest import REPO, lines_of as _lines
 
 TRANSLATE = [sys.executable, str(REPO / "bin" / "nmt-translate")]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-def _lines(path, n=None):
-    with open(path, encoding="utf-8", newline="\n") as f:
-        return [line.rstrip("\n") for line in itertools.islice(f, n)]
-
-
-@pytest.fixture(scope="module")
-def trained(data_dir, tmp_path_factory):
-    """A tiny RNNsearch trained for a minute on 1,500 real Multi30K pairs."""
-    root = tmp_path_factory.mktemp("translate")
-    for lang in ("en", "fr"):
-        lines = _lines(data_dir / "multi30k" / f"train.{lang}", 1500)
-        (root / f"train.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        (root / f"valid.{lang}").write_text("\n".join(_lines(data_dir / "multi30k" / f"val.{lang}", 50)) + "\n",
-                                            encoding="utf-8")
-    prepare(PrepareConfig("en", "fr", train=[str(root / "train")], valid=str(root / "valid"), dest=str(root / "data"),
-                          src_vocab_size=800, tgt_vocab_size=800, max_len=30))
-    torch.set_num_threads(1)
-    train(TrainConfig(data=str(root / "data"), arch="rnnsearch-tiny", save_dir=str(root / "run"),
-                      optimizer="adam", lr=0.01, batch_size=40, max_updates=150, valid_every=150,
-                      valid_bleu_sentences=0, log_every=50))
-    return root, str(root / "run" / "checkpoint_last.pt")
 
 
 def run_translate(args, stdin: bytes, check=True):

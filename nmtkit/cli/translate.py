@@ -52,6 +52,17 @@ def _output(path: str | None):
               help="Rank finished hypotheses by logprob / length**LENPEN (0 = raw log-probability).")
 @click.option("--max-len-a", default=2.0, show_default=True, help="At most A * source words + B output tokens.")
 @click.option("--max-len-b", default=10, show_default=True)
+@click.option("--coverage-penalty", default=0.0, show_default=True, metavar="BETA",
+              help="Rank finished hypotheses with Wu et al. (2016)'s coverage penalty BETA * sum_j log min(sum_i "
+                   "alpha_ij, 1) added (attention models; 0 = off; OpenNMT-py's beta, e.g. 0.2).")
+@click.option("--prefix", "prefix_path", type=click.Path(dir_okay=False, allow_dash=False),
+              help="Target prefixes, one line per input line: each translation starts with its line's prefix "
+                   "(forced decoding; an empty line: no prefix).")
+@click.option("--sampling", metavar="SPEC",
+              help="Sample instead of searching: topk:K, topp:P, temperature:T or several joined by commas "
+                   "(e.g. topk:10,temperature:0.8); --nbest N draws N samples per line.")
+@click.option("--seed", default=1, show_default=True,
+              help="With --sampling: the seed; the samples of a line depend only on it and the line number.")
 @click.option("--no-unk", is_flag=True, help="Never generate the unknown-word token.")
 @click.option("--replace-unk", is_flag=True,
               help="Replace each generated <unk> by the most attended source word (or its --unk-dict entry).")
@@ -74,7 +85,8 @@ def _output(path: str | None):
               help="Decoding processes sharing the threads (0 = on CPU min(threads, 4), else 1).")
 @click.option("--bf16", is_flag=True, help="bfloat16 autocast.")
 @click.option("--quiet", "-q", is_flag=True)
-def main(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, no_unk, replace_unk, unk_dict, nbest,
+def main(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, coverage_penalty, prefix_path, sampling,
+         seed, no_unk, replace_unk, unk_dict, nbest,
          nbest_file, alignments, attention, scores, tokenized, batch_size, window, max_source_len, device, threads,
          workers, bf16, quiet):
     """Translate text with one or more checkpoints: exactly one output line per input line, in order.
@@ -82,6 +94,8 @@ def main(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, no
     \b
       nmt-translate -m runs/rnnsearch/checkpoint_best.pt < newstest2014.en > out.fr
       nmt-translate -m a.pt -m b.pt --beam 12 --nbest 5 --nbest-file out.nbest -i in.en -o out.fr
+      nmt-translate -m model.pt --prefix drafts.fr -i in.en -o out.fr          # post-editing
+      nmt-translate -m model.pt --sampling topp:0.9 --seed 7 < mono.en > back.fr
     """
     args = dict(locals())
     setup_logging(quiet)
@@ -89,7 +103,8 @@ def main(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, no
     run("nmt-translate", lambda: _translate(**args))
 
 
-def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, no_unk, replace_unk, unk_dict,
+def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, coverage_penalty, prefix_path,
+               sampling, seed, no_unk, replace_unk, unk_dict,
                nbest, nbest_file, alignments, attention, scores, tokenized, batch_size, window, max_source_len,
                device, threads, workers, bf16, quiet):
     import json
@@ -98,6 +113,7 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
 
     from nmtkit.errors import InputError
     from nmtkit.files import check_distinct
+    from nmtkit.sampling import parse_sampling
     from nmtkit.translate import Translator, load_unk_dict, pharaoh
 
     if threads:
@@ -106,7 +122,12 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
         nbest_file = "-"
     check_distinct({"--output": None if nbest_file == "-" else output_path, "--nbest-file": nbest_file,
                     "--alignments": alignments, "--attention": attention, "--scores": scores},
-                   {"--input": input_path, "--unk-dict": unk_dict, **{f"--model {m}": m for m in models}})
+                   {"--input": input_path, "--unk-dict": unk_dict, "--prefix": prefix_path,
+                    **{f"--model {m}": m for m in models}})
+    try:
+        how = parse_sampling(sampling) if sampling is not None else None
+    except ValueError as e:
+        raise InputError(f"--sampling: {e}") from None
     if input_path == "-":
         stream, name = sys.stdin.buffer, "<stdin>"
     else:
@@ -119,7 +140,14 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
                             unk_dict=load_unk_dict(unk_dict) if unk_dict else None, batch_size=batch_size,
                             window=window or None, tokenized=tokenized, max_source_len=max_source_len,
                             need_attention=bool(alignments or attention), bf16=bf16, workers=workers,
-                            threads=threads)
+                            threads=threads, coverage_penalty=coverage_penalty, sampling=how, seed=seed)
+    prefixes = None
+    if prefix_path is not None:
+        try:
+            prefix_stream = open(prefix_path, "rb")
+        except OSError as e:
+            raise InputError(f"cannot open: {e.strerror}", prefix_path) from None
+        prefixes = (text for _, text in read_input(prefix_stream, prefix_path))
     progress = None
     if sys.stderr.isatty() and not quiet:
         from tqdm import tqdm
@@ -133,7 +161,7 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
         attn_out = stack.enter_context(_output(attention)) if attention else None
         score_out = stack.enter_context(_output(scores)) if scores else None
         outputs = [f for f in (main_out, nbest_out, align_out, attn_out, score_out) if f is not None]
-        for t in translator.translate(read_input(stream, name)):
+        for t in translator.translate(read_input(stream, name), prefixes, prefix_path or "prefixes"):
             if main_out is not None:
                 main_out.write(t.text + "\n")
             if nbest_out is not None:

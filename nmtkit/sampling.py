@@ -1,0 +1,148 @@
+"""Sampling translations instead of searching for the best one (``nmt-translate --sampling``): back-translation and
+diverse outputs.
+
+At every step the next token is drawn from the model's distribution ``p(y_i | y_<i, x)``, reshaped by
+:class:`Sampling`: divided by a ``temperature`` T in the log domain (``p^(1/T)``, renormalised), then cut to the
+``topk`` most probable tokens, or to the smallest set whose probability reaches ``topp`` (nucleus sampling, Holtzman
+et al. 2020), and renormalised. ``<pad>`` and ``<s>`` are never drawn, ``<unk>`` not with ``no_unk``; a prefix is
+forced and the length limit applies as in :mod:`nmtkit.search`.
+
+**Reproducible**: the draws of sample s of a sentence are a function of that sentence's key (nmt-translate uses
+the seed, the line number and the piece) and s only, through their own generator: the same seed gives the same
+samples whatever the batch, window, number of worker processes or the other lines of the input.
+
+A hypothesis' ``score`` is the model's own log-probability of the sample (not of the reshaped distribution), and
+a sentence's samples come sorted by ``score / (|y| + 1) ** lenpen``, best first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import torch
+
+from nmtkit.search import Ensemble, Hypothesis, _force_prefix, _limits, _mask
+from nmtkit.vocab import BOS, EOS
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 1.0
+    topk: int = 0  # 0 = the whole vocabulary
+    topp: float = 1.0  # 1 = the whole vocabulary
+
+    def __post_init__(self):
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ValueError(f"the temperature must be a number above 0 (got {self.temperature})")
+        if self.topk < 0:
+            raise ValueError(f"topk must be at least 0, the whole vocabulary (got {self.topk})")
+        if not (0 < self.topp <= 1):
+            raise ValueError(f"topp must be in (0, 1] (got {self.topp})")
+
+
+def parse_sampling(spec: str) -> Sampling:
+    """``topk:K``, ``topp:P``, ``temperature:T`` or several of them joined by commas (``topk:10,temperature:0.8``)
+    -> :class:`Sampling`; anything else -> ValueError saying what is expected."""
+    expected = "expected topk:K, topp:P or temperature:T (several joined by commas)"
+    fields: dict[str, float | int] = {}
+    for part in spec.split(","):
+        name, sep, value = part.strip().partition(":")
+        if not sep or name not in ("topk", "topp", "temperature") or name in fields:
+            raise ValueError(f"bad sampling '{spec}': {expected}")
+        try:
+            fields[name] = int(value) if name == "topk" else float(value)
+        except ValueError:
+            raise ValueError(f"bad sampling '{spec}': '{value}' is not a number for {name}") from None
+    if fields.get("topk", 1) < 1:
+        raise ValueError(f"bad sampling '{spec}': topk must be at least 1")
+    return Sampling(**fields)
+
+
+def _generator_seed(key, sample: int) -> int:
+    digest = hashlib.blake2b(f"{key!r}/{sample}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+def uniforms(keys: list, n: int, steps: int) -> torch.Tensor:
+    """(len(keys) * n, steps) float64 in [0, 1): row k·n + s is drawn by sample s of sentence ``keys[k]``'s own
+    generator (a key is an int or a tuple of ints, e.g. (seed, line, piece)), so it depends on nothing else."""
+    rows = []
+    for key in keys:
+        for s in range(n):
+            g = torch.Generator().manual_seed(_generator_seed(key, s))
+            rows.append(torch.rand(steps, generator=g, dtype=torch.float64))
+    return torch.stack(rows) if rows else torch.zeros((0, steps), dtype=torch.float64)
+
+
+def reshape(logp: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """logp (N, V) (masked entries -inf) -> the probabilities to draw from (N, V) float64, rows summing to 1."""
+    z = logp.double() / sampling.temperature
+    if sampling.topk and sampling.topk < z.shape[1]:
+        kept = z.topk(sampling.topk, dim=1).indices  # (N, k)
+        z = torch.full_like(z, -math.inf).scatter_(1, kept, z.gather(1, kept))
+    if sampling.topp < 1.0:
+        sorted_z, order = z.sort(dim=1, descending=True)  # (N, V)
+        p = torch.softmax(sorted_z, dim=1)
+        before = p.cumsum(dim=1) - p  # mass of the more probable tokens
+        sorted_z = sorted_z.masked_fill(before >= sampling.topp, -math.inf)  # the most probable token always stays
+        z = torch.full_like(z, -math.inf).scatter_(1, order, sorted_z)
+    return torch.softmax(z, dim=1)
+
+
+@torch.no_grad()
+def sample(models, src: torch.Tensor, src_lens: torch.Tensor, keys: list, n: int = 1,
+           sampling: Sampling = Sampling(), max_len_a: float = 2.0, max_len_b: int = 10, lenpen: float = 1.0,
+           no_unk: bool = False, need_attention: bool = False, prefix: torch.Tensor | None = None,
+           prefix_lens: torch.Tensor | None = None) -> list[list[Hypothesis]]:
+    """src (B, Tx) with ``</s>``, src_lens (B,), one key per sentence -> for each sentence ``n`` samples, sorted by
+    their length-normalised log-probability."""
+    if n < 1 or len(keys) != src.shape[0]:
+        raise ValueError(f"need n >= 1 and one key per sentence (got n {n}, {len(keys)} keys, {src.shape[0]} sentences)")
+    ens = Ensemble(models)
+    dev = src.device
+    B = src.shape[0]
+    if prefix is not None:
+        prefix, prefix_lens = prefix.to(dev), prefix_lens.to(dev)
+    encs = ens.encode(src, src_lens)  # (the n samples of a sentence share its encoder output: n rows per sentence)
+    states = [s.repeat_interleave(n, dim=0) for s in ens.init(encs)]  # (B*n, n')
+    limits = _limits(src_lens, max_len_a, max_len_b, prefix_lens).to(dev).repeat_interleave(n)  # (B*n,)
+    u = uniforms(keys, n, int(limits.max()) + 1).to(dev)  # (B*n, T)
+    sentences = torch.arange(B, device=dev)
+    y = torch.full((B * n,), BOS, dtype=torch.long, device=dev)
+    done = torch.zeros(B * n, dtype=torch.bool, device=dev)
+    scores = torch.zeros(B * n, dtype=torch.float64, device=dev)
+    out, alphas = [], []
+    for t in range(int(limits.max()) + 1):
+        logp, states, alpha = ens.step(y, states, encs)  # (B*n, V), α (B*n, Tx)
+        raw = logp.clone()
+        _mask(logp, no_unk)
+        _force_prefix(logp, raw, t, prefix, prefix_lens, sentences, n)
+        forced = t >= limits  # (B*n,) at the limit only </s> may follow
+        logp[forced] = torch.where(torch.arange(logp.shape[1], device=dev) == EOS, logp[forced], -math.inf)
+        cdf = reshape(logp, sampling).cumsum(dim=1)  # (B*n, V)
+        # inverse CDF: the first token whose cumulative probability exceeds u·total (a token of probability 0 never)
+        y = torch.searchsorted(cdf, (u[:, t] * cdf[:, -1]).unsqueeze(1), right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)
+        step = logp.gather(1, y[:, None]).squeeze(1).double()
+        scores += torch.where(done, torch.zeros_like(step), step)
+        out.append(torch.where(done, torch.full_like(y, EOS), y))
+        if need_attention:
+            alphas.append(alpha.float())
+        done |= y == EOS
+        if bool(done.all()):
+            break
+    ids = torch.stack(out, dim=1).tolist()  # (B*n, T)
+    attn = torch.stack(alphas, dim=1) if need_attention else None  # (B*n, T, Tx)
+    lens = src_lens.tolist()
+    results = []
+    for b in range(B):
+        hyps = []
+        for r in range(b * n, (b + 1) * n):
+            toks = ids[r][: ids[r].index(EOS)] if EOS in ids[r] else ids[r]
+            score = float(scores[r])
+            att = attn[r, : len(toks) + 1, : lens[b]].clone() if need_attention else None
+            hyps.append(Hypothesis(toks, score, score / (len(toks) + 1) ** lenpen, att))
+        hyps.sort(key=lambda h: -h.norm_score)
+        results.append(hyps)
+    return results
