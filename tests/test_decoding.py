@@ -307,3 +307,20 @@ def test_bad_sampling_is_a_one_line_error(trained, data_dir, tmp_path):
     proc = translate(["-m", ckpt, "-i", inp, "--sampling", "topq:3"], check=False)
     err = proc.stderr.decode().strip()
     assert proc.returncode == 1 and len(err.splitlines()) == 1 and "--sampling" in err and "topk:K" in err
+
+
+# -- start-up: worker processes only for an input worth them -----------------------------------------------------------
+
+def test_automatic_workers_start_only_once_the_input_fills_a_window(trained, data_dir):
+    from nmtkit.translate import Translator
+
+    _, ckpt = trained
+    lines = list(enumerate(lines_of(data_dir / "multi30k" / "val.en", 20), start=1))
+    with Translator([ckpt], beam=3, batch_size=4, window=8, workers=0, threads=2) as tr:
+        assert tr.workers == 2
+        few = [t.text for t in tr.translate(lines[:7])]  # less than a window: decoded here, no process started
+        assert tr.worker_pids == [] and len(few) == 7
+        many = [t.text for t in tr.translate(lines)]  # a full first window: the two workers start
+        assert len(tr.worker_pids) == 2 and many[:7] == few
+    with Translator([ckpt], beam=3, batch_size=4, window=8, workers=1, threads=1) as tr:
+        assert [t.text for t in tr.translate(lines)] == many and tr.worker_pids == []
