@@ -148,6 +148,7 @@ class Trainer:
                                    cfg.min_lr)
         self.lr = cfg.lr  # the rate of the latest update
         self.averager = averaging.make(self.model, cfg.ema_decay, cfg.average_last)
+        self.tensorboard = None  # nmtkit.tblog.TensorBoardLog with --tensorboard, opened by train()
         if payload is not None:
             train = payload["train"]
             self.optimizer.load_state_dict(train["optimizer"])
@@ -316,6 +317,14 @@ class Trainer:
             logf = open(log_path, "a" if cfg.resume else "w", encoding="utf-8") if lead else None
         except OSError as e:
             raise InputError(f"cannot write the training log: {e.strerror}", log_path) from None
+        if lead and cfg.tensorboard:
+            from nmtkit.tblog import TensorBoardLog
+
+            try:
+                self.tensorboard = TensorBoardLog(cfg.tensorboard, resumed_at=st.update if cfg.resume else None)
+            except InputError:
+                logf.close()
+                raise
         handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         progress = Progress(lead, cfg)
         window = self.log_window  # (the updates since the last train record: saved, so a resumed log reads the same)
@@ -371,6 +380,8 @@ class Trainer:
                 signal.signal(s, h)
             if logf:
                 logf.close()
+            if self.tensorboard is not None:
+                self.tensorboard.close()
             self.rundir.unlock()
         status = {"done": "done", "limit": "done"}.get(status, status)
         return {"status": status, "update": st.update, "epoch": st.epoch, "best": st.best_saved,
@@ -447,13 +458,19 @@ class Trainer:
             self.averager.after_validation(st.update, raw)  # (before saving: the checkpoint names its snapshots)
         path = self.save(improved, weights)
         progress.write(describe_validation(result) + f"; saved {path}")
-        logf.write(json.dumps({"type": "valid", **result}) + "\n")
-        logf.flush()
+        self._record(logf, {"type": "valid", **result})
         if cfg.patience and st.bad_validations >= cfg.patience:
             progress.write(f"early stop: no improvement in {cfg.patience} validations (best at update "
                            f"{st.best_update})")
             return "early-stopped"
         return "done"
+
+    def _record(self, logf, record: dict) -> None:
+        """One record of the training log (JSON lines), and of the TensorBoard events with --tensorboard."""
+        logf.write(json.dumps(record) + "\n")
+        logf.flush()
+        if self.tensorboard is not None:
+            self.tensorboard.write(record)
 
     def _log_train(self, logf, w: dict) -> None:
         st = self.state
@@ -461,8 +478,7 @@ class Trainer:
                   "ppl": math.exp(min(w["nll"] / max(w["tok"], 1), 100)),
                   "tgt_tokens_per_s": w["tok"] / max(w["time"], 1e-9), "grad_norm": w["norm"] / w["n"],
                   "lr": self.lr, "elapsed": round(st.elapsed, 3)}
-        logf.write(json.dumps(record) + "\n")
-        logf.flush()
+        self._record(logf, record)
         for k in w:
             w[k] = 0 if k in ("tok", "n") else 0.0
 

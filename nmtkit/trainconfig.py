@@ -57,6 +57,7 @@ class TrainConfig:
     keep_last: int = 3
     log_every: int = 100
     log_file: str | None = None  # JSON lines; default SAVE_DIR/train.jsonl
+    tensorboard: str | None = None  # also write the log's records as TensorBoard events in this directory
     device: str = "cpu"
     bf16: bool = False
     threads: int = 0  # torch intra-op threads, 0 = torch's default

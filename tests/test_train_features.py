@@ -1,9 +1,12 @@
-"""Training features users of fairseq and OpenNMT-py expect: gradient accumulation (--update-freq) and a new run
-from a checkpoint's weights (--init-from, with nmt-prepare --vocab-from for a corpus that shares its vocabularies)."""
+"""Training features users of fairseq and OpenNMT-py expect: gradient accumulation (--update-freq), a new run
+from a checkpoint's weights (--init-from, with nmt-prepare --vocab-from for a corpus that shares its vocabularies)
+and TensorBoard events (--tensorboard)."""
 
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import shutil
 
 import numpy as np
@@ -147,3 +150,48 @@ def test_init_from_refuses_other_vocabularies_models_and_resume(raw, first, tmp_
     with pytest.raises(InputError, match="--resume continues a run with its own weights; --init-from starts"):
         Trainer(_cfg(first, tmp_path / "base", init_from=ckpt, resume=True))
     shutil.rmtree(tmp_path / "x", ignore_errors=True)
+
+
+# -- TensorBoard -------------------------------------------------------------------------------------------------
+
+def _events(log_dir) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of the event files in log_dir, as TensorBoard itself reads them: tag -> [(step, value)]."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_tensorboard_events_hold_the_logs_records_and_resume_like_it(first, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboard") is None:  # (part of the test extra)
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("tensorboard is not installed -- under CI it is part of the test extra")
+        pytest.skip("tensorboard is not installed (pip install -e '.[test]')")
+    train(_cfg(first, tmp_path / "A", max_updates=8, optimizer="adam", lr=0.01, valid_bleu_sentences=5,
+               tensorboard=str(tmp_path / "tbA")))
+    records = [json.loads(x) for x in (tmp_path / "A" / "train.jsonl").read_text().splitlines()]
+    events = _events(tmp_path / "tbA")
+    for kind in ("train", "valid"):
+        for key in ("loss", "ppl", "lr", "grad_norm", "tgt_tokens_per_s") if kind == "train" else \
+                ("valid_loss", "valid_bleu"):
+            expected = [(r["update"], r[key]) for r in records if r["type"] == kind]
+            assert len(expected) == (8 if kind == "train" else 2)
+            got = events[f"{kind}/{key}"]
+            assert [s for s, _ in got] == [s for s, _ in expected]
+            assert np.allclose([v for _, v in got], [v for _, v in expected], rtol=1e-6), key
+    # killed before update 6's checkpoint (its events up to 6 written), resumed from 4 to 8: the same curves
+    train(_cfg(first, tmp_path / "B", max_updates=6, optimizer="adam", lr=0.01, valid_bleu_sentences=5,
+               valid_every=4, tensorboard=str(tmp_path / "tbB")))
+    run = tmp_path / "B"
+    for name in ("checkpoint6.pt", "checkpoint_last.pt"):  # as if killed just before update 6's save
+        os.unlink(run / name)
+    os.link(run / "checkpoint4.pt", run / "checkpoint_last.pt")
+    train(_cfg(first, tmp_path / "B", max_updates=8, optimizer="adam", lr=0.01, valid_bleu_sentences=5,
+               tensorboard=str(tmp_path / "tbB"), resume=True))
+    resumed = _events(tmp_path / "tbB")
+    for tag in ("train/loss", "train/grad_norm", "valid/valid_loss"):
+        assert [s for s, _ in resumed[tag]] == [s for s, _ in events[tag]], tag
+        assert np.allclose([v for _, v in resumed[tag]], [v for _, v in events[tag]], rtol=1e-5), tag

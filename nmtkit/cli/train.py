@@ -102,6 +102,9 @@ def _list_archs(ctx, param, value):
 @click.option("--keep-last", default=3, show_default=True, help="Numbered checkpoints to keep.")
 @click.option("--log-every", default=100, show_default=True, help="Updates per log line / JSON record.")
 @click.option("--log-file", type=click.Path(dir_okay=False), help="JSON-lines log [SAVE_DIR/train.jsonl].")
+@click.option("--tensorboard", type=click.Path(file_okay=False),
+              help="Also write the log as TensorBoard events here (loss, ppl, BLEU, lr, gradient norm, tokens/s; "
+                   "needs pip install 'nmtkit[tensorboard]').")
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:1, ...")
 @click.option("--bf16", is_flag=True, help="bfloat16 autocast (mixed precision).")
 @click.option("--threads", default=0, show_default=True, help="Torch threads (0 = torch's default).")
