@@ -6,11 +6,14 @@ Axelrod, He & Gao (2011), "Domain adaptation via pseudo in-domain data selection
 1. **In-domain LM** (:mod:`nmtkit.lm`): order-N interpolated modified Kneser–Ney on the in-domain text, every
    ``heldout_every``-th pair held out to report perplexities. The vocabulary is the in-domain words seen at least
    ``min_count`` times (Moore & Lewis), shared by both models of the language; other words are ``<unk>``.
-2. **General LM**: the same on a random sample of the general corpus (``seed``) of about the in-domain size in raw
-   words.
+2. **General LMs, cross-fitted**: the general pairs are cut into two folds by position (fold = 0-based index mod
+   2). General model k is trained on a random sample (``seed``) of about the in-domain size in raw words drawn from
+   the *other* fold only, and scores the pairs of fold k. So no pair is ever scored by a model that saw it: a model
+   scoring its own training sentences finds them "general" (a median H_gen of ~2.9 bits per token against ~7.2
+   under the in-domain model, measured), and such pairs are never selected whatever their domain.
 3. **Scores**: every general pair gets ``score = Σ_lang [H_in(side) - H_gen(side)]``, H the per-token cross-entropy
-   in bits (-log2 P(sentence) / (tokens + 1), ``</s>`` counted as a token); lower is more in-domain-like. A pair
-   with an empty scored side gets no score and is never selected.
+   in bits (-log2 P(sentence) / (tokens + 1), ``</s>`` counted as a token), H_gen under its fold's general model;
+   lower is more in-domain-like. A pair with an empty scored side gets no score and is never selected.
 4. **Selection**: the lowest scores (ties: earlier pair first) until ``top_words`` source tokens (the scored side's
    in monolingual mode) or ``top_pairs`` pairs, or every pair with score < ``threshold``; written as the original
    lines, in their original order, with a scores file and a JSON report.
@@ -50,6 +53,7 @@ from nmtkit.text import TextConfig
 
 log = logging.getLogger("nmtkit.select")
 SIDES = ("both", "source", "target")
+FOLDS = 2  # general model k scores the general pairs whose 0-based index ≡ k (mod FOLDS), trained on the others
 
 
 @dataclass
@@ -71,7 +75,7 @@ class SelectConfig:
     seed: int = 1
     workers: int = 1
     scores: str | None = None  # default OUTPUT.scores
-    write_arpa: bool = False  # OUTPUT.{in,gen}.<lang>.arpa
+    write_arpa: bool = False  # OUTPUT.{in,gen0,gen1}.<lang>.arpa
     lowercase: bool = False
     normalize_punctuation: bool = True
     aggressive_dash_splits: bool = False
@@ -185,26 +189,43 @@ def _in_domain(cfg: SelectConfig, mapper: Mapper, files: list[tuple[str, ...]], 
     return [LMVocab.build(c, cfg.min_count) for c in counts], stats
 
 
-def _general_sizes(files: list[tuple[str, ...]], col: list[int]) -> tuple[list[int], int]:
-    """Lines of each general corpus and raw (whitespace) words of its scored sides; validates the whole input."""
-    lines, raw = [0] * len(files), 0
-    for k, _, item in _read(files):
+def _general_sizes(files: list[tuple[str, ...]], col: list[int]) -> tuple[list[int], list[int]]:
+    """Lines of each general corpus and raw (whitespace) words of the scored sides of each fold; validates the
+    whole input."""
+    lines, raw = [0] * len(files), [0] * FOLDS
+    for i, (k, _, item) in enumerate(_read(files)):
         lines[k - 1] += 1
-        raw += sum(len(item[c].split()) for c in col)
+        raw[i % FOLDS] += sum(len(item[c].split()) for c in col)
     return lines, raw
 
 
+def _draw_samples(total: int, raw: list[int], in_raw: int, seed: int) -> np.ndarray:
+    """(total,) int8: which general model's sample each pair is in (-1: none). Model k's sample is drawn from the
+    pairs of the other fold, about as many raw words as the in-domain training text."""
+    fold = np.arange(total) % FOLDS
+    take = np.full(total, -1, dtype=np.int8)
+    rng = np.random.default_rng(seed)
+    for k in range(FOLDS):
+        pool = np.flatnonzero(fold != k)
+        others = sum(raw) - raw[k]
+        size = min(len(pool), max(1, round(len(pool) * in_raw / max(others, 1))))
+        take[rng.choice(pool, size, replace=False, shuffle=False)] = k
+    return take
+
+
 def _sample(cfg: SelectConfig, mapper: Mapper, files, col, take: np.ndarray, tmp: str) -> dict:
-    """Tokenise the general pairs marked in ``take`` into ``tmp/gen.<lang>``."""
-    tokens = dict.fromkeys(cfg.scored, 0)
-    picked = (tuple(item[c] for c in col) for i, (_, _, item) in enumerate(_read(files)) if take[i])
+    """Tokenise the general pairs of each model's sample (``take``) into ``tmp/gen<k>.<lang>``."""
+    tokens = [dict.fromkeys(cfg.scored, 0) for _ in range(FOLDS)]
     with contextlib.ExitStack() as stack:
-        out = [stack.enter_context(_create(tmp, f"gen.{lang}")) for lang in cfg.scored]
-        for toks in mapper.map(tokenize_chunk, picked):
-            _write_tokens(out, toks)
-            for lang, words in zip(cfg.scored, toks):
-                tokens[lang] += len(words)
-    return {"pairs": int(take.sum()), "tokens": tokens, "seed": cfg.seed}
+        out = [[stack.enter_context(_create(tmp, f"gen{k}.{lang}")) for lang in cfg.scored] for k in range(FOLDS)]
+        for k in range(FOLDS):
+            picked = (tuple(item[c] for c in col) for i, (_, _, item) in enumerate(_read(files)) if take[i] == k)
+            for toks in mapper.map(tokenize_chunk, picked):
+                _write_tokens(out[k], toks)
+                for lang, words in zip(cfg.scored, toks):
+                    tokens[k][lang] += len(words)
+    return {"seed": cfg.seed, "models": [{"scores_fold": k, "pairs": int((take == k).sum()), "tokens": tokens[k]}
+                                         for k in range(FOLDS)]}
 
 
 def _train_lm(path: str, vocab: LMVocab, order: int) -> NgramLM:
@@ -281,10 +302,13 @@ def _write(cfg: SelectConfig, paths: dict, files, mask: np.ndarray, details: str
         with open(details, encoding="utf-8", newline="\n") as rows:
             write_scores(stack.enter_context(atomic_file(paths["scores"])), scored, files, rows, mask)
         for j, lang in enumerate(scored):
-            for name, lm in (("in", models[j][1]), ("gen", models[j][2])):
+            named = [("in", models[j][1], "in-domain")] + [
+                (f"gen{k}", lm, f"general (scores fold {k}, trained on a sample of the other fold)")
+                for k, lm in enumerate(models[j][2])]
+            for name, lm, what in named:
                 if (name, lang) in paths:
                     write_arpa(lm, stack.enter_context(atomic_file(paths[name, lang])),
-                               f"{'in-domain' if name == 'in' else 'general-sample'} {lang} model of nmt-select")
+                               f"{what} {lang} model of nmt-select")
         f = stack.enter_context(atomic_file(paths["report"]))
         f.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
 
@@ -295,7 +319,8 @@ def _output_paths(cfg: SelectConfig) -> dict:
     paths["scores"] = cfg.scores or f"{out}.scores"
     paths["report"] = f"{out}.report.json"
     if cfg.write_arpa:
-        paths.update({(m, lang): f"{out}.{m}.{lang}.arpa" for m in ("in", "gen") for lang in cfg.scored})
+        paths.update({(m, lang): f"{out}.{m}.{lang}.arpa" for m in ("in", *(f"gen{k}" for k in range(FOLDS)))
+                      for lang in cfg.scored})
     return paths
 
 
@@ -334,25 +359,28 @@ def select(cfg: SelectConfig) -> dict:
             total = sum(lines)
             if total == 0:
                 raise InputError("the general corpus is empty", ", ".join(f[0] for f in gen_files))
+            if total < FOLDS:
+                raise InputError(f"the general corpus has {total} pair: at least {FOLDS} are needed (each half is "
+                                 "scored by a model trained on the other)", ", ".join(f[0] for f in gen_files))
             lap("general_read")
-            # a random sample of about as many raw words as the in-domain training text
-            size = min(total, max(1, round(total * report["in_domain"]["raw_words"] / max(raw_words, 1))))
-            take = np.zeros(total, dtype=bool)
-            take[np.random.default_rng(cfg.seed).choice(total, size, replace=False, shuffle=False)] = True
+            take = _draw_samples(total, raw_words, report["in_domain"]["raw_words"], cfg.seed)
             sample = _sample(cfg, mapper, gen_files, col, take, tmp)
             del take
             lap("sample_tokenize")
-            log.info("general: %d pairs in %d corpora; LM sample of %d pairs (seed %d), %s", total, len(gen_files),
-                     sample["pairs"], cfg.seed, _tokens_text(sample["tokens"]))
+            log.info("general: %d pairs in %d corpora; LM samples (seed %d), each from the other fold: %s", total,
+                     len(gen_files), cfg.seed, "; ".join(f"{m['pairs']} pairs, {_tokens_text(m['tokens'])}"
+                                                          for m in sample["models"]))
 
         models, report["models"] = [], {}
         for j, lang in enumerate(scored):
             lm_in = _train_lm(os.path.join(tmp, f"in.{lang}"), vocabs[j], cfg.order)
-            lm_gen = _train_lm(os.path.join(tmp, f"gen.{lang}"), vocabs[j], cfg.order)
-            models.append((vocabs[j], lm_in, lm_gen))
+            lm_gens = tuple(_train_lm(os.path.join(tmp, f"gen{k}.{lang}"), vocabs[j], cfg.order)
+                            for k in range(FOLDS))
+            models.append((vocabs[j], lm_in, lm_gens))
             held = os.path.join(tmp, f"held.{lang}")
             report["models"][lang] = {"order": cfg.order, "vocab": len(vocabs[j]), "min_count": cfg.min_count,
-                                      "in": _model_report(lm_in, held), "gen": _model_report(lm_gen, held)}
+                                      "in": _model_report(lm_in, held),
+                                      "gen": [_model_report(lm, held) for lm in lm_gens]}
             _log_models(lang, report["models"][lang])
         lap("lm_count_estimate")
 
@@ -362,7 +390,7 @@ def select(cfg: SelectConfig) -> dict:
             score, tokens = score_pairs(pairs, total, cfg.workers, text_cfgs, models, rows)
         lap("score")
         mask, last = _choose(cfg, score, tokens[:, 0])
-        report["general"] = {"inputs": [list(f) for f in gen_files], "pairs": lines, "raw_words": raw_words,
+        report["general"] = {"inputs": [list(f) for f in gen_files], "pairs": lines, "raw_words": sum(raw_words),
                              "tokens": {lang: int(tokens[:, j].sum()) for j, lang in enumerate(scored)},
                              "unscored_pairs": int(np.isnan(score).sum()), "sample": sample}
         report["selected"] = {"pairs": int(mask.sum()), "last_score": last,
@@ -386,9 +414,10 @@ def _tokens_text(tokens: dict) -> str:
 
 
 def _log_models(lang: str, m: dict) -> None:
-    fallback = any(m["in"]["discount_fallback"] + m["gen"]["discount_fallback"])
+    fallback = any(m["in"]["discount_fallback"] + [x for g in m["gen"] for x in g["discount_fallback"]])
     log.info("%s LMs (order %d, vocabulary %d): in-domain %s n-grams, general %s; held-out in-domain perplexity "
-             "%.1f (in-domain LM) vs %.1f (general LM)%s", lang, m["order"], m["vocab"],
-             "/".join(map(str, m["in"]["ngrams"])), "/".join(map(str, m["gen"]["ngrams"])),
-             m["in"]["heldout_perplexity"] or float("nan"), m["gen"]["heldout_perplexity"] or float("nan"),
+             "%.1f (in-domain LM) vs %s (general LMs)%s", lang, m["order"], m["vocab"],
+             "/".join(map(str, m["in"]["ngrams"])), " and ".join("/".join(map(str, g["ngrams"])) for g in m["gen"]),
+             m["in"]["heldout_perplexity"] or float("nan"),
+             " and ".join(f"{g['heldout_perplexity'] or float('nan'):.1f}" for g in m["gen"]),
              " (fallback discounts for a tiny corpus)" if fallback else "")

@@ -111,7 +111,43 @@ def test_selects_mostly_the_news_pairs(selected):
     # the in-domain model is the better model of held-out news, in both languages
     for lang in ("en", "fr"):
         m = report["models"][lang]
-        assert m["in"]["heldout_perplexity"] < 0.75 * m["gen"]["heldout_perplexity"]
+        assert all(m["in"]["heldout_perplexity"] < 0.75 * g["heldout_perplexity"] for g in m["gen"])
+
+
+def test_each_general_sample_comes_from_the_other_fold():
+    from nmtkit.select import _draw_samples
+
+    take = _draw_samples(10001, [60000, 61000], in_raw=12000, seed=3)
+    index = np.arange(10001)
+    for k in (0, 1):
+        picked = index[take == k]
+        assert len(picked) and (picked % 2 != k).all()  # model k (scoring fold k) never sees a pair of fold k
+        other = (index % 2 != k).sum()
+        assert len(picked) == round(other * 12000 / [61000, 60000][k])  # about the in-domain size in raw words
+    assert (_draw_samples(10001, [60000, 61000], 12000, seed=3) == take).all()
+
+
+@pytest.mark.slow
+def test_a_general_models_own_sentences_are_never_scored_by_it(selected, mixture):
+    """The pairs drawn into a general model's sample get the same H_gen as the pairs that were not (their fold's
+    model never saw them); when one model scored its own sample, those pairs looked far more "general" (a median
+    H_gen of ~2.9 bits per token against ~7.2 under the in-domain model) and were never selected."""
+    from nmtkit.select import _draw_samples, _general_sizes, _resolve
+
+    out, report = selected
+    d, _ = mixture
+    files = [_resolve(str(d / name), ["en", "fr"]) for name in GENERAL]
+    _, raw = _general_sizes(files, [0, 1])
+    take = _draw_samples(sum(report["general"]["pairs"]), raw, report["in_domain"]["raw_words"], seed=1)
+    assert [int((take == k).sum()) for k in (0, 1)] == [m["pairs"] for m in report["general"]["sample"]["models"]]
+    _, _, rows = read_scores(f"{out}.scores")
+    origin = np.array([int(r["corpus"]) for r in rows])
+    for lang in ("en", "fr"):
+        h_gen = np.array([float(r[f"h_gen_{lang}"]) for r in rows])
+        for corpus in range(1, len(GENERAL) + 1):
+            ok = (origin == corpus) & np.isfinite(h_gen)
+            sampled, unsampled = np.median(h_gen[ok & (take >= 0)]), np.median(h_gen[ok & (take < 0)])
+            assert abs(sampled - unsampled) < 0.1 * unsampled, (lang, GENERAL[corpus - 1], sampled, unsampled)
 
 
 @pytest.mark.slow
@@ -133,8 +169,9 @@ def test_scores_file_and_report(selected):
     out, report = selected
     comments, cols, rows = read_scores(f"{out}.scores")
     assert comments[0] == SCORES_HEADER
-    assert cols == ["corpus", "line", "score", "h_in_en", "h_gen_en", "tokens_en", "h_in_fr", "h_gen_fr",
+    assert cols == ["corpus", "line", "fold", "score", "h_in_en", "h_gen_en", "tokens_en", "h_in_fr", "h_gen_fr",
                     "tokens_fr", "selected"]
+    assert [int(r["fold"]) for r in rows] == [i % 2 for i in range(len(rows))]
     score = np.array([float(r["score"]) for r in rows])
     diff = sum(np.array([float(r[f"h_in_{x}"]) - float(r[f"h_gen_{x}"]) for r in rows]) for x in ("en", "fr"))
     ok = ~np.isnan(score)
@@ -148,9 +185,11 @@ def test_scores_file_and_report(selected):
     lib = library_read_scores(f"{out}.scores")  # the library's reader agrees with the parsing here
     assert lib.corpora[NEWS - 1][0].endswith("news.en") and len(lib.corpora) == 4
     assert (lib.columns["selected"] == chosen).all() and np.allclose(lib.columns["score"], score, equal_nan=True)
-    # the LM sample is a random sample of about the in-domain size
+    # each general LM's sample is a random sample of about the in-domain size, from the other fold
     sample, in_domain = report["general"]["sample"], report["in_domain"]
-    assert 0.8 < sample["tokens"]["en"] / in_domain["tokens"]["en"] < 1.25
+    assert [m["scores_fold"] for m in sample["models"]] == [0, 1]
+    for m in sample["models"]:
+        assert 0.8 < m["tokens"]["en"] / in_domain["tokens"]["en"] < 1.25
     assert in_domain["heldout_pairs"] == in_domain["pairs"] // 10
     saved = json.loads(Path(f"{out}.report.json").read_text(encoding="utf-8"))
     assert saved["selected"] == report["selected"] and saved["settings"]["top_pairs"] == TOP
@@ -169,13 +208,15 @@ def test_kenlm_agrees_with_the_scores(selected, mixture, kenlm):
         lines = {k: read_lines(d / (f"{name}.{lang}.gz" if name == "hansards" else f"{name}.{lang}"))
                  for k, name in enumerate(GENERAL, start=1)}
         sample = [r for i, r in enumerate(rows) if i % 25 == 0 and r[f"tokens_{lang}"] != "0"]  # 600 pairs
-        for m in ("in", "gen"):
+        for m in ("in", "gen0", "gen1"):
             model = kenlm.Model(f"{out}.{m}.{lang}.arpa")
             for r in sample:
+                if m != "in" and r["fold"] != m[-1]:
+                    continue  # H_gen comes from the general model of the pair's fold
                 words = pre.words(lines[int(r["corpus"])][int(r["line"]) - 1])
                 assert len(words) == int(r[f"tokens_{lang}"])
                 h = -model.score(" ".join(words), bos=True, eos=True) * math.log2(10) / (len(words) + 1)
-                worst = max(worst, abs(h - float(r[f"h_{m}_{lang}"])))
+                worst = max(worst, abs(h - float(r[f"h_{m.rstrip('01')}_{lang}"])))
     print(f"largest difference from KenLM: {worst:.2e} bits per token")
     assert worst < 1e-4
 
@@ -185,7 +226,7 @@ def test_one_worker_gives_the_same_bytes(selected, mixture, tmp_path):
     out2, _ = selected
     out1 = tmp_path / "sel"
     run_select(mixture, out1, top_pairs=TOP, workers=1, write_arpa=True)
-    for suffix in ("en", "fr", "scores", "in.en.arpa", "gen.fr.arpa"):
+    for suffix in ("en", "fr", "scores", "in.en.arpa", "gen0.fr.arpa", "gen1.en.arpa"):
         assert Path(f"{out1}.{suffix}").read_bytes() == Path(f"{out2}.{suffix}").read_bytes(), suffix
 
 
@@ -229,7 +270,7 @@ def test_one_side_only(small, side):
     lang = "en" if side == "source" else "fr"
     assert list(report["models"]) == [lang]
     _, cols, rows = read_scores(small / "m.scores")
-    assert cols == ["corpus", "line", "score", f"h_in_{lang}", f"h_gen_{lang}", f"tokens_{lang}", "selected"]
+    assert cols == ["corpus", "line", "fold", "score", f"h_in_{lang}", f"h_gen_{lang}", f"tokens_{lang}", "selected"]
     picked = sorted((float(r["score"]), int(r[f"tokens_{lang}"])) for r in rows if r["selected"] == "1")
     words = [n for _, n in picked]
     assert sum(words[:-1]) < 1000 <= sum(words)  # the fewest best pairs that hold 1,000 words
@@ -253,8 +294,10 @@ def test_seed_changes_the_sample_only(small):
         write_lines(small / f"few.{lang}", read_lines(small / f"news.{lang}")[:80])
     reports = [select(SelectConfig("en", [str(small / "few")], [str(small / "general")], str(small / f"s{seed}"),
                                    target_lang="fr", top_pairs=20, order=3, seed=seed)) for seed in (1, 2, 1)]
-    assert 60 < reports[0]["general"]["sample"]["pairs"] < 200
-    assert reports[0]["general"]["sample"]["tokens"] != reports[1]["general"]["sample"]["tokens"]
+    for m in reports[0]["general"]["sample"]["models"]:  # each about the in-domain size, from its half
+        assert 60 < m["pairs"] < 160
+    tokens = [[m["tokens"] for m in r["general"]["sample"]["models"]] for r in reports]
+    assert tokens[0][0] != tokens[1][0] and tokens[0][1] != tokens[1][1]
     assert (small / "s1.scores").read_bytes() != (small / "s2.scores").read_bytes()
     assert reports[0]["general"]["sample"] == reports[2]["general"]["sample"]
 

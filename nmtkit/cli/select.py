@@ -26,13 +26,14 @@ from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
               help="LM vocabulary: in-domain words seen at least this often; the others are <unk>.")
 @click.option("--heldout-every", default=10, show_default=True, metavar="K",
               help="Hold out every K-th in-domain pair to report perplexities (0: none).")
-@click.option("--seed", default=1, show_default=True, help="Seed of the random general-corpus sample for its LM.")
+@click.option("--seed", default=1, show_default=True,
+              help="Seed of the random general-corpus samples for the general LMs (one per half of the pairs).")
 @click.option("--workers", "-j", default=1, show_default=True, help="Tokenise and score in this many processes.")
 @click.option("--output", "-o", required=True, metavar="OUT_PREFIX",
               help="Writes OUT_PREFIX.<lang> (the selected lines), OUT_PREFIX.scores and OUT_PREFIX.report.json.")
 @click.option("--scores", type=click.Path(dir_okay=False), metavar="FILE",
               help="Where the per-pair scores go [OUT_PREFIX.scores].")
-@click.option("--write-arpa", is_flag=True, help="Also write the LMs as OUT_PREFIX.{in,gen}.<lang>.arpa.")
+@click.option("--write-arpa", is_flag=True, help="Also write the LMs as OUT_PREFIX.{in,gen0,gen1}.<lang>.arpa (genK scores the pairs of fold K).")
 @click.option("--lowercase", is_flag=True, help="Lowercase after tokenisation (as nmt-prepare --lowercase).")
 @click.option("--no-normalize", is_flag=True, help="Skip Moses punctuation normalisation.")
 @click.option("--aggressive-dash-splits", is_flag=True, help="Split hyphenated words (tokenizer.perl -a).")
