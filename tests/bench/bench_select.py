@@ -278,7 +278,7 @@ def render(a, started, loads, runs, scale) -> str:
         f"nmtkit:      {rep1['nmtkit_version']} (git {git_commit()}), Python {platform.python_version()}",
         f"general:     {corpus}: {gen_en:,} en + {rep1['general']['tokens']['fr']:,} fr tokens (Moses)",
         f"in-domain:   wmt-news-older (6 sets, {rep1['in_domain']['pairs']:,} pairs, 1 in 10 held out); LM samples "
-        f"{' + '.join(format(m['pairs'], ',') for m in rep1['general']['sample']['models'])} general pairs; LM data {lm_tokens:,} tokens in all",
+        f"{' + '.join(format(m['pairs'], ',') for m in samples)} general pairs; LM data {lm_tokens:,} tokens in all",
         f"settings:    order 4, --min-count 2, --top-pairs {round(KEEP * sum(rep1['general']['pairs'])):,} (41%); "
         f"LM vocab en {m1['vocab']:,}; in-domain en n-grams {'/'.join(map(str, m1['in']['ngrams']))}",
         f"outputs:     --workers 1 and 2 byte-identical (selected text and scores): {'yes' if same else 'NO'}",
