@@ -21,6 +21,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from nmtkit.search import Ensemble, Hypothesis, _force_prefix, _limits, _mask
@@ -61,19 +62,16 @@ def parse_sampling(spec: str) -> Sampling:
 
 
 def _generator_seed(key, sample: int) -> int:
-    digest = hashlib.blake2b(f"{key!r}/{sample}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+    """A 128-bit seed for (key, sample): numpy's PCG64 uses all of it (torch's CPU generator only 32 bits)."""
+    return int.from_bytes(hashlib.blake2b(f"{key!r}/{sample}".encode(), digest_size=16).digest(), "little")
 
 
 def uniforms(keys: list, n: int, steps: int) -> torch.Tensor:
     """(len(keys) * n, steps) float64 in [0, 1): row k·n + s is drawn by sample s of sentence ``keys[k]``'s own
-    generator (a key is an int or a tuple of ints, e.g. (seed, line, piece)), so it depends on nothing else."""
-    rows = []
-    for key in keys:
-        for s in range(n):
-            g = torch.Generator().manual_seed(_generator_seed(key, s))
-            rows.append(torch.rand(steps, generator=g, dtype=torch.float64))
-    return torch.stack(rows) if rows else torch.zeros((0, steps), dtype=torch.float64)
+    generator (a key is an int or a tuple of ints, e.g. (seed, line, piece)), so it depends on nothing else; the
+    first values of a row are the same whatever ``steps``."""
+    rows = [np.random.default_rng(_generator_seed(key, s)).random(steps) for key in keys for s in range(n)]
+    return torch.from_numpy(np.stack(rows)) if rows else torch.zeros((0, steps), dtype=torch.float64)
 
 
 def reshape(logp: torch.Tensor, sampling: Sampling) -> torch.Tensor:

@@ -9,8 +9,8 @@
   ``log p(y, </s> | x) / (|y| + 1) ** lenpen`` (``lenpen = 0``: raw log-probability), plus, with
   ``coverage_penalty`` β > 0, Wu et al. (2016)'s coverage penalty ``β Σ_j log min(Σ_i α_ij, 1)`` over the source
   words j (not the source's ``</s>``; the sum over i includes the ``</s>`` step): a hypothesis that left source words
-  unattended ranks lower. As in OpenNMT-py's default, it ranks finished hypotheses; it does not change which
-  expansions stay in the beam.
+  unattended ranks lower. As OpenNMT-py's non-stepwise coverage penalty does, it ranks finished hypotheses; it
+  does not change which expansions stay in the beam.
 - A target **prefix** per sentence (``prefix``, ``prefix_lens``; post-editing, interactive MT) is forced: while
   ``t < prefix_len`` the only expansion is the prefix's token, scored with the model's own log-probability (also
   when ``no_unk`` would forbid it), so every hypothesis starts with the prefix and the rest is the search continued

@@ -6,9 +6,10 @@ Axelrod, He & Gao (2011), "Domain adaptation via pseudo in-domain data selection
 1. **In-domain LM** (:mod:`nmtkit.lm`): order-N interpolated modified Kneser–Ney on the in-domain text, every
    ``heldout_every``-th pair held out to report perplexities. The vocabulary is the in-domain words seen at least
    ``min_count`` times (Moore & Lewis), shared by both models of the language; other words are ``<unk>``.
-2. **General LMs, cross-fitted**: the general pairs are cut into two folds by position (fold = 0-based index mod
-   2). General model k is trained on a random sample (``seed``) of about the in-domain size in raw words drawn from
-   the *other* fold only, and scores the pairs of fold k. So no pair is ever scored by a model that saw it: a model
+2. **General LMs, cross-fitted**: the general pairs are cut into two folds by a hash of their scored text
+   (:func:`fold_of`: copies of a pair, wherever they are, share its fold). General model k is trained on a random sample (``seed``) of about the in-domain size in raw words drawn from
+   the *other* fold only, and scores the pairs of fold k. So no pair (nor a copy of it) is ever scored by a model
+   that saw it: a model
    scoring its own training sentences finds them "general" (a median H_gen of ~2.9 bits per token against ~7.2
    under the in-domain model, measured), and such pairs are never selected whatever their domain.
 3. **Scores**: every general pair gets ``score = Σ_lang [H_in(side) - H_gen(side)]``, H the per-token cross-entropy
@@ -35,6 +36,7 @@ import math
 import os
 import tempfile
 import time
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -53,7 +55,13 @@ from nmtkit.text import TextConfig
 
 log = logging.getLogger("nmtkit.select")
 SIDES = ("both", "source", "target")
-FOLDS = 2  # general model k scores the general pairs whose 0-based index ≡ k (mod FOLDS), trained on the others
+FOLDS = 2  # general model k scores the general pairs of fold k (fold_of), trained on a sample of the others
+
+
+def fold_of(texts: tuple[str, ...]) -> int:
+    """The fold of a general pair, from its scored sides' text (whitespace-normalised): CRC-32 mod FOLDS, so that
+    copies of a pair share a fold and a general model never scores a copy of a sentence it was trained on."""
+    return zlib.crc32("\t".join(" ".join(t.split()) for t in texts).encode("utf-8")) % FOLDS
 
 
 @dataclass
@@ -189,21 +197,23 @@ def _in_domain(cfg: SelectConfig, mapper: Mapper, files: list[tuple[str, ...]], 
     return [LMVocab.build(c, cfg.min_count) for c in counts], stats
 
 
-def _general_sizes(files: list[tuple[str, ...]], col: list[int]) -> tuple[list[int], list[int]]:
-    """Lines of each general corpus and raw (whitespace) words of the scored sides of each fold; validates the
-    whole input."""
-    lines, raw = [0] * len(files), [0] * FOLDS
-    for i, (k, _, item) in enumerate(_read(files)):
+def _general_sizes(files: list[tuple[str, ...]], col: list[int]) -> tuple[list[int], list[int], np.ndarray]:
+    """Lines of each general corpus, raw (whitespace) words of the scored sides of each fold, and each pair's fold
+    (int8, one byte per pair); validates the whole input."""
+    lines, raw, folds = [0] * len(files), [0] * FOLDS, bytearray()
+    for k, _, item in _read(files):
         lines[k - 1] += 1
-        raw[i % FOLDS] += sum(len(item[c].split()) for c in col)
-    return lines, raw
+        texts = tuple(item[c] for c in col)
+        fold = fold_of(texts)
+        folds.append(fold)
+        raw[fold] += sum(len(t.split()) for t in texts)
+    return lines, raw, np.frombuffer(bytes(folds), dtype=np.int8)
 
 
-def _draw_samples(total: int, raw: list[int], in_raw: int, seed: int) -> np.ndarray:
-    """(total,) int8: which general model's sample each pair is in (-1: none). Model k's sample is drawn from the
-    pairs of the other fold, about as many raw words as the in-domain training text."""
-    fold = np.arange(total) % FOLDS
-    take = np.full(total, -1, dtype=np.int8)
+def _draw_samples(fold: np.ndarray, raw: list[int], in_raw: int, seed: int) -> np.ndarray:
+    """(pairs,) int8: which general model's sample each pair is in (-1: none), given each pair's fold. Model k's
+    sample is drawn from the pairs of the other fold(s), about as many raw words as the in-domain training text."""
+    take = np.full(len(fold), -1, dtype=np.int8)
     rng = np.random.default_rng(seed)
     for k in range(FOLDS):
         pool = np.flatnonzero(fold != k)
@@ -216,14 +226,21 @@ def _draw_samples(total: int, raw: list[int], in_raw: int, seed: int) -> np.ndar
 def _sample(cfg: SelectConfig, mapper: Mapper, files, col, take: np.ndarray, tmp: str) -> dict:
     """Tokenise the general pairs of each model's sample (``take``) into ``tmp/gen<k>.<lang>``."""
     tokens = [dict.fromkeys(cfg.scored, 0) for _ in range(FOLDS)]
+    which: list[int] = []  # the model of each pair handed to the mapper, in order (it keeps the order)
     with contextlib.ExitStack() as stack:
         out = [[stack.enter_context(_create(tmp, f"gen{k}.{lang}")) for lang in cfg.scored] for k in range(FOLDS)]
-        for k in range(FOLDS):
-            picked = (tuple(item[c] for c in col) for i, (_, _, item) in enumerate(_read(files)) if take[i] == k)
-            for toks in mapper.map(tokenize_chunk, picked):
-                _write_tokens(out[k], toks)
-                for lang, words in zip(cfg.scored, toks):
-                    tokens[k][lang] += len(words)
+
+        def picked():
+            for i, (_, _, item) in enumerate(_read(files)):
+                if take[i] >= 0:
+                    which.append(int(take[i]))
+                    yield tuple(item[c] for c in col)
+
+        for n, toks in enumerate(mapper.map(tokenize_chunk, picked())):  # one pass over the general corpus
+            k = which[n]
+            _write_tokens(out[k], toks)
+            for lang, words in zip(cfg.scored, toks):
+                tokens[k][lang] += len(words)
     return {"seed": cfg.seed, "models": [{"scores_fold": k, "pairs": int((take == k).sum()), "tokens": tokens[k]}
                                          for k in range(FOLDS)]}
 
@@ -355,15 +372,16 @@ def select(cfg: SelectConfig) -> dict:
             log.info("in-domain: %d pairs (%d held out), %s", report["in_domain"]["pairs"],
                      report["in_domain"]["heldout_pairs"], _tokens_text(report["in_domain"]["tokens"]))
             lap("in_domain_tokenize")
-            lines, raw_words = _general_sizes(gen_files, col)
+            lines, raw_words, folds = _general_sizes(gen_files, col)
             total = sum(lines)
             if total == 0:
                 raise InputError("the general corpus is empty", ", ".join(f[0] for f in gen_files))
-            if total < FOLDS:
-                raise InputError(f"the general corpus has {total} pair: at least {FOLDS} are needed (each half is "
-                                 "scored by a model trained on the other)", ", ".join(f[0] for f in gen_files))
+            if np.bincount(folds, minlength=FOLDS).min() == 0:
+                raise InputError(f"the general corpus's {total} pair(s) all fall in one fold (one pair, or copies of "
+                                 "one): each half is scored by a model trained on the other, so at least two "
+                                 "different pairs are needed", ", ".join(f[0] for f in gen_files))
             lap("general_read")
-            take = _draw_samples(total, raw_words, report["in_domain"]["raw_words"], cfg.seed)
+            take = _draw_samples(folds, raw_words, report["in_domain"]["raw_words"], cfg.seed)
             sample = _sample(cfg, mapper, gen_files, col, take, tmp)
             del take
             lap("sample_tokenize")
@@ -387,7 +405,7 @@ def select(cfg: SelectConfig) -> dict:
         details = os.path.join(tmp, "scores")
         with _create(tmp, "scores") as rows:
             pairs = ((k, line, tuple(item[c] for c in col)) for k, line, item in _read(gen_files))
-            score, tokens = score_pairs(pairs, total, cfg.workers, text_cfgs, models, rows)
+            score, tokens = score_pairs(pairs, folds, cfg.workers, text_cfgs, models, rows)
         lap("score")
         mask, last = _choose(cfg, score, tokens[:, 0])
         report["general"] = {"inputs": [list(f) for f in gen_files], "pairs": lines, "raw_words": sum(raw_words),

@@ -15,7 +15,8 @@ The scores file, version 2, is tab-separated UTF-8::
     1       1     0     -0.412300  …
 
 with one row per general pair in input order: the corpus number K (from 1, as listed in the ``#corpus K`` lines),
-the pair's line in the source file, its fold (which general model scored it: the one trained on the other fold), the
+the pair's line in the source file, its fold (:func:`nmtkit.select.fold_of`; which general model scored it: the one
+trained on a sample of the other fold), the
 score (``nan``: not scored, a scored side is empty), for each scored language the two cross-entropies and its
 number of tokens, and whether the pair was selected (1) or not (0). :func:`read_scores` reads it back (version 1,
 without the fold, too).
@@ -82,15 +83,15 @@ def score_chunk(items: list[tuple[int, tuple[str, ...]]]) -> np.ndarray:
 # -- the scoring pass ----------------------------------------------------------------------------------------------
 
 
-def score_pairs(pairs: Iterable[tuple[int, int, tuple[str, ...]]], total: int, workers: int, text_cfgs: list[dict],
-                models: list, rows: TextIO) -> tuple[np.ndarray, np.ndarray]:
-    """Score ``total`` pairs given as (corpus, line, texts of the scored sides), streaming.
+def score_pairs(pairs: Iterable[tuple[int, int, tuple[str, ...]]], folds: np.ndarray, workers: int,
+                text_cfgs: list[dict], models: list, rows: TextIO) -> tuple[np.ndarray, np.ndarray]:
+    """Score the pairs given as (corpus, line, texts of the scored sides), streaming; ``folds`` (one per pair)
+    says which general model scores each.
 
-    Pair i (0-based) is in fold i mod len(general models) and scored by that fold's general model. Returns the
-    scores (Σ_lang H_in - H_gen; nan where a side is empty), (total,), and the tokens of each scored side,
-    (total, languages) int32; writes one row per pair (the scores-file columns but ``selected``) to ``rows``.
+    Returns the scores (Σ_lang H_in - H_gen; nan where a side is empty), (pairs,), and the tokens of each scored
+    side, (pairs, languages) int32; writes one row per pair (the scores-file columns but ``selected``) to ``rows``.
     """
-    folds = len(models[0][2])
+    total = len(folds)
     n_langs = len(text_cfgs)
     score = np.empty(total)
     tokens = np.empty((total, n_langs), dtype=np.int32)
@@ -98,8 +99,8 @@ def score_pairs(pairs: Iterable[tuple[int, int, tuple[str, ...]]], total: int, w
 
     def texts():
         for i, (corpus, line, item) in enumerate(pairs):
-            where.append((corpus, line, i % folds))
-            yield i % folds, item
+            where.append((corpus, line, int(folds[i])))
+            yield int(folds[i]), item
 
     at = 0
     with Mapper(workers, init_worker, (text_cfgs, models)) as mapper:
@@ -127,7 +128,7 @@ def write_scores(f: TextIO, langs: list[str], corpora: list[tuple[str, ...]], ro
     formula = " + ".join(f"[H_in({lang}) - H_gen({lang})]" for lang in langs)
     f.write(f"{SCORES_HEADER}\n#score = {formula}: per-token cross-entropies in bits (</s> counted as a token); "
             "lower = more like the in-domain data; nan = not scored (an empty side); H_gen under the general model "
-            "of the pair's fold (pair i, from 0, in fold i mod 2), trained on a sample of the other fold\n")
+            "of the pair's fold (a hash of its text: copies share it), trained on a sample of the other fold\n")
     for k, files in enumerate(corpora, start=1):
         f.write(f"#corpus {k} = {','.join(files)}\n")
     cols = "\t".join(f"h_in_{lang}\th_gen_{lang}\ttokens_{lang}" for lang in langs)

@@ -4,7 +4,8 @@ Every record the training log gets is written as scalars at its update: ``train/
 ``train/lr``, ``train/grad_norm``, ``train/tgt_tokens_per_s``, … and ``valid/valid_loss``, ``valid/valid_ppl``,
 ``valid/valid_bleu``, … (every number of the record but ``update``). On ``--resume`` the events written after the
 checkpoint resumed from are purged (TensorBoard's ``purge_step``), as the JSON log's records are dropped, so the
-curves read as those of an uninterrupted run. Needs the ``tensorboard`` package (``pip install
+curves read as those of an uninterrupted run; a new (not resumed) run into the same directory replaces the earlier
+run's events. Needs the ``tensorboard`` package (``pip install
 'nmtkit[tensorboard]'``).
 """
 
@@ -25,7 +26,9 @@ class TensorBoardLog:
             raise InputError("--tensorboard needs the tensorboard package (pip install 'nmtkit[tensorboard]')",
                              log_dir) from None
         try:
-            self.writer = SummaryWriter(log_dir, purge_step=None if resumed_at is None else resumed_at + 1)
+            # a new run replaces the events a run before it left there (as the JSON log is rewritten); a resumed
+            # run drops those after its checkpoint
+            self.writer = SummaryWriter(log_dir, purge_step=0 if resumed_at is None else resumed_at + 1)
         except OSError as e:
             raise InputError(f"cannot write TensorBoard events: {e.strerror}", log_dir) from None
 

@@ -46,7 +46,7 @@ from nmtkit.sampling import Sampling, sample
 from nmtkit.search import Hypothesis, beam_search
 from nmtkit.streaming import windows
 from nmtkit.text import Preprocessor, TextConfig, words_of
-from nmtkit.vocab import PAD, UNK, Vocabulary
+from nmtkit.vocab import PAD, SPECIALS, UNK, Vocabulary
 
 log = logging.getLogger("nmtkit.translate")
 MAX_AUTO_WORKERS = 4  # workers=0 starts min(threads, this) processes on a CPU
@@ -275,7 +275,8 @@ class Translator:
         for window, stalled in windows(lines, self.window):
             last = window[-1][0]
             w = self._prepare(window, self._read_prefixes(prefix_lines, window, prefix_name))
-            if self._pool is None and self._lazy_pool and self.workers > 1 and len(window) == self.window:
+            if self._pool is None and self._lazy_pool and self.workers > 1 and len(window) == self.window \
+                    and not stalled:
                 self._start_pool()  # the input is large: worth the processes' start-up
             if self._pool is None:
                 yield from self._assemble(w, [self._decode(b) for b in w.batches])
@@ -342,7 +343,9 @@ class Translator:
             for n, p in enumerate(parts):
                 piece = _Piece(k, n, self.src_vocab.encode(p), p, key=(lineno, n))
                 if n == 0 and prefixes[k]:
-                    piece.prefix, piece.prefix_tokens = self.tgt_vocab.encode(prefixes[k]), prefixes[k]
+                    ids = self.tgt_vocab.encode(prefixes[k])
+                    ids[ids < len(SPECIALS)] = UNK  # a "</s>" or "<s>" written in a prefix is a word: <unk>
+                    piece.prefix, piece.prefix_tokens = ids, prefixes[k]
                 pieces.append(piece)
         order = sorted(range(len(pieces)), key=lambda i: len(pieces[i].ids))
         batches = [[pieces[i] for i in order[start: start + self.batch_size]]
@@ -401,10 +404,11 @@ class Translator:
 
     def _target_tokens(self, h: Hypothesis, piece: _Piece) -> list[str]:
         toks = self.tgt_vocab.decode(h.tokens)
-        toks[: len(piece.prefix_tokens)] = piece.prefix_tokens  # the prefix's words as given, out-of-vocabulary too
+        forced = len(piece.prefix_tokens)
+        toks[:forced] = piece.prefix_tokens  # the prefix's words as given, out-of-vocabulary too
         if self.replace_unk and h.attention is not None:
             src_words, src_word_of = words_of(piece.tokens, self.src_pre.config.bpe_separator)
-            for i, tid in enumerate(h.tokens):
+            for i, tid in enumerate(h.tokens[forced:], start=forced):
                 if tid == UNK:
                     j = int(h.attention[i, : len(piece.tokens)].argmax())
                     word = src_words[src_word_of[j]]

@@ -141,6 +141,14 @@ def test_prefix_file_on_the_command_line(trained, data_dir, tmp_path):
     out2 = translate(["-m", ckpt, "--prefix", pre, "--beam", "4", "--workers", "2", "--threads", "2",
                       "--batch-size", "2", "--window", "3"], "".join(x + "\n" for x in src).encode())
     assert out2.stdout.decode().split("\n") == out
+    # --replace-unk replaces the search's <unk>s, never the prefix's own words
+    out3 = translate(["-m", ckpt, "-i", inp, "--prefix", pre, "--beam", "4", "--replace-unk"]).stdout.decode()
+    assert out3.split("\n")[2].startswith("Deux Zyxwvut ")
+    # a "</s>" or "<s>" written in a (tokenised) prefix is a word like any other, not the end of the sentence
+    special = _write(tmp_path / "special.fr", ["</s> <s> un", "", "", "", "", ""])
+    out4 = translate(["-m", ckpt, "-i", inp, "--prefix", special, "--beam", "4", "--tokenized"]).stdout.decode()
+    first = out4.split("\n")[0].split()
+    assert first[:3] == ["</s>", "<s>", "un"] and len(first) > 3
 
 
 @pytest.mark.parametrize("lines, message", [(3, r"prefix\.fr:4: has fewer lines than the input"),

@@ -115,16 +115,19 @@ def test_selects_mostly_the_news_pairs(selected):
 
 
 def test_each_general_sample_comes_from_the_other_fold():
-    from nmtkit.select import _draw_samples
+    from nmtkit.select import _draw_samples, fold_of
 
-    take = _draw_samples(10001, [60000, 61000], in_raw=12000, seed=3)
-    index = np.arange(10001)
+    folds = np.array([fold_of((f"pair {i}", f"paire {i}")) for i in range(10001)], dtype=np.int8)
+    assert 4500 < (folds == 0).sum() < 5500  # the hash splits the pairs about evenly
+    take = _draw_samples(folds, [60000, 61000], in_raw=12000, seed=3)
     for k in (0, 1):
-        picked = index[take == k]
-        assert len(picked) and (picked % 2 != k).all()  # model k (scoring fold k) never sees a pair of fold k
-        other = (index % 2 != k).sum()
+        picked = np.flatnonzero(take == k)
+        assert len(picked) and (folds[picked] != k).all()  # model k (scoring fold k) never sees a pair of fold k
+        other = (folds != k).sum()
         assert len(picked) == round(other * 12000 / [61000, 60000][k])  # about the in-domain size in raw words
-    assert (_draw_samples(10001, [60000, 61000], 12000, seed=3) == take).all()
+    assert (_draw_samples(folds, [60000, 61000], 12000, seed=3) == take).all()
+    # copies of a pair share its fold, wherever they are and however they are spaced
+    assert fold_of(("The House  rose.", "La séance est levée.")) == fold_of((" The House rose. ", "La séance est levée."))
 
 
 @pytest.mark.slow
@@ -132,15 +135,16 @@ def test_a_general_models_own_sentences_are_never_scored_by_it(selected, mixture
     """The pairs drawn into a general model's sample get the same H_gen as the pairs that were not (their fold's
     model never saw them); when one model scored its own sample, those pairs looked far more "general" (a median
     H_gen of ~2.9 bits per token against ~7.2 under the in-domain model) and were never selected."""
-    from nmtkit.select import _draw_samples, _general_sizes, _resolve
+    from nmtkit.select import _draw_samples, _general_sizes, _read, _resolve, fold_of
 
     out, report = selected
     d, _ = mixture
     files = [_resolve(str(d / name), ["en", "fr"]) for name in GENERAL]
-    _, raw = _general_sizes(files, [0, 1])
-    take = _draw_samples(sum(report["general"]["pairs"]), raw, report["in_domain"]["raw_words"], seed=1)
+    _, raw, folds = _general_sizes(files, [0, 1])
+    take = _draw_samples(folds, raw, report["in_domain"]["raw_words"], seed=1)
     assert [int((take == k).sum()) for k in (0, 1)] == [m["pairs"] for m in report["general"]["sample"]["models"]]
     _, _, rows = read_scores(f"{out}.scores")
+    assert [int(r["fold"]) for r in rows] == [fold_of(item) for _, _, item in _read(files)] == folds.tolist()
     origin = np.array([int(r["corpus"]) for r in rows])
     for lang in ("en", "fr"):
         h_gen = np.array([float(r[f"h_gen_{lang}"]) for r in rows])
@@ -171,7 +175,7 @@ def test_scores_file_and_report(selected):
     assert comments[0] == SCORES_HEADER
     assert cols == ["corpus", "line", "fold", "score", "h_in_en", "h_gen_en", "tokens_en", "h_in_fr", "h_gen_fr",
                     "tokens_fr", "selected"]
-    assert [int(r["fold"]) for r in rows] == [i % 2 for i in range(len(rows))]
+    assert {r["fold"] for r in rows} == {"0", "1"}  # (each row's fold against its text: the test below)
     score = np.array([float(r["score"]) for r in rows])
     diff = sum(np.array([float(r[f"h_in_{x}"]) - float(r[f"h_gen_{x}"]) for r in rows]) for x in ("en", "fr"))
     ok = ~np.isnan(score)
@@ -343,6 +347,10 @@ def test_bad_input(small):
                                     "--top-pairs", "5")
     assert "the general corpus is empty" in run_bad(d, *base, "--in-domain", d / "news", "--general", d / "none",
                                                     "--top-pairs", "5")
+    write_lines(d / "copies.en", ["The House rose."] * 3)
+    write_lines(d / "copies.fr", ["La séance est levée."] * 3)
+    msg = run_bad(d, *base, "--in-domain", d / "news", "--general", d / "copies", "--top-pairs", "1")
+    assert "copies.en: the general corpus's 3 pair(s) all fall in one fold" in msg
     msg = run_bad(d, *base, *ok, "--top-pairs", "400")
     assert "--top-pairs 400 asks for more pairs than the general corpus has (303 scored pairs of 305)" in msg
     assert "asks for more source words" in run_bad(d, *base, *ok, "--top-words", "10000000")

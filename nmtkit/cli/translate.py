@@ -135,19 +135,19 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
             stream, name = open(input_path, "rb"), input_path
         except OSError as e:
             raise InputError(f"cannot open: {e.strerror}", input_path) from None
+    prefixes = prefix_stream = None
+    if prefix_path is not None:  # (opened before the checkpoints are loaded: a missing file is reported at once)
+        try:
+            prefix_stream = open(prefix_path, "rb")
+        except OSError as e:
+            raise InputError(f"cannot open: {e.strerror}", prefix_path) from None
+        prefixes = (text for _, text in read_input(prefix_stream, prefix_path))
     translator = Translator(list(models), device=device, beam=beam, nbest=nbest, lenpen=lenpen, max_len_a=max_len_a,
                             max_len_b=max_len_b, no_unk=no_unk, replace_unk=replace_unk,
                             unk_dict=load_unk_dict(unk_dict) if unk_dict else None, batch_size=batch_size,
                             window=window or None, tokenized=tokenized, max_source_len=max_source_len,
                             need_attention=bool(alignments or attention), bf16=bf16, workers=workers,
                             threads=threads, coverage_penalty=coverage_penalty, sampling=how, seed=seed)
-    prefixes = None
-    if prefix_path is not None:
-        try:
-            prefix_stream = open(prefix_path, "rb")
-        except OSError as e:
-            raise InputError(f"cannot open: {e.strerror}", prefix_path) from None
-        prefixes = (text for _, text in read_input(prefix_stream, prefix_path))
     progress = None
     if sys.stderr.isatty() and not quiet:
         from tqdm import tqdm
@@ -155,6 +155,8 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
         progress = tqdm(unit="line", dynamic_ncols=True)
     with contextlib.ExitStack() as stack:
         stack.enter_context(translator)  # stops its worker processes however this ends
+        if prefix_stream is not None:
+            stack.enter_context(prefix_stream)
         main_out = None if nbest_file == "-" else stack.enter_context(_output(output_path))
         nbest_out = stack.enter_context(_output(nbest_file)) if nbest_file else None
         align_out = stack.enter_context(_output(alignments)) if alignments else None

@@ -60,6 +60,25 @@ def _bleu(hyp_path: Path, ref_path: Path) -> dict:
     return {"bleu": round(score.score, 2), "chrf": round(chrf.score, 2), "signature": str(bleu.get_signature())}
 
 
+def diagnostics(hyp_path: Path, ref_path: Path) -> dict:
+    """What the outputs look like: length against the reference (sacreBLEU's tokens, ``<unk>`` as one), the share
+    of lines with a repeated word trigram (loops such as "de la procédure de la procédure"), ``<unk>`` per line."""
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    hyps = hyp_path.read_text(encoding="utf-8").splitlines()
+    refs = ref_path.read_text(encoding="utf-8").splitlines()
+    tok = Tokenizer13a()
+    hyp_len = sum(len(tok(h.replace("<unk>", "UNK")).split()) for h in hyps)
+    ref_len = sum(len(tok(r).split()) for r in refs)
+    loops = 0
+    for h in hyps:
+        w = h.split()
+        grams = [tuple(w[i: i + 3]) for i in range(len(w) - 2)]
+        loops += len(grams) != len(set(grams))
+    return {"ratio": hyp_len / max(ref_len, 1), "loops": loops / max(len(hyps), 1),
+            "unk": sum(h.count("<unk>") for h in hyps) / max(len(hyps), 1)}
+
+
 def _preprocessor(data: Path, lang: str):
     from nmtkit.manifest import PreparedData
     from nmtkit.text import Preprocessor
@@ -161,13 +180,19 @@ def table(results: dict, a) -> str:
     names = [n for n in ("onmt", "nmtkit") if n in results]
     label = {"onmt": "OpenNMT-py 3.5.1", "nmtkit": f"nmtkit rnnsearch-small ({a.nmtkit_options})"}
     lines.append(f"{'test set':16} " + " ".join(f"{label[n]:>40}" for n in names))
-    for test in TEST_SETS:
-        row = []
+    work = Path(a.work)
+    for test, (_, ref) in TEST_SETS.items():
+        row, shape = [], []
         for n in names:
             r = results[n].get("tests", {}).get(test)
             cell = "-" if r is None else f"BLEU {r['bleu']:.2f}  chrF {r['chrf']:.2f}"
             row.append(f"{cell:>40}")
+            hyp = work / n / f"{test}.hyp.fr"
+            d = diagnostics(hyp, DATA / ref) if r is not None and hyp.is_file() else None
+            cell = "-" if d is None else f"len {d['ratio']:.2f}  loops {100 * d['loops']:.0f}%  unk {d['unk']:.1f}"
+            shape.append(f"{cell:>40}")
         lines.append(f"{test:16} " + " ".join(row))
+        lines.append(f"{'':16} " + " ".join(shape))
     lines.append(f"{'train wall s':16} " + " ".join(
         f"{results[n].get('train_wall_s', '-'):>40}" for n in names))
     per = [f"{results[n]['train_wall_s'] / a.updates:.3f}" if "train_wall_s" in results[n] else "-" for n in names]
@@ -180,6 +205,8 @@ def table(results: dict, a) -> str:
     sig = next((r["signature"] for n in names for r in results[n].get("tests", {}).values()), None)
     if sig:
         lines += ["", f"sacreBLEU signature: {sig}"]
+    lines += ["len: output length / reference length (sacreBLEU's 13a tokens, <unk> as one); loops: lines with a "
+              "repeated word trigram; unk: <unk> per line"]
     return "\n".join(lines)
 
 
