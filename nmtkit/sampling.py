@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from nmtkit.search import Ensemble, Hypothesis, _force_prefix, _limits, _mask
+from nmtkit.search import Ensemble, Hypothesis, _limits, _mask_step, _only_eos
 from nmtkit.vocab import BOS, EOS
 
 
@@ -114,11 +114,8 @@ def sample(models, src: torch.Tensor, src_lens: torch.Tensor, keys: list, n: int
     out, alphas = [], []
     for t in range(int(limits.max()) + 1):
         logp, states, alpha = ens.step(y, states, encs)  # (B*n, V), α (B*n, Tx)
-        raw = logp.clone()
-        _mask(logp, no_unk)
-        _force_prefix(logp, raw, t, prefix, prefix_lens, sentences, n)
-        forced = t >= limits  # (B*n,) at the limit only </s> may follow
-        logp[forced] = torch.where(torch.arange(logp.shape[1], device=dev) == EOS, logp[forced], -math.inf)
+        _mask_step(logp, no_unk, t, prefix, prefix_lens, sentences, n)
+        _only_eos(logp, t >= limits)  # (B*n,) at the limit only </s> may follow
         cdf = reshape(logp, sampling).cumsum(dim=1)  # (B*n, V)
         # inverse CDF: the first token whose cumulative probability exceeds u·total (a token of probability 0 never)
         y = torch.searchsorted(cdf, (u[:, t] * cdf[:, -1]).unsqueeze(1), right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)

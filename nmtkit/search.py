@@ -75,18 +75,28 @@ def _limits(src_lens: torch.Tensor, max_len_a: float, max_len_b: int,
     return limits if prefix_lens is None else torch.maximum(limits, prefix_lens.to(limits.device))
 
 
-def _force_prefix(logp: torch.Tensor, raw: torch.Tensor, t: int, prefix: torch.Tensor | None,
-                  prefix_lens: torch.Tensor | None, sentences: torch.Tensor, K: int) -> None:
-    """In place: rows (K per sentence, ``sentences`` (A,) their batch ids) whose prefix is longer than t may only
-    continue with its token t, at its log-probability in ``raw`` (before any masking)."""
-    if prefix is None or t >= prefix.shape[1]:
-        return
-    rows = (t < prefix_lens[sentences]).repeat_interleave(K).nonzero().squeeze(1)  # (R,)
-    if rows.numel():
-        tok = prefix[sentences, t].repeat_interleave(K)[rows]  # (R,)
-        kept = raw[rows, tok]
+def _mask_step(logp: torch.Tensor, no_unk: bool, t: int, prefix: torch.Tensor | None = None,
+               prefix_lens: torch.Tensor | None = None, sentences: torch.Tensor | None = None, K: int = 1) -> None:
+    """In place, at step t: :func:`_mask`; then rows (K per sentence, ``sentences`` (A,) their batch ids) whose
+    prefix is longer than t may only continue with its token t, at its log-probability before the masking."""
+    forcing = None
+    if prefix is not None and t < prefix.shape[1]:
+        rows = (t < prefix_lens[sentences]).repeat_interleave(K).nonzero().squeeze(1)  # (R,)
+        if rows.numel():
+            tok = prefix[sentences, t].repeat_interleave(K)[rows]  # (R,)
+            forcing = rows, tok, logp[rows, tok]  # (a copy of R values, taken before the masking)
+    _mask(logp, no_unk)
+    if forcing is not None:
+        rows, tok, kept = forcing
         logp[rows] = -math.inf
         logp[rows, tok] = kept
+
+
+def _only_eos(logp: torch.Tensor, forced: torch.Tensor) -> None:
+    """In place: the rows ``forced`` (bool (N,)), at their length limit, may only end (``</s>``)."""
+    if bool(forced.any()):
+        eos = torch.arange(logp.shape[1], device=logp.device) == EOS
+        logp[forced] = torch.where(eos, logp[forced], -math.inf)
 
 
 def coverage(cov: torch.Tensor, words: torch.Tensor, beta: float) -> torch.Tensor:
@@ -148,8 +158,7 @@ def greedy(models, src: torch.Tensor, src_lens: torch.Tensor, max_len_a: float =
     for t in range(int(limits.max()) + 1):
         logp, states, _ = ens.step(y, states, encs)  # (B, V)
         _mask(logp, no_unk)
-        forced = t >= limits  # (B,) at the limit only </s> may follow
-        logp[forced] = torch.where(torch.arange(logp.shape[1], device=logp.device) == EOS, logp[forced], -math.inf)
+        _only_eos(logp, t >= limits)  # (at the limit only </s> may follow)
         y = logp.argmax(dim=-1)  # (B,)
         step = logp.gather(1, y[:, None]).squeeze(1).double()
         scores += torch.where(done, torch.zeros_like(step), step)
@@ -203,19 +212,12 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
         A = alive.numel()
         logp, states, alpha = ens.step(y, states, encs)  # (A*K, V), α (A*K, Tx)
         V = logp.shape[1]
-        raw = logp.clone() if prefix is not None and t < prefix.shape[1] else logp
-        _mask(logp, no_unk)
-        _force_prefix(logp, raw, t, prefix, prefix_lens, alive, K)
+        _mask_step(logp, no_unk, t, prefix, prefix_lens, alive, K)
         if words is not None:
             if alpha is None:
                 raise ValueError("the coverage penalty needs an attention model (rnnsearch)")
             cov = cov + alpha  # (A*K, Tx) Σ_i α_ij including this step
-            penalty = coverage(cov, words, coverage_penalty).tolist()  # (A*K,)
-        forced = (t >= limits[alive]).repeat_interleave(K)  # (A*K,) at the limit only </s> may follow
-        if bool(forced.any()):
-            only_eos = torch.full_like(logp[0], -math.inf)
-            only_eos[EOS] = 0.0
-            logp[forced] = logp[forced] + only_eos
+        _only_eos(logp, (t >= limits[alive]).repeat_interleave(K))  # (A*K,) at the limit only </s> may follow
         cand = logp.view(A, K, V).add_(scores.unsqueeze(2)).view(A, K * V)  # (A, K*V)   in place: logp is done
         top_scores, top_idx = top_k(cand, min(2 * K, K * V))  # (A, 2K)
         src_beam, tok = top_idx // V, top_idx % V  # (A, 2K)
@@ -227,6 +229,7 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
         ends = is_eos[:, :K].nonzero().tolist()
         if ends:
             beams_l, scores_l = src_beam[:, :K].tolist(), top_scores[:, :K].tolist()
+            penalty = coverage(cov, words, coverage_penalty).tolist() if words is not None else None  # (A*K,)
             for a, j in ends:
                 sent = alive_l[a]
                 if count[sent] >= K:
@@ -235,7 +238,7 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
                 toks = tokens[row].tolist()
                 score = scores_l[a][j]
                 att = attn[row, :, : lens_l[sent]].clone() if need_attention else None
-                norm = score / (len(toks) + 1) ** lenpen + (penalty[row] if words is not None else 0.0)
+                norm = score / (len(toks) + 1) ** lenpen + (penalty[row] if penalty is not None else 0.0)
                 finished[sent].append(Hypothesis(toks, score, norm, att))
                 count[sent] += 1
         # the first K expansions that are not </s> continue

@@ -7,11 +7,11 @@ Axelrod, He & Gao (2011), "Domain adaptation via pseudo in-domain data selection
    ``heldout_every``-th pair held out to report perplexities. The vocabulary is the in-domain words seen at least
    ``min_count`` times (Moore & Lewis), shared by both models of the language; other words are ``<unk>``.
 2. **General LMs, cross-fitted**: the general pairs are cut into two folds by a hash of their scored text
-   (:func:`fold_of`: copies of a pair, wherever they are, share its fold). General model k is trained on a random sample (``seed``) of about the in-domain size in raw words drawn from
-   the *other* fold only, and scores the pairs of fold k. So no pair (nor a copy of it) is ever scored by a model
-   that saw it: a model
-   scoring its own training sentences finds them "general" (a median H_gen of ~2.9 bits per token against ~7.2
-   under the in-domain model, measured), and such pairs are never selected whatever their domain.
+   (:func:`fold_of`: copies of a pair, wherever they are, share its fold). General model k is trained on a random
+   sample (``seed``) of about the in-domain size in raw words drawn from the *other* fold only, and scores the pairs
+   of fold k. So no pair (nor a copy of it) is ever scored by a model that saw it: a model scoring its own training
+   sentences finds them "general" (a median H_gen of ~3.4 bits per token against ~7.2 under the in-domain model,
+   tests/bench/results/bench_select_enrichment.txt), and such pairs are never selected whatever their domain.
 3. **Scores**: every general pair gets ``score = Σ_lang [H_in(side) - H_gen(side)]``, H the per-token cross-entropy
    in bits (-log2 P(sentence) / (tokens + 1), ``</s>`` counted as a token), H_gen under its fold's general model;
    lower is more in-domain-like. A pair with an empty scored side gets no score and is never selected.
@@ -226,18 +226,12 @@ def _draw_samples(fold: np.ndarray, raw: list[int], in_raw: int, seed: int) -> n
 def _sample(cfg: SelectConfig, mapper: Mapper, files, col, take: np.ndarray, tmp: str) -> dict:
     """Tokenise the general pairs of each model's sample (``take``) into ``tmp/gen<k>.<lang>``."""
     tokens = [dict.fromkeys(cfg.scored, 0) for _ in range(FOLDS)]
-    which: list[int] = []  # the model of each pair handed to the mapper, in order (it keeps the order)
+    model = take[take >= 0]  # the model of each sampled pair, in corpus order (the mapper keeps the order)
+    picked = (tuple(item[c] for c in col) for i, (_, _, item) in enumerate(_read(files)) if take[i] >= 0)
     with contextlib.ExitStack() as stack:
         out = [[stack.enter_context(_create(tmp, f"gen{k}.{lang}")) for lang in cfg.scored] for k in range(FOLDS)]
-
-        def picked():
-            for i, (_, _, item) in enumerate(_read(files)):
-                if take[i] >= 0:
-                    which.append(int(take[i]))
-                    yield tuple(item[c] for c in col)
-
-        for n, toks in enumerate(mapper.map(tokenize_chunk, picked())):  # one pass over the general corpus
-            k = which[n]
+        for n, toks in enumerate(mapper.map(tokenize_chunk, picked)):  # one pass over the general corpus
+            k = int(model[n])
             _write_tokens(out[k], toks)
             for lang, words in zip(cfg.scored, toks):
                 tokens[k][lang] += len(words)

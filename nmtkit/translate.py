@@ -241,10 +241,7 @@ class Translator:
     # -- preprocessing -----------------------------------------------------------------------------------------
 
     def source_words(self, line: str) -> list[str]:
-        if self.tokenized:
-            words = line.split()
-            return [w.lower() for w in words] if self.src_pre.config.lowercase else words
-        return self.src_pre.words(line)
+        return _words(self.src_pre, line, self.tokenized)
 
     def _pieces(self, tokens: list[str]) -> list[list[str]]:
         """Cut a long token sequence into pieces of at most max_source_len tokens, at word ends where possible."""
@@ -309,10 +306,7 @@ class Translator:
 
     def target_words(self, line: str) -> list[str]:
         """A target-side line (a prefix) as the target side's words."""
-        if self.tokenized:
-            words = line.split()
-            return [w.lower() for w in words] if self.tgt_pre.config.lowercase else words
-        return self.tgt_pre.words(line)
+        return _words(self.tgt_pre, line, self.tokenized)
 
     def _extras(self, batch: list[_Piece]) -> dict:
         """What a batch's sentences need beside their source ids: prefixes, and the keys of their random draws."""
@@ -418,6 +412,15 @@ class Translator:
     def _render(self, tokens: list[str]) -> str:
         words = self.tgt_pre.merge_subwords(tokens)
         return " ".join(words) if self.tokenized else self.tgt_pre.detokenize(words)
+
+
+def _words(pre: Preprocessor, line: str, tokenized: bool) -> list[str]:
+    """A line as one side's words: the side's preprocessing, or with ``tokenized`` its whitespace-separated words
+    (lowercased when the side is)."""
+    if tokenized:
+        words = line.split()
+        return [w.lower() for w in words] if pre.config.lowercase else words
+    return pre.words(line)
 
 
 def _block_attention(parts: list[tuple[list[str], list[str], np.ndarray]]) -> dict:

@@ -17,6 +17,7 @@ from nmtkit.batching import collate_source
 from nmtkit.sampling import Sampling, parse_sampling, reshape, sample
 from nmtkit.search import beam_search, beam_search_reference
 from nmtkit.text import Preprocessor, TextConfig
+from nmtkit.translate import collate_prefixes
 from nmtkit.vocab import BOS, EOS, PAD, UNK, Vocabulary
 
 from conftest import REPO, lines_of
@@ -42,11 +43,7 @@ def _batch(sentences):
 
 
 def _prefix_batch(prefixes):
-    lens = torch.tensor([len(p) for p in prefixes])
-    out = torch.full((len(prefixes), int(lens.max())), PAD, dtype=torch.long)
-    for k, p in enumerate(prefixes):
-        out[k, : len(p)] = torch.tensor(p, dtype=torch.long)
-    return out, lens
+    return collate_prefixes([np.asarray(p, dtype=np.int64) for p in prefixes])
 
 
 def translate(args, stdin: bytes = b"", check=True):
