@@ -84,6 +84,9 @@ def measure(data: str, model_path: str, limit: int) -> list[str]:
                 v = np.array(attn[(kind, t)])
                 cells.append(f"step {t + 1}: {v[:, 0].mean():.2f} / {v[:, 1].mean():.2f} / {v[:, 2].mean():.1f}")
             lines.append(f"{kind:8} " + "   ".join(cells))
+        v_a = model.state_dict()["attention.v_a"]
+        lines.append(f"v_a: L1 norm {float(v_a.abs().sum()):.2f} (additive scores e_ij = v_a' tanh(...) lie within "
+                     "plus or minus it)")
     return lines
 
 
