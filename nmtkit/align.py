@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,13 +80,17 @@ class SoftAlignment:
     alpha: np.ndarray
 
 
-def word_matrix(src_tokens: Sequence[str], tgt_tokens: Sequence[str], alpha: np.ndarray, sep: str = "@@",
-                tgt_sep: str | None = None) -> np.ndarray:
+def word_matrix(src_tokens: Sequence[str], tgt_tokens: Sequence[str], alpha: np.ndarray,
+                sep: str | Callable = "@@", tgt_sep: str | Callable | None = None) -> np.ndarray:
     """Token attention (len(tgt)+1, len(src)+1), ``</s>`` last on both axes → word attention with ``</s>`` kept:
-    source subword columns summed, target subword rows averaged (rows still sum to 1). ``sep`` is the BPE
-    separator (of the target too, unless ``tgt_sep`` is given)."""
-    src_words, src_of = words_of(list(src_tokens), sep)
-    tgt_words, tgt_of = words_of(list(tgt_tokens), sep if tgt_sep is None else tgt_sep)
+    source subword columns summed, target subword rows averaged (rows still sum to 1). ``sep`` says how tokens
+    join into words: the BPE separator, or a function tokens → (words, word index of each token) such as
+    :meth:`nmtkit.text.Preprocessor.words_of`; ``tgt_sep`` the same for the target (default: ``sep``)."""
+    def merge(tokens, how):
+        return how(list(tokens)) if callable(how) else words_of(list(tokens), how)
+
+    src_words, src_of = merge(src_tokens, sep)
+    tgt_words, tgt_of = merge(tgt_tokens, sep if tgt_sep is None else tgt_sep)
     src_of, tgt_of = np.asarray(src_of + [len(src_words)]), np.asarray(tgt_of + [len(tgt_words)])
     a = np.asarray(alpha, dtype=np.float64)[: len(tgt_of), : len(src_of)]
     cols = np.zeros((a.shape[0], len(src_words) + 1))
@@ -326,10 +330,9 @@ class Aligner:
             tgt_ids = [self.tgt_vocab.encode(t) for t in tgt_tokens]
         alphas = forced_attention(self.model, src_ids, tgt_ids, self.batch_size, self.device)
         out = []
-        sep_s, sep_t = self.src_pre.config.bpe_separator, self.tgt_pre.config.bpe_separator
         for s, t, a in zip(src_tokens, tgt_tokens, alphas):
             out.append(SoftAlignment(self.src_pre.merge_subwords(s), self.tgt_pre.merge_subwords(t),
-                                     word_matrix(s, t, a, sep_s, sep_t)))
+                                     word_matrix(s, t, a, self.src_pre.words_of, self.tgt_pre.words_of)))
         return out
 
     def _translate(self, src_ids: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -119,7 +119,7 @@ def _check_structure(payload: dict, path: str) -> None:
     """Every field a tool reads, of the type it expects: a malformed body is one line naming the field."""
     import torch
 
-    from nmtkit.text import TextConfig, bpe_codes_problem
+    from nmtkit.text import TextConfig, bpe_codes_problem, spm_processor
 
     def bad(field: str, problem: str):
         return InputError(f"malformed checkpoint: {field} {problem}", path)
@@ -152,6 +152,15 @@ def _check_structure(payload: dict, path: str) -> None:
             raise bad(f"'preprocessing.{side}.bpe_codes'", "is not the text of a codes file")
         if config.bpe_codes is not None and (problem := bpe_codes_problem(config.bpe_codes)) is not None:
             raise bad(f"'preprocessing.{side}.bpe_codes'", f"are not subword-nmt codes: {problem}")
+        if config.spm_model is not None:
+            if not isinstance(config.spm_model, str):
+                raise bad(f"'preprocessing.{side}.spm_model'", "is not base64 text")
+            if config.bpe_codes is not None:
+                raise bad(f"'preprocessing.{side}'", "has both BPE codes and a SentencePiece model")
+            try:
+                spm_processor(config.spm_model)
+            except ValueError as e:
+                raise bad(f"'preprocessing.{side}.spm_model'", str(e)) from None
     model = payload["model"]
     if not isinstance(model, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                               for k, v in model.items()):

@@ -5,6 +5,7 @@
     manifest.json              this format's description of everything below (see :func:`load`)
     vocab.<src>, vocab.<tgt>   the shortlists (nmtkit.vocab format)
     bpe.codes                  subword-nmt codes, when BPE is used (shared by both languages)
+    spm.model                  the SentencePiece model, when SentencePiece is used (shared by both languages)
     <split>.<lang>.idx/.bin    the binarized corpus of each split (nmtkit.corpus format)
     <split>.tok.<lang>         Moses-tokenised words of every input line of the split, for scoring and inspection
     train.kept                 for each training pair that passed the filters, its 1-based input line number
@@ -127,10 +128,16 @@ class PreparedData:
         return corpus
 
     def text_config(self, lang: str) -> TextConfig:
-        """The full preprocessing of one language, BPE codes included: what a checkpoint must carry."""
+        """The full preprocessing of one language, its subword model included: what a checkpoint must carry."""
+        import base64
+
         settings = dict(self.manifest["preprocessing"][lang])
         bpe = self.manifest.get("bpe")
         if bpe is not None:
             with open(self.path(bpe["codes_file"]), encoding="utf-8", newline="") as f:
                 settings["bpe_codes"] = f.read()
+        spm = self.manifest.get("sentencepiece")
+        if spm is not None:
+            with open(self.path(spm["model_file"]), "rb") as f:
+                settings["spm_model"] = base64.b64encode(f.read()).decode("ascii")
         return TextConfig.from_dict(settings)

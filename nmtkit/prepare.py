@@ -4,7 +4,8 @@ The pipeline, streaming so that memory is bounded by the vocabulary counts, not 
 
 1. **Tokenise** every split (``--workers`` processes, results kept in input order): Moses punctuation
    normalisation and tokenisation, optional lowercasing → ``<split>.tok.<lang>``, one line per input line.
-2. **BPE** (optional): learn joint codes on the training words (subword-nmt), or take the given codes.
+2. **Subwords** (optional): learn joint BPE codes on the training words (subword-nmt) or a joint SentencePiece
+   model on them, or take the given codes or model.
 3. **Filter and count**: training pairs with an empty side or a side longer than ``max_len`` model tokens are
    removed (counted per reason); valid and test sets are never filtered. Token counts of the kept training pairs
    give the shortlists (:meth:`nmtkit.vocab.Vocabulary.build`).
@@ -29,7 +30,7 @@ from nmtkit.corpus import CorpusWriter, dtype_for_vocab
 from nmtkit.errors import InputError
 from nmtkit.files import BOM, atomic_dir, read_parallel, resolve_prefix
 from nmtkit.parallel import CHUNK, Mapper
-from nmtkit.text import Preprocessor, TextConfig, learn_bpe_codes
+from nmtkit.text import BPE_SEPARATOR, Preprocessor, TextConfig, learn_bpe_codes, learn_spm_model, spm_processor
 from nmtkit.vocab import Vocabulary
 
 log = logging.getLogger("nmtkit.prepare")
@@ -55,6 +56,9 @@ class PrepareConfig:
     aggressive_dash_splits: bool = False
     bpe_merges: int | None = None
     bpe_codes: str | None = None  # path of an existing codes file
+    spm_vocab_size: int | None = None  # learn a joint SentencePiece model of this many units
+    spm_model: str | None = None  # path of an existing SentencePiece model file
+    spm_type: str = "unigram"  # SentencePiece's model type when learning one: unigram or bpe
     vocab_from: str | None = None  # a prepared directory whose vocabularies, BPE codes and text settings are reused
     workers: int = 1
     force: bool = False
@@ -69,10 +73,17 @@ class PrepareConfig:
                             ("--max-len", self.max_len), ("--workers", self.workers)):
             if value < 1:
                 raise InputError(f"{name} must be at least 1 (got {value})")
-        if self.bpe_merges is not None and self.bpe_codes is not None:
-            raise InputError("--bpe-merges and --bpe-codes exclude each other")
-        if self.vocab_from is not None and (self.bpe_merges is not None or self.bpe_codes is not None):
-            raise InputError("--vocab-from brings its directory's BPE codes; drop --bpe-merges/--bpe-codes")
+        segmentations = [name for name, v in (("--bpe-merges", self.bpe_merges), ("--bpe-codes", self.bpe_codes),
+                                               ("--spm-vocab-size", self.spm_vocab_size),
+                                               ("--spm-model", self.spm_model)) if v is not None]
+        if len(segmentations) > 1:
+            raise InputError(f"{' and '.join(segmentations)} exclude each other (one subword segmentation)")
+        if self.vocab_from is not None and segmentations:
+            raise InputError(f"--vocab-from brings its directory's subword segmentation; drop {segmentations[0]}")
+        if self.spm_vocab_size is not None and self.spm_vocab_size < 2:
+            raise InputError(f"--spm-vocab-size must be at least 2 (got {self.spm_vocab_size})")
+        if self.spm_type not in ("unigram", "bpe"):
+            raise InputError(f"--spm-type must be unigram or bpe (got '{self.spm_type}')")
         if self.max_ratio is not None and not (1 <= self.max_ratio < math.inf):
             raise InputError(f"--max-ratio must be a finite number of at least 1 (got {self.max_ratio})")
         if self.bpe_merges is not None and self.bpe_merges < 1:
@@ -134,21 +145,12 @@ def prepare(cfg: PrepareConfig) -> dict:
         splits["valid"] = [resolve_prefix(cfg.valid, src, tgt)]
     for i, prefix in enumerate(cfg.test):
         splits["test" if i == 0 else f"test{i}"] = [resolve_prefix(prefix, src, tgt)]
-    codes = None
-    if cfg.bpe_codes is not None:
-        try:
-            with open(cfg.bpe_codes, encoding="utf-8", newline="") as f:
-                codes = f.read().removeprefix(BOM.decode("utf-8"))  # a byte-order mark at the start is not text
-        except (FileNotFoundError, IsADirectoryError):
-            raise InputError("no such file (BPE codes)", cfg.bpe_codes) from None
-        except UnicodeDecodeError as e:
-            raise InputError(f"invalid UTF-8 at byte {e.start} (BPE codes)", cfg.bpe_codes) from None
-        _check_bpe_codes(codes, cfg.bpe_codes)
+    subwords = _given_subwords(cfg)  # {"bpe_codes": ..., "spm_model": ...} when given, else {}
     text_cfg = {lang: TextConfig(lang, cfg.normalize_punctuation, cfg.aggressive_dash_splits, cfg.lowercase)
                 for lang in (src, tgt)}
     given_vocabs = None
     if cfg.vocab_from is not None:  # (a corpus to fine-tune a model of that directory on: the same ids)
-        given_vocabs, codes = _vocabs_from(cfg.vocab_from, src, tgt, text_cfg)
+        given_vocabs, subwords = _vocabs_from(cfg.vocab_from, src, tgt, text_cfg)
 
     with atomic_dir(cfg.dest, force=cfg.force, marker=manifest_format.MANIFEST, kind="a prepared corpus") as out:
         stats: dict[str, dict] = {}
@@ -158,27 +160,12 @@ def prepare(cfg: PrepareConfig) -> dict:
                 stats[split] = _tokenize_split(mapper, files, out, split, src, tgt)
                 log.info("%s: %d pairs read and tokenised", split, stats[split]["lines_in"])
 
-        # 2. BPE codes: learned jointly on the training words, or given
-        bpe_info = None
-        if cfg.bpe_merges is not None:
-            word_counts: Counter = Counter()
-            for lang in (src, tgt):
-                for words in _read_tok(os.path.join(out, f"train.tok.{lang}")):
-                    word_counts.update(words)
-            codes = learn_bpe_codes(word_counts, cfg.bpe_merges)
-            if not codes.partition("\n")[2].strip():
-                raise InputError(f"no BPE merge could be learned (no pair of symbols occurs twice in the "
-                                 f"{len(word_counts)} training word types); drop --bpe-merges", splits["train"][0][0])
-            log.info("learned %d BPE merges on %d training word types", cfg.bpe_merges, len(word_counts))
-        if codes is not None:
-            with open(os.path.join(out, "bpe.codes"), "w", encoding="utf-8", newline="\n") as f:
-                f.write(codes)
-            bpe_info = {"codes_file": "bpe.codes", "learned_merges": cfg.bpe_merges,
-                        "given_codes": cfg.bpe_codes or cfg.vocab_from, "separator": text_cfg[src].bpe_separator, "joint": True}
-        model_cfg = {lang: TextConfig(**{**c.to_dict(), "bpe_codes": codes}) for lang, c in text_cfg.items()}
+        # 2. subword segmentation: learned jointly on the training words, or given
+        subwords, subword_info = _subword_segmentation(cfg, out, splits, subwords)
+        model_cfg = {lang: TextConfig(**{**c.to_dict(), **subwords}) for lang, c in text_cfg.items()}
 
         # 3. model tokens, filtering (train only) and counts; 4. vocabularies and binarized corpora
-        with _Mapper(cfg.workers if codes is not None else 1, model_cfg[src], model_cfg[tgt]) as mapper:
+        with _Mapper(cfg.workers if subwords else 1, model_cfg[src], model_cfg[tgt]) as mapper:
             counts = {}
             for split in splits:
                 counts[split] = _filter_and_count(mapper, out, split, src, tgt, stats[split],
@@ -193,31 +180,111 @@ def prepare(cfg: PrepareConfig) -> dict:
                 _binarize(os.path.join(out, f".{split}.model.{lang}"), os.path.join(out, f"{split}.{lang}"),
                           vocabs[lang])
                 stats[split]["coverage"][lang] = round(vocabs[lang].coverage(counts[split][k]), 6)
-        manifest = _manifest(cfg, splits, stats, vocabs, counts["train"], model_cfg, bpe_info)
+        manifest = _manifest(cfg, splits, stats, vocabs, counts["train"], model_cfg, subword_info)
         with open(os.path.join(out, manifest_format.MANIFEST), "w", encoding="utf-8", newline="\n") as f:
             f.write(manifest_format.dumps(manifest))
         _report(manifest)
     return manifest
 
 
-def _vocabs_from(directory: str, src: str, tgt: str, text_cfg: dict) -> tuple[dict, str | None]:
-    """The vocabularies and BPE codes of another prepared directory (same languages and text settings)."""
+def _vocabs_from(directory: str, src: str, tgt: str, text_cfg: dict) -> tuple[dict, dict]:
+    """The vocabularies and subword segmentation of another prepared directory (same languages and text
+    settings)."""
     from nmtkit.manifest import PreparedData
 
     other = PreparedData.open(directory)
     if (other.source_lang, other.target_lang) != (src, tgt):
         raise InputError(f"is a {other.source_lang}-{other.target_lang} corpus, not {src}-{tgt}", directory)
-    codes = None
+    subwords: dict = {}
     for lang in (src, tgt):
         theirs = other.text_config(lang)
-        codes = theirs.bpe_codes
-        mine = {k: v for k, v in text_cfg[lang].to_dict().items() if k != "bpe_codes"}
+        subwords = {k: getattr(theirs, k) for k in SUBWORD_FIELDS if getattr(theirs, k) is not None}
+        mine = {k: v for k, v in text_cfg[lang].to_dict().items() if k not in SUBWORD_FIELDS}
         differ = [f"{k} {theirs.to_dict()[k]!r} there, {v!r} here" for k, v in mine.items()
                   if theirs.to_dict()[k] != v]
         if differ:
             raise InputError(f"its {lang} text settings differ ({', '.join(differ)}); prepare with the same "
                              "--lowercase/--no-normalize/--aggressive-dash-splits", directory)
-    return {lang: other.vocab(lang) for lang in (src, tgt)}, codes
+    return {lang: other.vocab(lang) for lang in (src, tgt)}, subwords
+
+
+SUBWORD_FIELDS = ("bpe_codes", "spm_model")  # (the TextConfig fields that hold a segmentation model)
+
+
+def _given_subwords(cfg: PrepareConfig) -> dict:
+    """The BPE codes or SentencePiece model named by ``--bpe-codes``/``--spm-model``, read and checked."""
+    import base64
+
+    if cfg.bpe_codes is not None:
+        try:
+            with open(cfg.bpe_codes, encoding="utf-8", newline="") as f:
+                codes = f.read().removeprefix(BOM.decode("utf-8"))  # a byte-order mark at the start is not text
+        except (FileNotFoundError, IsADirectoryError):
+            raise InputError("no such file (BPE codes)", cfg.bpe_codes) from None
+        except UnicodeDecodeError as e:
+            raise InputError(f"invalid UTF-8 at byte {e.start} (BPE codes)", cfg.bpe_codes) from None
+        _check_bpe_codes(codes, cfg.bpe_codes)
+        return {"bpe_codes": codes}
+    if cfg.spm_model is not None:
+        try:
+            with open(cfg.spm_model, "rb") as f:
+                model = base64.b64encode(f.read()).decode("ascii")
+        except (FileNotFoundError, IsADirectoryError):
+            raise InputError("no such file (SentencePiece model)", cfg.spm_model) from None
+        try:
+            spm_processor(model)
+        except ValueError as e:
+            raise InputError(str(e), cfg.spm_model) from None
+        return {"spm_model": model}
+    return {}
+
+
+def _subword_segmentation(cfg: PrepareConfig, out: str, splits: dict, given: dict) -> tuple[dict, dict | None]:
+    """Step 2: the TextConfig fields of the segmentation (learned on the training words of both languages, or
+    ``given``) and its manifest entry; the model is written into the prepared directory (``bpe.codes`` or
+    ``spm.model``).  ({}, None) on the word-level path."""
+    import base64
+
+    src, tgt = cfg.source_lang, cfg.target_lang
+    train_words = [os.path.join(out, f"train.tok.{lang}") for lang in (src, tgt)]
+    subwords = dict(given)
+    if cfg.bpe_merges is not None:
+        word_counts: Counter = Counter()
+        for path in train_words:
+            for words in _read_tok(path):
+                word_counts.update(words)
+        codes = learn_bpe_codes(word_counts, cfg.bpe_merges)
+        if not codes.partition("\n")[2].strip():
+            raise InputError(f"no BPE merge could be learned (no pair of symbols occurs twice in the "
+                             f"{len(word_counts)} training word types); drop --bpe-merges", splits["train"][0][0])
+        log.info("learned %d BPE merges on %d training word types", cfg.bpe_merges, len(word_counts))
+        subwords = {"bpe_codes": codes}
+    if cfg.spm_vocab_size is not None:
+        def lines():
+            for path in train_words:
+                with open(path, encoding="utf-8", newline="\n") as f:
+                    yield from (line.rstrip("\n") for line in f)
+        try:
+            subwords = {"spm_model": learn_spm_model(lines(), cfg.spm_vocab_size, cfg.spm_type)}
+        except ValueError as e:
+            raise InputError(f"no SentencePiece model of {cfg.spm_vocab_size} units could be learned ({e}); "
+                             "lower --spm-vocab-size", splits["train"][0][0]) from None
+        log.info("learned a SentencePiece %s model of %d units on the training words", cfg.spm_type,
+                 cfg.spm_vocab_size)
+    given_from = cfg.bpe_codes or cfg.spm_model or cfg.vocab_from
+    if "bpe_codes" in subwords:
+        with open(os.path.join(out, "bpe.codes"), "w", encoding="utf-8", newline="\n") as f:
+            f.write(subwords["bpe_codes"])
+        return subwords, {"kind": "bpe", "codes_file": "bpe.codes", "learned_merges": cfg.bpe_merges,
+                          "given_codes": given_from, "separator": BPE_SEPARATOR, "joint": True}
+    if "spm_model" in subwords:
+        with open(os.path.join(out, "spm.model"), "wb") as f:
+            f.write(base64.b64decode(subwords["spm_model"]))
+        return subwords, {"kind": "sentencepiece", "model_file": "spm.model",
+                          "learned_units": cfg.spm_vocab_size,
+                          "model_type": cfg.spm_type if cfg.spm_vocab_size is not None else None,
+                          "given_model": given_from, "joint": True}
+    return {}, None
 
 
 def _check_bpe_codes(codes: str, path: str) -> None:
@@ -309,11 +376,15 @@ def _binarize(model_path: str, prefix: str, vocab: Vocabulary) -> None:
     os.unlink(model_path)
 
 
-def _manifest(cfg: PrepareConfig, splits, stats, vocabs, train_counts, model_cfg, bpe_info) -> dict:
+def _manifest(cfg: PrepareConfig, splits, stats, vocabs, train_counts, model_cfg, subword_info) -> dict:
     src, tgt = cfg.source_lang, cfg.target_lang
-    preprocessing = {lang: {**c.to_dict(), "bpe_codes": None} for lang, c in model_cfg.items()}
+    preprocessing = {lang: {**c.to_dict(), **dict.fromkeys(SUBWORD_FIELDS)} for lang, c in model_cfg.items()}
     import sacremoses
     import subword_nmt
+
+    kind = subword_info and subword_info["kind"]
+    if kind == "sentencepiece":
+        import sentencepiece
 
     return {
         "format": manifest_format.FORMAT_NAME,
@@ -323,9 +394,11 @@ def _manifest(cfg: PrepareConfig, splits, stats, vocabs, train_counts, model_cfg
         "target_lang": tgt,
         "preprocessing": preprocessing,
         "tools": {"sacremoses": getattr(sacremoses, "__version__", "unknown"),
-                  "subword_nmt": getattr(subword_nmt, "__version__", "unknown") if bpe_info else None},
-        "bpe": bpe_info,
-        "filters": {"max_len": cfg.max_len, "unit": "model tokens (subwords with BPE)", "splits": ["train"],
+                  "subword_nmt": getattr(subword_nmt, "__version__", "unknown") if kind == "bpe" else None,
+                  "sentencepiece": sentencepiece.__version__ if kind == "sentencepiece" else None},
+        "bpe": subword_info if kind == "bpe" else None,
+        "sentencepiece": subword_info if kind == "sentencepiece" else None,
+        "filters": {"max_len": cfg.max_len, "unit": "model tokens (subword units with BPE or SentencePiece)", "splits": ["train"],
                     "remove_empty": True, "max_ratio": cfg.max_ratio, "dedup": cfg.dedup},
         "vocab": {
             lang: {"file": f"vocab.{lang}", "shortlist": size, "size": len(vocabs[lang]),

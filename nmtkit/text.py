@@ -1,8 +1,12 @@
-"""Text preprocessing, as Moses users know it: punctuation normalisation, tokenisation, lowercasing, BPE.
+"""Text preprocessing, as Moses users know it: punctuation normalisation, tokenisation, lowercasing, subwords.
 
 The paper tokenised with the Moses scripts and trained on words (a 30,000-word shortlist per language, no
-subwords); that is the default path here. Byte-pair encoding (Sennrich et al., subword-nmt) is optional, with one
-set of codes learned jointly on both languages.
+subwords); that is the default path here. Two subword segmentations are optional, each shared by both languages:
+byte-pair encoding (Sennrich et al., subword-nmt; units end in ``@@`` when a word goes on) and a SentencePiece
+model (Kudo & Richardson; units that begin a word start with ``▁``). SentencePiece here segments the Moses words,
+as BPE does, so that every tool (alignments, ``--replace-unk``, scoring) works on the same words whichever
+segmentation is chosen; its model is learned with the identity normalisation, so that the units of a word join
+back into exactly that word.
 
 Everything a later tool needs to preprocess new input the same way, and to undo it on output, is recorded by
 :meth:`Preprocessor.to_dict` (it goes into the prepared corpus's manifest and from there into checkpoints).
@@ -15,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 BPE_SEPARATOR = "@@"
+SPM_SPACE = "\u2581"  # "▁": SentencePiece's mark on the unit that begins a word
+_SPM_ESCAPE = "\ue001"  # stands for a literal "▁" inside a word while SentencePiece sees it
 UNK_TOKEN = "<unk>"  # how the unknown-word token is written in text (nmtkit.vocab.SPECIALS[1])
 _UNK_PLACEHOLDER = "\ue000"  # a private-use character: Moses keeps it as a token of its own
 
@@ -33,6 +39,7 @@ class TextConfig:
     lowercase: bool = False
     bpe_codes: str | None = None  # the text of a subword-nmt codes file, shared by both languages; None = words
     bpe_separator: str = BPE_SEPARATOR
+    spm_model: str | None = None  # a SentencePiece model (base64 of its bytes), shared by both languages
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -70,6 +77,11 @@ class Preprocessor:
             if problem is not None:  # (subword-nmt would print its own message and exit the process)
                 raise ValueError(f"bad BPE codes: {problem}")
             self._bpe = BPE(io.StringIO(config.bpe_codes), separator=config.bpe_separator)
+        self._spm = None
+        if config.spm_model is not None:
+            if config.bpe_codes is not None:
+                raise ValueError("BPE codes and a SentencePiece model exclude each other")
+            self._spm = spm_processor(config.spm_model)
 
     def words(self, line: str) -> list[str]:
         """Normalise, Moses-tokenise and (optionally) lowercase one line; never contains whitespace or line breaks.
@@ -91,19 +103,38 @@ class Preprocessor:
             tokens = [t.lower() for t in tokens]
         return tokens
 
+    @property
+    def segmented(self) -> bool:
+        """Whether model tokens are subword units (BPE or SentencePiece) rather than words."""
+        return self._bpe is not None or self._spm is not None
+
     def subwords(self, words: list[str]) -> list[str]:
-        """Segment words into BPE units (``"un@@ believ@@ able"``); the identity on the word-level path."""
+        """Segment words into units: BPE (``"un@@ believ@@ able"``) or SentencePiece (``"▁un believ able"``);
+        the identity on the word-level path."""
+        if self._spm is not None:
+            if not words:
+                return []
+            escaped = [w.replace(SPM_SPACE, _SPM_ESCAPE) for w in words]
+            return [unit for units in self._spm.encode(escaped, out_type=str) for unit in units]
         if self._bpe is None:
             return words
         return self._bpe.segment_tokens(words)
+
+    def words_of(self, tokens: list[str]) -> tuple[list[str], list[int]]:
+        """Model tokens → (words, index of the word each token belongs to): the inverse of :meth:`subwords`."""
+        if self._spm is not None:
+            return spm_words_of(tokens)
+        if self._bpe is None:
+            return list(tokens), list(range(len(tokens)))
+        return words_of(tokens, self.config.bpe_separator)
 
     def tokenize(self, line: str) -> list[str]:
         """What the model sees for one raw line: :meth:`words` then :meth:`subwords`."""
         return self.subwords(self.words(line))
 
     def merge_subwords(self, tokens: list[str]) -> list[str]:
-        """Undo BPE: join units that end in the separator with the unit after them."""
-        return tokens if self._bpe is None else words_of(tokens, self.config.bpe_separator)[0]
+        """Undo the segmentation: join each word's units back into the word."""
+        return self.words_of(tokens)[0] if self.segmented else tokens
 
     def detokenize(self, tokens: list[str]) -> str:
         """Model tokens back to running text: merge subwords, then Moses detokenisation."""
@@ -127,6 +158,75 @@ def words_of(tokens: list[str], sep: str = BPE_SEPARATOR) -> tuple[list[str], li
     if pending:
         words.append(pending)
     return words, owner
+
+
+def spm_words_of(tokens: list[str]) -> tuple[list[str], list[int]]:
+    """Join SentencePiece units into words: a unit starting with ``▁`` begins a word (a lone ``▁`` makes the unit
+    after it begin one), any other continues the word before it; (words, index of the word each unit belongs to).
+
+    >>> spm_words_of(["\u2581un", "believ", "able", "\u2581man"])
+    (['unbelievable', 'man'], [0, 0, 0, 1])
+    """
+    words: list[str] = []
+    owner: list[int] = []
+    starts = True
+    for tok in tokens:
+        if tok.startswith(SPM_SPACE):
+            starts, tok = True, tok[len(SPM_SPACE):]
+        if not tok:  # a lone "▁" belongs to the word it begins
+            owner.append(len(words))
+            continue
+        if starts or not words:
+            words.append(tok)
+            starts = False
+        else:
+            words[-1] += tok
+        owner.append(len(words) - 1)
+    last = max(len(words) - 1, 0)  # (a trailing lone "▁" begins no word: it joins the last one)
+    return [w.replace(_SPM_ESCAPE, SPM_SPACE) for w in words], [min(o, last) for o in owner]
+
+
+def spm_processor(model_b64: str):
+    """A SentencePiece processor from a model's base64 text; ValueError if it is not a SentencePiece model."""
+    import base64
+    import binascii
+
+    import sentencepiece
+
+    try:
+        proto = base64.b64decode(model_b64.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        raise ValueError("the SentencePiece model is not base64 text") from None
+    processor = sentencepiece.SentencePieceProcessor()
+    try:
+        processor.LoadFromSerializedProto(proto)
+    except (RuntimeError, OSError):
+        raise ValueError("not a SentencePiece model (its bytes do not parse)") from None
+    if processor.get_piece_size() == 0:
+        raise ValueError("not a SentencePiece model (no pieces)")
+    return processor
+
+
+def learn_spm_model(sentences: Iterable[str], vocab_size: int, model_type: str = "unigram") -> str:
+    """Learn a SentencePiece model of ``vocab_size`` units on lines of space-separated words (the Moses tokens of
+    both languages); returns it as base64 text.  Identity normalisation (the words are already normalised, and
+    every unit must join back into its word), all characters covered, one thread (the model must not depend on
+    the number of threads).  ValueError with SentencePiece's reason when it cannot learn one (too few types)."""
+    import base64
+
+    import sentencepiece
+
+    model = io.BytesIO()
+    escaped = (line.replace(SPM_SPACE, _SPM_ESCAPE) for line in sentences)
+    try:
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=escaped, model_writer=model, vocab_size=vocab_size, model_type=model_type,
+            character_coverage=1.0, normalization_rule_name="identity", split_digits=False,
+            unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1, num_threads=1, max_sentence_length=1 << 16,
+            train_extremely_large_corpus=False, minloglevel=2)
+    except RuntimeError as e:  # ("INTERNAL: src/trainer_interface.cc(744) [...] Vocabulary size too high ...")
+        raise ValueError(str(e).strip().splitlines()[-1].rpartition("] ")[2]) from None
+    return base64.b64encode(model.getvalue()).decode("ascii")
 
 
 def bpe_codes_problem(codes: str) -> str | None:

@@ -45,7 +45,7 @@ from nmtkit.errors import InputError
 from nmtkit.sampling import Sampling, sample
 from nmtkit.search import Hypothesis, beam_search
 from nmtkit.streaming import windows
-from nmtkit.text import Preprocessor, TextConfig, words_of
+from nmtkit.text import Preprocessor, TextConfig
 from nmtkit.vocab import PAD, SPECIALS, UNK, Vocabulary
 
 log = logging.getLogger("nmtkit.translate")
@@ -245,10 +245,11 @@ class Translator:
 
     def _pieces(self, tokens: list[str]) -> list[list[str]]:
         """Cut a long token sequence into pieces of at most max_source_len tokens, at word ends where possible."""
-        sep, limit, pieces, start = self.src_pre.config.bpe_separator, self.max_source_len, [], 0
+        limit, pieces, start = self.max_source_len, [], 0
+        word_of = self.src_pre.words_of(tokens)[1] if len(tokens) > limit else None
         while len(tokens) - start > limit:
             cut = start + limit
-            while cut > start + 1 and tokens[cut - 1].endswith(sep):
+            while cut > start + 1 and word_of[cut] == word_of[cut - 1]:  # (not inside a word)
                 cut -= 1
             pieces.append(tokens[start:cut])
             start = cut
@@ -392,8 +393,7 @@ class Translator:
         if self.need_attention:
             t.attention = _block_attention(alphas)
             t.alignment = hard_links(word_matrix(src_tokens, best_tokens, np.asarray(t.attention["alpha"]),
-                                                 self.src_pre.config.bpe_separator,
-                                                 self.tgt_pre.config.bpe_separator))
+                                                 self.src_pre.words_of, self.tgt_pre.words_of))
         return t
 
     def _target_tokens(self, h: Hypothesis, piece: _Piece) -> list[str]:
@@ -401,7 +401,7 @@ class Translator:
         forced = len(piece.prefix_tokens)
         toks[:forced] = piece.prefix_tokens  # the prefix's words as given, out-of-vocabulary too
         if self.replace_unk and h.attention is not None:
-            src_words, src_word_of = words_of(piece.tokens, self.src_pre.config.bpe_separator)
+            src_words, src_word_of = self.src_pre.words_of(piece.tokens)
             for i, tid in enumerate(h.tokens[forced:], start=forced):
                 if tid == UNK:
                     j = int(h.attention[i, : len(piece.tokens)].argmax())

@@ -1,0 +1,224 @@
+"""SentencePiece as the third segmentation (nmt-prepare --spm-vocab-size / --spm-model), on real text end to end:
+the prepared units against the sentencepiece package's own segmentation, words back from units, identical bytes
+on reruns, one-line errors, and a trained model whose checkpoint carries the model so that nmt-translate segments
+new input the same way."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+
+import pytest
+import sentencepiece
+
+from nmtkit import checkpoint
+from nmtkit.errors import InputError
+from nmtkit.manifest import PreparedData
+from nmtkit.prepare import PrepareConfig, prepare
+from nmtkit.text import SPM_SPACE, Preprocessor, TextConfig, learn_spm_model, spm_words_of
+
+from conftest import REPO, lines_of
+
+pytestmark = pytest.mark.slow
+UNITS = 1200
+
+
+def _write(path, lines):
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _snapshot(directory) -> dict[str, bytes]:
+    return {name: open(os.path.join(directory, name), "rb").read() for name in sorted(os.listdir(directory))}
+
+
+@pytest.fixture(scope="module")
+def spm_data(data_dir, tmp_path_factory):
+    """1,500 Multi30K pairs prepared with a joint SentencePiece model of 1,200 units; news-test-2014 as test."""
+    root = tmp_path_factory.mktemp("spm")
+    for lang in ("en", "fr"):
+        _write(root / f"train.{lang}", lines_of(data_dir / "multi30k" / f"train.{lang}", 1500))
+        _write(root / f"valid.{lang}", lines_of(data_dir / "multi30k" / f"val.{lang}", 50))
+        _write(root / f"test.{lang}", lines_of(data_dir / "wmt14" / f"newstest2014.{lang}", 60))
+    cfg = dict(train=[str(root / "train")], valid=str(root / "valid"), test=[str(root / "test")],
+               src_vocab_size=1000, tgt_vocab_size=1000, max_len=40)
+    prepare(PrepareConfig("en", "fr", dest=str(root / "data"), spm_vocab_size=UNITS, **cfg))
+    return root, cfg
+
+
+def test_prepared_units_are_sentencepiece_segmentation_of_the_words(spm_data):
+    root, _ = spm_data
+    data = PreparedData.open(root / "data")
+    entry = data.manifest["sentencepiece"]
+    assert entry["model_type"] == "unigram" and entry["learned_units"] == UNITS and entry["joint"]
+    assert data.manifest["bpe"] is None
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(root / "data" / entry["model_file"]))
+    assert sp.get_piece_size() == UNITS
+    kept = [int(n) for n in lines_of(root / "data" / "train.kept")]
+    for split, lines in (("train", kept), ("test", range(1, 61))):
+        for lang in ("en", "fr"):
+            vocab = data.vocab(lang)
+            corpus = data.corpus(split, lang)
+            words = lines_of(root / "data" / f"{split}.tok.{lang}")
+            assert len(corpus) == len(lines)
+            for k, line in enumerate(lines):
+                # the package segments the whole line; nmtkit segments word by word: the same units
+                expected = sp.encode(words[line - 1], out_type=str)
+                assert vocab.decode(corpus[k]) == [u if u in vocab else "<unk>" for u in expected]
+    assert data.manifest["splits"]["test"]["coverage"]["fr"] > 0.97  # units cover other-domain text too
+
+
+def test_units_join_back_into_the_words_and_each_unit_into_its_word(spm_data, data_dir):
+    root, _ = spm_data
+    pre = Preprocessor(PreparedData.open(root / "data").text_config("fr"))
+    lines = lines_of(data_dir / "wmt14" / "newstest2014.fr", 300) + ["un mot ▁ à part et ▁▁ x▁y ▁"]
+    for line in lines:
+        words = pre.words(line)
+        units = pre.subwords(words)
+        assert all(u and " " not in u for u in units)
+        merged, owner = pre.words_of(units)
+        assert merged == words and pre.merge_subwords(units) == words
+        for w, word in enumerate(words):  # the units owned by word w spell it, ▁ marks removed
+            spelled = "".join(u for u, o in zip(units, owner) if o == w).replace(SPM_SPACE, "")
+            assert spelled.replace("\ue001", SPM_SPACE) == word
+    words = pre.words(lines[0])  # units → running text is words → running text on the word-level path
+    assert pre.detokenize(pre.subwords(words)) == Preprocessor(TextConfig("fr")).detokenize(words)
+    assert pre.detokenize(pre.subwords(words)) == "Spectaculaire saut en \"wingsuit\" au-dessus de Bogota"
+
+
+def test_words_from_model_output_that_does_not_start_a_word():
+    # a model may generate any unit first, or a lone "▁" last: every unit still belongs to a word
+    assert spm_words_of(["ont", "\u2581il", "s"]) == (["ont", "ils"], [0, 1, 1])
+    assert spm_words_of(["\u2581", "\u2581a", "\u2581"]) == (["a"], [0, 0, 0])
+    assert spm_words_of([]) == ([], [])
+
+
+def test_same_bytes_with_more_workers_and_with_the_model_given(spm_data):
+    root, cfg = spm_data
+    prepare(PrepareConfig("en", "fr", dest=str(root / "again"), spm_vocab_size=UNITS, workers=2, **cfg))
+    assert _snapshot(root / "again") == _snapshot(root / "data")
+    prepare(PrepareConfig("en", "fr", dest=str(root / "given"), spm_model=str(root / "data" / "spm.model"), **cfg))
+    given = _snapshot(root / "given")
+    learned = _snapshot(root / "data")
+    assert given.keys() == learned.keys()
+    assert all(given[k] == learned[k] for k in given if k != "manifest.json")
+    entry = PreparedData.open(root / "given").manifest["sentencepiece"]
+    assert entry["given_model"] == str(root / "data" / "spm.model") and entry["learned_units"] is None
+    prepare(PrepareConfig("en", "fr", dest=str(root / "from"), vocab_from=str(root / "data"), **cfg))
+    assert _snapshot(root / "from")["train.fr.bin"] == learned["train.fr.bin"]
+
+
+def test_spm_type_bpe(spm_data):
+    root, cfg = spm_data
+    prepare(PrepareConfig("en", "fr", dest=str(root / "spmbpe"), spm_vocab_size=800, spm_type="bpe", **cfg))
+    data = PreparedData.open(root / "spmbpe")
+    assert data.manifest["sentencepiece"]["model_type"] == "bpe"
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(root / "spmbpe" / "spm.model"))
+    assert sp.get_piece_size() == 800
+    words = lines_of(root / "spmbpe" / "test.tok.en")[0]
+    assert data.vocab("en").decode(data.corpus("test", "en")[0]) == [
+        u if u in data.vocab("en") else "<unk>" for u in sp.encode(words, out_type=str)]
+
+
+def _prepare_cli(*args) -> tuple[int, str]:
+    """(exit code, the one error line): log lines aside, a failed run must print exactly one line."""
+    proc = subprocess.run([sys.executable, str(REPO / "bin" / "nmt-prepare"), "-s", "en", "-t", "fr", "-q",
+                           *map(str, args)], capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, lines[0]
+
+
+def test_bad_sentencepiece_settings_are_one_line_errors(spm_data, tmp_path):
+    root, _ = spm_data
+    train = root / "train"
+    _, line = _prepare_cli("--train", train, "--dest", tmp_path / "d", "--spm-vocab-size", 500000)
+    assert not (tmp_path / "d").exists()
+    assert line.startswith(f"nmt-prepare: error: {train}.en: no SentencePiece model of 500000 units") \
+        and "Vocabulary size too high" in line
+    bad = tmp_path / "bad.model"
+    bad.write_bytes(b"not a model\n" * 10)
+    _, line = _prepare_cli("--train", train, "--dest", tmp_path / "d", "--spm-model", bad)
+    assert line == f"nmt-prepare: error: {bad}: not a SentencePiece model (its bytes do not parse)"
+    _, line = _prepare_cli("--train", train, "--dest", tmp_path / "d", "--spm-model", tmp_path / "missing.model")
+    assert line == f"nmt-prepare: error: {tmp_path / 'missing.model'}: no such file (SentencePiece model)"
+    for extra, needle in ((["--bpe-merges", 10], "--bpe-merges and --spm-vocab-size exclude each other"),
+                          (["--spm-model", bad], "--spm-vocab-size and --spm-model exclude each other"),
+                          (["--vocab-from", root / "data"], "--vocab-from brings its directory's subword")):
+        _, line = _prepare_cli("--train", train, "--dest", tmp_path / "d", "--spm-vocab-size", 100, *extra)
+        assert needle in line
+    with pytest.raises(InputError, match="--spm-type"):
+        PrepareConfig("en", "fr", train=[str(train)], dest=str(tmp_path / "d"), spm_vocab_size=10,
+                      spm_type="char").check()
+    with pytest.raises(ValueError, match="Vocabulary size too high"):
+        learn_spm_model(["a b", "c"], 1000)
+
+
+@pytest.fixture(scope="module")
+def spm_model(spm_data):
+    import torch
+
+    from nmtkit.train import TrainConfig, train
+
+    root, _ = spm_data
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(TrainConfig(data=str(root / "data"), arch="rnnsearch-tiny", save_dir=str(root / "run"),
+                          optimizer="adam", lr=0.01, batch_size=40, max_updates=60, valid_every=60,
+                          valid_bleu_sentences=20, log_every=30))
+    finally:
+        torch.set_num_threads(threads)
+    return str(root / "run" / "checkpoint_last.pt")
+
+
+def test_the_checkpoint_carries_the_model_and_translation_segments_with_it(spm_data, spm_model, tmp_path):
+    root, _ = spm_data
+    payload = checkpoint.load(spm_model)  # (torch.load(..., weights_only=True) inside)
+    with open(root / "data" / "spm.model", "rb") as f:
+        assert base64.b64decode(payload["preprocessing"]["src"]["spm_model"]) == f.read()
+    from nmtkit.translate import Translator
+
+    src = lines_of(root / "test.en", 12)
+    with Translator([spm_model], beam=3, workers=1, need_attention=True) as tr:
+        sp = sentencepiece.SentencePieceProcessor(model_file=str(root / "data" / "spm.model"))
+        for line in src:  # the source is segmented as nmt-prepare segmented it
+            assert tr.src_pre.tokenize(line) == sp.encode(" ".join(tr.src_pre.words(line)), out_type=str)
+    inp = tmp_path / "in.en"
+    _write(inp, src)
+    out, align = tmp_path / "out.fr", tmp_path / "align"
+    proc = subprocess.run([sys.executable, str(REPO / "bin" / "nmt-translate"), "-m", spm_model, "-i", str(inp),
+                           "-o", str(out), "--beam", "3", "--alignments", str(align), "--tokenized",
+                           "--replace-unk"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    hyps, links = lines_of(out), lines_of(align)
+    assert len(hyps) == len(links) == len(src)
+    for s, h, al in zip(src, hyps, links):  # word-level output: no unit marks, alignments index words
+        assert SPM_SPACE not in h and "<unk>" not in h
+        pairs = [tuple(map(int, link.split("-"))) for link in al.split()]
+        assert len(pairs) == len(h.split())
+        assert all(0 <= i < len(s.split()) and 0 <= j < len(h.split()) for i, j in pairs)
+
+
+def test_a_checkpoint_with_a_damaged_model_is_a_one_line_error(spm_model, tmp_path):
+    payload = checkpoint.load(spm_model)
+    for side, value, problem in (("src", "@@@", "is not base64 text"),
+                                 ("tgt", base64.b64encode(b"x" * 50).decode(), "its bytes do not parse")):
+        damaged = {k: v for k, v in payload.items() if k not in ("format", "format_version", "nmtkit_version")}
+        damaged["preprocessing"] = {**payload["preprocessing"],
+                                    side: {**payload["preprocessing"][side], "spm_model": value}}
+        path = tmp_path / f"{side}.pt"
+        checkpoint.save(damaged, path)
+        with pytest.raises(InputError, match=f"malformed checkpoint: 'preprocessing.{side}.spm_model'.*{problem}"):
+            checkpoint.load(str(path))
+
+
+def test_text_config_round_trip_keeps_the_model(spm_data):
+    root, _ = spm_data
+    cfg = PreparedData.open(root / "data").text_config("en")
+    again = TextConfig.from_dict(cfg.to_dict())
+    assert again == cfg and again.spm_model is not None and again.bpe_codes is None
+    line = "Two young men ride their bicycles past the old harbour."
+    assert Preprocessor(again).tokenize(line) == Preprocessor(cfg).tokenize(line)
