@@ -59,6 +59,7 @@ class PrepareConfig:
     spm_vocab_size: int | None = None  # learn a joint SentencePiece model of this many units
     spm_model: str | None = None  # path of an existing SentencePiece model file
     spm_type: str = "unigram"  # SentencePiece's model type when learning one: unigram or bpe
+    bpe_dropout: float = 0.0  # BPE-dropout the training will use: the shortlists also count one such segmentation
     vocab_from: str | None = None  # a prepared directory whose vocabularies, BPE codes and text settings are reused
     workers: int = 1
     force: bool = False
@@ -82,6 +83,12 @@ class PrepareConfig:
             raise InputError(f"--vocab-from brings its directory's subword segmentation; drop {segmentations[0]}")
         if self.spm_vocab_size is not None and self.spm_vocab_size < 2:
             raise InputError(f"--spm-vocab-size must be at least 2 (got {self.spm_vocab_size})")
+        if not 0 <= self.bpe_dropout < 1:
+            raise InputError(f"--bpe-dropout must be in [0, 1) (got {self.bpe_dropout})")
+        if self.bpe_dropout and self.bpe_merges is None and self.bpe_codes is None:
+            raise InputError("--bpe-dropout needs BPE (--bpe-merges or --bpe-codes)"
+                             + ("; --vocab-from brings its directory's vocabularies and BPE-dropout"
+                                if self.vocab_from is not None else ""))
         if self.spm_type not in ("unigram", "bpe"):
             raise InputError(f"--spm-type must be unigram or bpe (got '{self.spm_type}')")
         if self.max_ratio is not None and not (1 <= self.max_ratio < math.inf):
@@ -148,9 +155,9 @@ def prepare(cfg: PrepareConfig) -> dict:
     subwords = _given_subwords(cfg)  # {"bpe_codes": ..., "spm_model": ...} when given, else {}
     text_cfg = {lang: TextConfig(lang, cfg.normalize_punctuation, cfg.aggressive_dash_splits, cfg.lowercase)
                 for lang in (src, tgt)}
-    given_vocabs = None
+    given_vocabs, inherited_dropout = None, 0.0
     if cfg.vocab_from is not None:  # (a corpus to fine-tune a model of that directory on: the same ids)
-        given_vocabs, subwords = _vocabs_from(cfg.vocab_from, src, tgt, text_cfg)
+        given_vocabs, subwords, inherited_dropout = _vocabs_from(cfg.vocab_from, src, tgt, text_cfg)
 
     with atomic_dir(cfg.dest, force=cfg.force, marker=manifest_format.MANIFEST, kind="a prepared corpus") as out:
         stats: dict[str, dict] = {}
@@ -171,8 +178,14 @@ def prepare(cfg: PrepareConfig) -> dict:
                 counts[split] = _filter_and_count(mapper, out, split, src, tgt, stats[split],
                                                   cfg.max_len if split == "train" else None,
                                                   cfg.max_ratio, cfg.dedup)
-        vocabs = given_vocabs or {src: Vocabulary.build(counts["train"][0], cfg.src_vocab_size),
-                                  tgt: Vocabulary.build(counts["train"][1], cfg.tgt_vocab_size)}
+            shortlist_counts = counts["train"]
+            if cfg.bpe_dropout:  # the units BPE-dropout makes must be in the shortlists too
+                shortlist_counts = _dropout_counts(mapper, out, src, tgt, cfg.bpe_dropout, counts["train"])
+                subword_info["dropout"] = cfg.bpe_dropout
+        if inherited_dropout:  # (--vocab-from: the shortlists were made for that directory's BPE-dropout)
+            subword_info["dropout"] = inherited_dropout
+        vocabs = given_vocabs or {src: Vocabulary.build(shortlist_counts[0], cfg.src_vocab_size),
+                                  tgt: Vocabulary.build(shortlist_counts[1], cfg.tgt_vocab_size)}
         for lang, vocab in vocabs.items():
             vocab.save(os.path.join(out, f"vocab.{lang}"))
         for split in splits:
@@ -187,9 +200,9 @@ def prepare(cfg: PrepareConfig) -> dict:
     return manifest
 
 
-def _vocabs_from(directory: str, src: str, tgt: str, text_cfg: dict) -> tuple[dict, dict]:
-    """The vocabularies and subword segmentation of another prepared directory (same languages and text
-    settings)."""
+def _vocabs_from(directory: str, src: str, tgt: str, text_cfg: dict) -> tuple[dict, dict, float]:
+    """The vocabularies, subword segmentation and BPE-dropout of another prepared directory (same languages and
+    text settings)."""
     from nmtkit.manifest import PreparedData
 
     other = PreparedData.open(directory)
@@ -205,7 +218,8 @@ def _vocabs_from(directory: str, src: str, tgt: str, text_cfg: dict) -> tuple[di
         if differ:
             raise InputError(f"its {lang} text settings differ ({', '.join(differ)}); prepare with the same "
                              "--lowercase/--no-normalize/--aggressive-dash-splits", directory)
-    return {lang: other.vocab(lang) for lang in (src, tgt)}, subwords
+    dropout = (other.manifest.get("bpe") or {}).get("dropout", 0.0)
+    return {lang: other.vocab(lang) for lang in (src, tgt)}, subwords, dropout
 
 
 SUBWORD_FIELDS = ("bpe_codes", "spm_model")  # (the TextConfig fields that hold a segmentation model)
@@ -366,6 +380,34 @@ def _filter_and_count(mapper: _Mapper, out: str, split: str, src: str, tgt: str,
         if kept == 0:
             raise InputError(f"no training pair is left after filtering ({empty} had an empty side, {too_long} "
                              f"were longer than {max_len} tokens)", stats["inputs"][0][0])
+    return src_counts, tgt_counts
+
+
+def _dropout_chunk(items: list[tuple[int, list[str], list[str], float]]) -> list[tuple[list[str], list[str]]]:
+    from nmtkit.bpedropout import BPEDropout, sentence_rng
+
+    p = items[0][3] if items else 0.0
+    if _worker_state.get("dropout", (None,))[0] != p:
+        src, tgt = _worker_state["pre"]
+        _worker_state["dropout"] = (p, BPEDropout(src.config.bpe_codes, p), BPEDropout(tgt.config.bpe_codes, p))
+    _, src_bpe, tgt_bpe = _worker_state["dropout"]
+    return [(src_bpe.words(s, sentence_rng(0, -1, k, 0)), tgt_bpe.words(t, sentence_rng(0, -1, k, 1)))
+            for k, s, t, _ in items]
+
+
+def _dropout_counts(mapper: _Mapper, out: str, src: str, tgt: str, p: float, counts: tuple[Counter, Counter]
+                    ) -> tuple[Counter, Counter]:
+    """The training token counts plus those of one BPE-dropout segmentation of the kept training pairs (drawn as
+    epoch -1 of seed 0), so that the shortlists hold the units that training with BPE-dropout will meet."""
+    with open(os.path.join(out, "train.kept"), encoding="utf-8") as f:
+        kept = {int(line) for line in f}
+    pairs = zip(_read_tok(os.path.join(out, f"train.tok.{src}")), _read_tok(os.path.join(out, f"train.tok.{tgt}")))
+    items = ((k, s, t, p) for k, (s, t) in enumerate((s, t) for n, (s, t) in enumerate(pairs, start=1) if n in kept))
+    src_counts, tgt_counts = Counter(counts[0]), Counter(counts[1])
+    for s_units, t_units in mapper.map(_dropout_chunk, items):
+        src_counts.update(s_units)
+        tgt_counts.update(t_units)
+    log.info("BPE-dropout %g: the shortlists also count one dropout segmentation of the training pairs", p)
     return src_counts, tgt_counts
 
 

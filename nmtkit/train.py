@@ -81,6 +81,11 @@ class Trainer:
         self.train_src, self.train_tgt = self.data.corpus("train", src), self.data.corpus("train", tgt)
         if len(self.train_src) != len(self.train_tgt):
             raise InputError("train source and target corpora differ in length", cfg.data)
+        self.train_views = (self.train_src, self.train_tgt)  # what batches are made of (BPE-dropout: new units)
+        if cfg.bpe_dropout is None:  # (the corpus's, recorded in the checkpoints as resolved)
+            cfg.bpe_dropout = float((self.data.manifest.get("bpe") or {}).get("dropout", 0.0))
+        if cfg.bpe_dropout:
+            self.train_views = self._dropout_views()
         self.valid = None
         if "valid" in self.data.splits:
             self.valid = (self.data.corpus("valid", src), self.data.corpus("valid", tgt))
@@ -99,6 +104,19 @@ class Trainer:
             raise
 
     # -- set-up ------------------------------------------------------------------------------------------------
+
+    def _dropout_views(self) -> tuple:
+        """The training pairs segmented anew in every epoch with BPE-dropout (nmtkit.bpedropout)."""
+        from nmtkit.bpedropout import DropoutCorpus
+
+        src, tgt = self.data.source_lang, self.data.target_lang
+        codes = self.data.text_config(src).bpe_codes
+        if codes is None:
+            raise InputError("--bpe-dropout needs a corpus prepared with BPE (nmt-prepare --bpe-merges or "
+                             "--bpe-codes); this one has none", self.cfg.data)
+        return tuple(DropoutCorpus(self.data.directory, lang, side, codes, self.cfg.bpe_dropout, vocab, self.cfg.seed,
+                                   len(self.train_src))
+                     for side, (lang, vocab) in enumerate(((src, self.src_vocab), (tgt, self.tgt_vocab))))
 
     def _resume_payload(self) -> dict | None:
         if self.rank == 0:  # (held until the run ends: a second nmt-train here is refused)
@@ -220,7 +238,7 @@ class Trainer:
             mine = ids[self.rank:: self.world]  # this process's share (all of it in one process)
             if not len(mine):
                 continue
-            batch = collate(self.train_src, self.train_tgt, mine).to(self.device)
+            batch = collate(*self.train_views, mine).to(self.device)
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
                 loss, nll = self.model.training_loss(batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out,
                                                      self.cfg.label_smoothing)  # summed over tokens
@@ -339,11 +357,15 @@ class Trainer:
         log.info("training %s (%s parameters) on %d of %d pairs (at most %d tokens a side), %d process(es); recipe "
                  "%s: %s, lr %g, init %s%s", self.model.arch, f"{sum(p.numel() for p in self.model.parameters()):,}",
                  len(self.eligible), len(self.train_src), self.max_len, self.world, cfg.recipe, cfg.optimizer, cfg.lr,
-                 cfg.init, f", label smoothing {cfg.label_smoothing:g}" if cfg.label_smoothing else "")
+                 cfg.init, (f", label smoothing {cfg.label_smoothing:g}" if cfg.label_smoothing else "")
+                 + (f", BPE-dropout {cfg.bpe_dropout:g}" if cfg.bpe_dropout else ""))
         try:
             while status == "done" and not (cfg.max_epochs and st.epoch >= cfg.max_epochs):
                 schedule = epoch_schedule(np.asarray(self.train_src.sizes), np.asarray(self.train_tgt.sizes),
                                           self.eligible, cfg.batch_size, cfg.pool_batches, cfg.seed, st.epoch)
+                for view in self.train_views:
+                    if hasattr(view, "epoch"):  # (BPE-dropout: this epoch's segmentations)
+                        view.epoch = st.epoch
                 while st.batch_in_epoch < len(schedule):
                     t0 = time.perf_counter()
                     group = schedule[st.batch_in_epoch: st.batch_in_epoch + cfg.update_freq]

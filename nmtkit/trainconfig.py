@@ -27,6 +27,8 @@ class TrainConfig:
     recipe: str = "paper"  # the recipe the settings came from (nmtkit.recipes; recorded, the fields rule)
     init: str = "paper"  # weight initialisation (nmtkit.models.init.INIT_SCHEMES): Appendix B.1 or Glorot
     label_smoothing: float = 0.0  # ε: train on the cross-entropy against (1 − ε)·onehot(y) + ε/V; 0 = the paper's
+    bpe_dropout: float | None = None  # skip each BPE merge of the training pairs with this probability
+    #   (nmtkit.bpedropout); None = the prepared corpus's (nmt-prepare --bpe-dropout), 0 when it has none
     seed: int = 1
     batch_size: int = 80
     pool_batches: int = 20  # minibatches per length-sorted pool (the paper: 20, i.e. 1,600 pairs)
@@ -85,6 +87,7 @@ class TrainConfig:
                                ("min_lr", 0 <= self.min_lr < math.inf, "finite and at least 0"),
                                ("ema_decay", 0 <= self.ema_decay < 1, "in [0, 1)"),
                                ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1)"),
+                               ("bpe_dropout", self.bpe_dropout is None or 0 <= self.bpe_dropout < 1, "in [0, 1)"),
                                ("lr", 0 <= self.lr < math.inf, "finite and at least 0"),
                                ("rho", 0 < self.rho < 1, "in (0, 1)"),
                                ("eps", 0 < self.eps < math.inf, "a finite number above 0"),
@@ -114,6 +117,7 @@ class TrainConfig:
 TRAINING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)
                      if f.name in ("lr", "lr_scheduler", "warmup_updates", "lr_decay", "lr_patience", "min_lr",
                                    "ema_decay", "average_last", "label_smoothing")}
+TRAINING_DEFAULTS["bpe_dropout"] = 0.0  # (recorded as resolved: a checkpoint from before it trained without)
 
 
 @dataclass

@@ -27,6 +27,9 @@ from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
 @click.option("--aggressive-dash-splits", is_flag=True, help="Split hyphenated words (tokenizer.perl -a).")
 @click.option("--bpe-merges", type=int, metavar="N", help="Learn N joint BPE merges on the training data.")
 @click.option("--bpe-codes", type=click.Path(dir_okay=False), metavar="FILE", help="Apply these subword-nmt codes.")
+@click.option("--bpe-dropout", default=0.0, show_default=True, metavar="P",
+              help="Prepare for training with BPE-dropout P (nmt-train applies it): the shortlists also count "
+                   "one dropout segmentation of the training pairs, so they hold the units dropout makes.")
 @click.option("--spm-vocab-size", type=int, metavar="N",
               help="Learn a joint SentencePiece model of N units on the training words (instead of BPE).")
 @click.option("--spm-type", type=click.Choice(["unigram", "bpe"]), default="unigram", show_default=True,
@@ -44,8 +47,8 @@ from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
 @click.option("--force", is_flag=True, help="Replace DEST if it already holds a prepared corpus.")
 @click.option("--quiet", "-q", is_flag=True, help="Report only warnings and errors.")
 def main(source_lang, target_lang, train, valid, test, dest, src_vocab_size, tgt_vocab_size, max_len, lowercase,
-         no_normalize, aggressive_dash_splits, bpe_merges, bpe_codes, spm_vocab_size, spm_type, spm_model, vocab_from,
-         max_ratio, dedup, workers, force, quiet):
+         no_normalize, aggressive_dash_splits, bpe_merges, bpe_codes, bpe_dropout, spm_vocab_size, spm_type,
+         spm_model, vocab_from, max_ratio, dedup, workers, force, quiet):
     """Tokenise, filter, build shortlist vocabularies and binarize a parallel corpus into DEST.
 
     \b
@@ -60,8 +63,8 @@ def main(source_lang, target_lang, train, valid, test, dest, src_vocab_size, tgt
         source_lang=source_lang, target_lang=target_lang, train=list(train), valid=valid, test=list(test),
         dest=dest, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, max_len=max_len,
         lowercase=lowercase, normalize_punctuation=not no_normalize, aggressive_dash_splits=aggressive_dash_splits,
-        bpe_merges=bpe_merges, bpe_codes=bpe_codes, spm_vocab_size=spm_vocab_size, spm_type=spm_type,
-        spm_model=spm_model, vocab_from=vocab_from, max_ratio=max_ratio, dedup=dedup,
+        bpe_merges=bpe_merges, bpe_codes=bpe_codes, bpe_dropout=bpe_dropout, spm_vocab_size=spm_vocab_size,
+        spm_type=spm_type, spm_model=spm_model, vocab_from=vocab_from, max_ratio=max_ratio, dedup=dedup,
         workers=workers, force=force,
     )
     run("nmt-prepare", lambda: prepare(cfg))

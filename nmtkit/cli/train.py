@@ -87,6 +87,10 @@ def _list_archs(ctx, param, value):
 @click.option("--eps", default=1e-6, show_default=True, help="Adadelta epsilon.")
 @click.option("--label-smoothing", default=0.0, show_default=True,
               help="Label smoothing ε: cross-entropy against (1-ε)·onehot + ε/V (0 = the paper's loss).")
+@click.option("--bpe-dropout", type=float, metavar="P",
+              help="BPE-dropout: segment the training pairs anew in every epoch, skipping each merge with "
+                   "probability P (Provilkov et al. 2020; 0.1 is usual; needs BPE data; 0 = off). Translation "
+                   "keeps the deterministic segmentation. [the prepared corpus's nmt-prepare --bpe-dropout]")
 @click.option("--clip-norm", default=1.0, show_default=True, help="Rescale gradients to this L2 norm; 0 = off.")
 @click.option("--max-updates", default=0, show_default=True, help="Stop after this many updates (0 = no limit).")
 @click.option("--max-epochs", default=0, show_default=True, help="Stop after this many epochs (0 = no limit).")
