@@ -17,6 +17,7 @@ File format (UTF-8, ``\\n`` line ends): a header line ``#nmtkit-vocab 1``, then 
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
@@ -25,6 +26,7 @@ import numpy as np
 from nmtkit.errors import InputError
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
+_SPACE = re.compile(r"\s")  # (the characters str.isspace() calls whitespace)
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
 FORMAT_HEADER = "#nmtkit-vocab"
 FORMAT_VERSION = 1
@@ -42,7 +44,7 @@ class Vocabulary:
             raise ValueError("tokens and counts differ in length")
         self.index: dict[str, int] = {}
         for i, tok in enumerate(self.tokens):
-            if not tok or any(c.isspace() for c in tok):
+            if not tok or _SPACE.search(tok):
                 raise ValueError(f"token {tok!r} (id {i}) is empty or contains whitespace")
             if tok in self.index:
                 raise ValueError(f"token {tok!r} appears twice (ids {self.index[tok]} and {i})")

@@ -103,6 +103,18 @@ def test_round_trip(tmp_path):
         assert torch.equal(rebuilt(src, lens, tgt_in), model(src, lens, tgt_in))
 
 
+def test_vocabularies_are_stored_as_one_string_and_version_1_lists_still_load(tmp_path):
+    _, payload = _payload()
+    path = tmp_path / "c.pt"
+    checkpoint.save(payload, path)
+    raw = torch.load(path, weights_only=True)
+    assert raw["format_version"] == 2 and raw["vocab"]["src"] == "\n".join(payload["vocab"]["src"])
+    old = {**raw, "format_version": 1, "vocab": payload["vocab"]}  # what nmtkit wrote before version 2
+    torch.save(old, tmp_path / "v1.pt")
+    for p in (path, tmp_path / "v1.pt"):
+        assert checkpoint.load(p)["vocab"] == payload["vocab"]
+
+
 def test_real_checkpoint_loads_with_plain_weights_only_torch_load(real_checkpoint):
     raw = torch.load(real_checkpoint, weights_only=True)  # no nmtkit class needed: tensors and containers only
     assert raw["format"] == "nmtkit-checkpoint"

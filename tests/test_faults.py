@@ -366,7 +366,13 @@ def test_decoding_a_diverged_model_says_so(model, tmp_path):
 @pytest.mark.parametrize("change, fragment", [
     (lambda p: p.update(config=[1, 2]), "malformed checkpoint: 'config' is not a dict of settings"),
     (lambda p: p["vocab"].pop("tgt"), "malformed checkpoint: 'vocab.tgt' is missing or not a list of tokens"),
-    (lambda p: p["vocab"].update(src="abc"), "malformed checkpoint: 'vocab.src' is missing or not a list"),
+    (lambda p: p["vocab"].update(src=42), "malformed checkpoint: 'vocab.src' is missing or not a list"),
+    (lambda p: p.update(format_version=1) or p["vocab"].update(src="abc"),  # (version 1 had only lists)
+     "malformed checkpoint: 'vocab.src' is missing or not a list"),
+    (lambda p: p["vocab"].update(src="\n".join(p["vocab"]["src"][:5] + ["", "x"])),
+     "malformed checkpoint: 'vocab.src'[5] is not a token without spaces ('')"),
+    (lambda p: p["vocab"].update(tgt="\n".join(p["vocab"]["tgt"][:9] + ["a\tb"])),
+     "malformed checkpoint: 'vocab.tgt'[9] is not a token without spaces ('a\\tb')"),
     (lambda p: p["vocab"]["src"].__setitem__(7, "two words"),
      "malformed checkpoint: 'vocab.src'[7] is not a token without spaces ('two words')"),
     (lambda p: p["preprocessing"]["src"].update(casing="odd"),
