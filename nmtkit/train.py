@@ -376,7 +376,8 @@ class Trainer:
                     st.elapsed += dt
                     for k, v in (("nll", nll), ("tok", ntok), ("time", dt), ("norm", norm), ("n", 1)):
                         window[k] += v
-                    progress.step(st, nll / max(ntok, 1), ntok / max(dt, 1e-9))
+                    # (the window's mean, as the JSON record has it: one update's loss swings with its batch)
+                    progress.step(st, window["nll"] / max(window["tok"], 1), window["tok"] / max(window["time"], 1e-9))
                     if st.update % cfg.log_every == 0 and lead:
                         self._log_train(logf, window)
                     stop = self._should_stop()

@@ -1380,3 +1380,21 @@ def test_xavier_init_changes_the_initial_weights_and_is_reproducible(small, tmp_
     bound = (6 / sum(W.shape)) ** 0.5
     assert abs(W.std().item() / (bound / 3 ** 0.5) - 1) < 0.25
     assert runs["paper"]["model"]["W_s"].std().item() < 0.2 * bound / 3 ** 0.5
+
+
+def test_progress_lines_report_the_log_windows_mean_like_the_json_records(small, tmp_path, caplog):
+    # (a single update's loss swings with its batch: the log line once read 0.67 amid losses of 4)
+    import logging
+    import re
+
+    with caplog.at_level(logging.INFO, logger="nmtkit.train"):
+        train(_cfg(small, tmp_path / "run", max_updates=8, log_every=3, valid_every=6, valid_bleu_sentences=0))
+    lines = [r.getMessage() for r in caplog.records if re.match(r"update \d+ epoch", r.getMessage())]
+    records = {r["update"]: r for r in map(json.loads, (tmp_path / "run" / "train.jsonl").read_text().splitlines())
+               if r["type"] == "train"}
+    assert [int(line.split()[1]) for line in lines] == sorted(records) == [3, 6]
+    for line in lines:
+        update = int(line.split()[1])
+        loss = float(re.search(r"loss ([0-9.]+)", line).group(1))
+        assert loss == pytest.approx(records[update]["loss"], abs=6e-5)
+    assert lines[0].endswith("validation in 3 updates") and lines[1].endswith("validating")
