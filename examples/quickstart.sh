@@ -18,7 +18,7 @@
 # Data: a local mirror ($NMTKIT_DATA, or ../shared/data next to this checkout when it exists), else the data
 # catalogue downloads each corpus once into its cache (python -m nmtkit.datasets --list: addresses, checksums).
 # Knobs (environment):
-#   QUICKSTART_UPDATES   training updates (2000: about 15 minutes at 0.4 s per update on two cores)
+#   QUICKSTART_UPDATES   training updates (1500: about 14 minutes at 0.56 s per update on two cores)
 #   QUICKSTART_MAX_TIME  seconds after which training stops even if the updates are not done (3600); the model is
 #                        then undertrained and the script says so
 #   QUICKSTART_TINY=1    a one-minute smoke run: 2,000 pairs, the tiny preset, 40 updates, 20 test sentences
@@ -34,7 +34,7 @@ if [ "${QUICKSTART_TINY:-0}" = 1 ]; then
     pairs=2000; vocab=2000; arch=rnnsearch-tiny; updates=40; max_time=600; ntest=20; nvalid=50; valid_every=20
     bleu_sents=20; news="" recipe=(--recipe fast)
 else
-    pairs=0; vocab=16000; arch=rnnsearch-small; updates="${QUICKSTART_UPDATES:-2000}"
+    pairs=0; vocab=16000; arch=rnnsearch-small; updates="${QUICKSTART_UPDATES:-1500}"
     max_time="${QUICKSTART_MAX_TIME:-3600}"; ntest=500; nvalid=500; valid_every=600; bleu_sents=200
     news="news-test2008 newstest2009 newstest2010 newstest2011"; recipe=()
 fi

@@ -5,7 +5,7 @@
     >>> cfg = get_config("rnnsearch-small", dropout=0.2)        # the config dataclass, with overrides
 
 Architectures: "rnnsearch", "rnnencdec" (defaults: the paper's sizes).  Presets: rnnsearch-30/-50 and
-rnnencdec-30/-50 (the paper's m=620, n=1000, n'=1000, l=500), rnnsearch-small/rnnencdec-small (256/256/256/128, CPU),
+rnnencdec-30/-50 (the paper's m=620, n=1000, n'=1000, l=500), rnnsearch-small/rnnencdec-small (256/256/256/256, CPU),
 rnnsearch-tiny/rnnencdec-tiny (tests).  An unknown name or option is a ValueError that lists the valid ones.
 
 Each registered class has ``arch`` (its registry name) and ``config_class`` (a dataclass with ``to_dict`` and

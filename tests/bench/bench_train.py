@@ -18,7 +18,7 @@ shows up there.
 
 - OpenNMT-py: the README's yaml template as is (``brnn`` GRU encoder, 128 per direction, GRU decoder 256, ``mlp``
   attention, input feeding, Adam 0.001, no clipping, no dropout); tokens/s from its own ``Step`` reports.
-- nmtkit: ``rnnsearch-small`` (embeddings 256, hidden 256 per direction, alignment 256, maxout 128) with the
+- nmtkit: ``rnnsearch-small`` (embeddings 256, hidden 256 per direction, alignment 256, maxout 256) with the
   paper's GRU (reset gate before U), (1) with Adam 0.001 and no clipping, like the peer, and (2) with the paper's
   recipe (Adadelta ε=1e-6 ρ=0.95, gradient norm clipped at 1); tokens/s from ``train.jsonl``
   (``tgt_tokens_per_s`` × window time, windows after the first 50 updates). Both tools run as subprocesses, with
