@@ -420,7 +420,9 @@ def _binarize(model_path: str, prefix: str, vocab: Vocabulary) -> None:
 
 def _manifest(cfg: PrepareConfig, splits, stats, vocabs, train_counts, model_cfg, subword_info) -> dict:
     src, tgt = cfg.source_lang, cfg.target_lang
-    preprocessing = {lang: {**c.to_dict(), **dict.fromkeys(SUBWORD_FIELDS)} for lang, c in model_cfg.items()}
+    # (the codes and the model live in their own files: bpe.codes, spm.model)
+    preprocessing = {lang: {**{k: v for k, v in c.to_dict().items() if k != "spm_model"}, "bpe_codes": None}
+                     for lang, c in model_cfg.items()}
     import sacremoses
     import subword_nmt
 

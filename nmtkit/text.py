@@ -42,7 +42,12 @@ class TextConfig:
     spm_model: str | None = None  # a SentencePiece model (base64 of its bytes), shared by both languages
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The settings as plain types; ``spm_model`` only when set (so that word and BPE settings read as before
+        SentencePiece existed, by an older nmtkit too)."""
+        d = asdict(self)
+        if d["spm_model"] is None:
+            del d["spm_model"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> TextConfig:

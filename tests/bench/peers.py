@@ -330,6 +330,7 @@ def prepare_real(work: Path, lines: int = 150000) -> Path:
     dest = work / f"prep-hansards{lines // 1000}k-v{REAL_VOCAB}"
     if _prepared_ok(dest):
         return dest
+    work.mkdir(parents=True, exist_ok=True)
     prefix = work / f"hansards-{lines // 1000}k"
     for lang in ("en", "fr"):
         path = Path(f"{prefix}.{lang}")
