@@ -41,7 +41,7 @@ from nmtkit.adadelta import Adadelta
 # (every nmtkit module the run needs is imported when it starts, none at its first validation: a package upgraded
 # under a long run must not meet the run's already-loaded modules halfway)
 from nmtkit.batching import collate, epoch_schedule
-from nmtkit.device import resolve_device
+from nmtkit.device import resolve_device, warn_if_slow_bf16
 from nmtkit.errors import DivergedError, InputError
 from nmtkit.gradients import clip_grad_norm_, grad_norm_and_scale
 from nmtkit.manifest import PreparedData
@@ -70,6 +70,8 @@ class Trainer:
             if not dist.is_initialized():
                 dist.init_process_group("nccl" if cfg.device.startswith("cuda") else "gloo")
         self.device = torch.device(cfg.device)
+        if cfg.bf16 and self.rank == 0:
+            warn_if_slow_bf16(self.device, log)
         if self.device.type == "cuda" and self.world > 1:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
             torch.cuda.set_device(self.device)  # NCCL's object collectives (broadcast_object_list) use this device

@@ -176,9 +176,11 @@ class Translator:
         for name, value in (("--lenpen", lenpen), ("--max-len-a", max_len_a), ("--max-len-b", max_len_b)):
             if not (math.isfinite(value) and value >= 0):
                 raise InputError(f"{name} must be a finite number of at least 0 (got {value})")
-        from nmtkit.device import resolve_device
+        from nmtkit.device import resolve_device, warn_if_slow_bf16
 
         self.device = resolve_device(str(device))
+        if bf16:
+            warn_if_slow_bf16(self.device, log)
         payloads = load_checkpoints(checkpoints)
         first = payloads[0]
         self.models = build_models(checkpoints, device, payloads)

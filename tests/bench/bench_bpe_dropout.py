@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""What BPE-dropout costs a training update: ``nmt-train --bpe-dropout 0.1`` against the same run without it.
+
+    python tests/bench/bench_bpe_dropout.py [--pairs 30000] [--updates 60]
+
+Prepares the first ``--pairs`` Hansards training pairs with joint BPE (``--merges``, shortlists of the same size,
+``--bpe-dropout 0.1`` so that the shortlists hold the dropout units), then, for ``rnnsearch-small`` with the fast
+recipe and batches of 80, times ``--updates`` updates after 5 warm-up ones with dropout off and on (one process,
+the machine's threads), and the making of one batch alone (segmenting 80 pairs anew and collating them) against
+collating the prepared ids. Prints the figures and writes them to ``tests/bench/results/bench_bpe_dropout.txt``.
+Run it alone on the machine: it measures time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
+
+
+def _timed_updates(trainer, updates: int) -> float:
+    import numpy as np
+
+    schedule = trainer_schedule(trainer)
+    for view in trainer.train_views:
+        if hasattr(view, "epoch"):
+            view.epoch = 0
+    for ids in schedule[:5]:  # warm-up
+        trainer._step([ids])
+    times = []
+    for ids in schedule[5: 5 + updates]:
+        t0 = time.perf_counter()
+        trainer._step([ids])
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def trainer_schedule(trainer):
+    import numpy as np
+
+    from nmtkit.batching import epoch_schedule
+
+    cfg = trainer.cfg
+    return epoch_schedule(np.asarray(trainer.train_src.sizes), np.asarray(trainer.train_tgt.sizes), trainer.eligible,
+                          cfg.batch_size, cfg.pool_batches, cfg.seed, 0)
+
+
+def _collate_ms(trainer, batches) -> tuple[float, float, float]:
+    """(median ms to make a batch, mean real target tokens, mean padded target positions per batch)."""
+    from nmtkit.batching import collate
+
+    times, real, padded = [], [], []
+    for ids in batches:
+        t0 = time.perf_counter()
+        b = collate(*trainer.train_views, ids)
+        times.append(time.perf_counter() - t0)
+        real.append(b.num_tokens)
+        padded.append(b.tgt_out.numel())
+    return 1000 * statistics.median(times), statistics.mean(real), statistics.mean(padded)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pairs", type=int, default=30000)
+    ap.add_argument("--merges", type=int, default=8000)
+    ap.add_argument("--updates", type=int, default=60)
+    ap.add_argument("--out", default=str(REPO / "tests" / "bench" / "results" / "bench_bpe_dropout.txt"))
+    args = ap.parse_args()
+
+    from nmtkit.prepare import PrepareConfig, prepare
+    from nmtkit.recipes import train_config
+    from nmtkit.train import Trainer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for lang in ("en", "fr"):
+            with gzip.open(DATA / "hansards" / f"train.{lang}.gz", "rt", encoding="utf-8") as f:
+                (tmp / f"train.{lang}").write_text("".join(itertools.islice(f, args.pairs)), encoding="utf-8")
+        t0 = time.perf_counter()
+        prepare(PrepareConfig("en", "fr", [str(tmp / "train")], str(tmp / "data"), src_vocab_size=args.merges,
+                              tgt_vocab_size=args.merges, max_len=50, bpe_merges=args.merges, bpe_dropout=0.1,
+                              workers=os.cpu_count() or 1))
+        prepared = time.perf_counter() - t0
+        rows = {}
+        for p in (0.0, 0.1):
+            cfg = train_config(str(tmp / "data"), "rnnsearch-small", str(tmp / f"run{p}"), bpe_dropout=p,
+                               valid_bleu_sentences=0)
+            trainer = Trainer(cfg)
+            schedule = trainer_schedule(trainer)
+            rows[p] = (_timed_updates(trainer, args.updates), _collate_ms(trainer, schedule[:100]))
+            trainer.rundir.unlock()
+    lines = [f"BPE-dropout cost per update: rnnsearch-small, fast recipe, batches of 80, the first {args.pairs:,} "
+             f"Hansards pairs, {args.merges:,} joint merges (nmt-prepare --bpe-dropout 0.1 took {prepared:.0f} s); "
+             f"medians of {args.updates} updates; {os.cpu_count()} cores",
+             "",
+             f"{'':28}{'s/update':>10}{'batch made, ms':>16}{'target tokens':>15}{'with padding':>14}",
+             *(f"{name:28}{rows[p][0]:>10.3f}{rows[p][1][0]:>16.1f}{rows[p][1][1]:>15.0f}{rows[p][1][2]:>14.0f}"
+               for name, p in (("--bpe-dropout 0 (ids)", 0.0), ("--bpe-dropout 0.1", 0.1))),
+             "",
+             f"overhead: {100 * (rows[0.1][0] / rows[0.0][0] - 1):+.1f}% per update"]
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    Path(args.out).write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
