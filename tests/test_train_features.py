@@ -114,7 +114,7 @@ def test_prepare_vocab_from_refuses_other_text_settings(raw, first, tmp_path):
     with pytest.raises(InputError, match=r"its en text settings differ \(lowercase False there, True here\)"):
         prepare(PrepareConfig("en", "fr", [str(raw / "second")], str(tmp_path / "x"), vocab_from=str(first),
                               lowercase=True))
-    with pytest.raises(InputError, match="--vocab-from brings its directory's BPE codes"):
+    with pytest.raises(InputError, match="--vocab-from brings its directory's subword segmentation"):
         prepare(PrepareConfig("en", "fr", [str(raw / "second")], str(tmp_path / "x"), vocab_from=str(first),
                               bpe_merges=10))
 
