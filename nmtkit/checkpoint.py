@@ -16,9 +16,9 @@ A checkpoint is one self-contained file holding only tensors and plain container
 ``"model"`` holds the weights to translate with: with ``--ema-decay`` or ``--average-last`` the averaged ones, and
 then ``"train"`` also holds the raw training weights as ``"raw_model"`` (nmtkit/averaging.py); else the raw ones.
 
-Version 2 stores each vocabulary as one string (version 1, still read, as a list of strings): the weights-only
-unpickler takes ~0.17 s over two lists of 16,000 strings, and nothing for one string each, which is start-up
-time of every ``nmt-translate``.  :func:`load` gives the vocabularies as lists of tokens either way.
+Version 2 stores each vocabulary as one string (version 1, still read, as a list of strings): torch's
+weights-only unpickler is slow over tens of thousands of small strings, and that is start-up time of every
+``nmt-translate``.  :func:`load` gives the vocabularies as lists of tokens either way.
 
 Writes are atomic: a temporary file in the same directory is written, fsynced and renamed over the target.
 """

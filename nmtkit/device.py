@@ -31,8 +31,8 @@ def resolve_device(spec: str, option: str = "--device"):
 
 def bf16_is_native(device) -> bool:
     """Whether bfloat16 arithmetic runs natively on ``device``: always on CUDA; on a CPU only with AVX-512 BF16 or
-    AMX (oneDNN's test).  Elsewhere torch emulates it: on an AVX2 CPU, rnnsearch-50 trains at 11 target tokens/s
-    with ``--bf16`` against 369 without (2026-12-01, 2 cores)."""
+    AMX (oneDNN's test).  Elsewhere torch emulates it, many times slower than float32
+    (tests/bench/results/bench_ab_train.txt, its notes)."""
     import torch
 
     if device.type != "cpu":

@@ -42,14 +42,28 @@ def lines_of(path, n=None) -> list[str]:
         return [line.rstrip("\n") for line in itertools.islice(f, n)]
 
 
+def train_tiny(data, save_dir, **settings) -> str:
+    """Train rnnsearch-tiny with Adam 0.01 on one torch thread (``settings`` override the rest); returns the path of
+    its last checkpoint."""
+    import torch
+
+    from nmtkit.train import TrainConfig, train
+
+    cfg = {**dict(arch="rnnsearch-tiny", optimizer="adam", lr=0.01, batch_size=40, log_every=50), **settings}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(TrainConfig(data=str(data), save_dir=str(save_dir), **cfg))
+    finally:
+        torch.set_num_threads(threads)
+    return str(Path(save_dir) / "checkpoint_last.pt")
+
+
 @pytest.fixture(scope="session")
 def trained(data_dir, tmp_path_factory):
     """A tiny RNNsearch trained for a minute on 1,500 real Multi30K pairs: (its root directory, its checkpoint).
     Shared by the translation and decoding tests."""
-    import torch
-
     from nmtkit.prepare import PrepareConfig, prepare
-    from nmtkit.train import TrainConfig, train
 
     root = tmp_path_factory.mktemp("translate")
     for lang in ("en", "fr"):
@@ -59,15 +73,7 @@ def trained(data_dir, tmp_path_factory):
                                             encoding="utf-8")
     prepare(PrepareConfig("en", "fr", train=[str(root / "train")], valid=str(root / "valid"), dest=str(root / "data"),
                           src_vocab_size=800, tgt_vocab_size=800, max_len=30))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(TrainConfig(data=str(root / "data"), arch="rnnsearch-tiny", save_dir=str(root / "run"),
-                          optimizer="adam", lr=0.01, batch_size=40, max_updates=150, valid_every=150,
-                          valid_bleu_sentences=0, log_every=50))
-    finally:
-        torch.set_num_threads(threads)
-    return root, str(root / "run" / "checkpoint_last.pt")
+    return root, train_tiny(root / "data", root / "run", max_updates=150, valid_every=150, valid_bleu_sentences=0)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from nmtkit.manifest import PreparedData
 from nmtkit.prepare import PrepareConfig, prepare
 from nmtkit.text import SPM_SPACE, Preprocessor, TextConfig, learn_spm_model, spm_words_of
 
-from conftest import REPO, lines_of
+from conftest import REPO, lines_of, train_tiny
 
 pytestmark = pytest.mark.slow
 UNITS = 1200
@@ -157,20 +157,9 @@ def test_bad_sentencepiece_settings_are_one_line_errors(spm_data, tmp_path):
 
 @pytest.fixture(scope="module")
 def spm_model(spm_data):
-    import torch
-
-    from nmtkit.train import TrainConfig, train
-
     root, _ = spm_data
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(TrainConfig(data=str(root / "data"), arch="rnnsearch-tiny", save_dir=str(root / "run"),
-                          optimizer="adam", lr=0.01, batch_size=40, max_updates=60, valid_every=60,
-                          valid_bleu_sentences=20, log_every=30))
-    finally:
-        torch.set_num_threads(threads)
-    return str(root / "run" / "checkpoint_last.pt")
+    return train_tiny(root / "data", root / "run", max_updates=60, valid_every=60, valid_bleu_sentences=20,
+                      log_every=30)
 
 
 def test_the_checkpoint_carries_the_model_and_translation_segments_with_it(spm_data, spm_model, tmp_path):

@@ -119,8 +119,8 @@ class RNNsearchConfig(RNNencdecConfig):
 
 PAPER_SIZES = dict(emb_dim=620, hidden_dim=1000, maxout_dim=500)
 # the peer benchmark's sizes (CPU).  maxout l = 256, not the paper's ratio l = n/2: with l = 128 only 128 units
-# feed the 16,000-word softmax, and at 5,000 updates l = 256 gives +1.7 BLEU on hansards/test and +1.3 on
-# news-test-2014 (tests/bench/results/bench_quality.txt, bench_learning.txt pass 3)
+# feed the 16,000-word softmax; l = 256 learns more per update (tests/bench/results/bench_quality.txt and
+# bench_learning.txt, pass 3)
 SMALL_SIZES = dict(emb_dim=256, hidden_dim=256, maxout_dim=256)
 TINY_SIZES = dict(emb_dim=32, hidden_dim=48, maxout_dim=24)  # tests
 for _len in (30, 50):
