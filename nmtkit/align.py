@@ -19,13 +19,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from nmtkit.errors import InputError
-from nmtkit.text import words_of
+from nmtkit.wordalign import hard_links, word_matrix
 
 _WRAPPER = re.compile(r'^\s*<s\s+snum\s*=\s*"?([^\s">]+)"?\s*>(.*?)</s>\s*$', re.DOTALL)
 _NAACL = re.compile(r"^\s*\S+\s+\d+\s+\d+(\s+[SP](\s+\S+)?)?\s*$")
@@ -78,43 +78,6 @@ class SoftAlignment:
     source: list[str]
     target: list[str]
     alpha: np.ndarray
-
-
-def word_matrix(src_tokens: Sequence[str], tgt_tokens: Sequence[str], alpha: np.ndarray,
-                sep: str | Callable = "@@", tgt_sep: str | Callable | None = None) -> np.ndarray:
-    """Token attention (len(tgt)+1, len(src)+1), ``</s>`` last on both axes → word attention with ``</s>`` kept:
-    source subword columns summed, target subword rows averaged (rows still sum to 1). ``sep`` says how tokens
-    join into words: the BPE separator, or a function tokens → (words, word index of each token) such as
-    :meth:`nmtkit.text.Preprocessor.words_of`; ``tgt_sep`` the same for the target (default: ``sep``)."""
-    def merge(tokens, how):
-        return how(list(tokens)) if callable(how) else words_of(list(tokens), how)
-
-    src_words, src_of = merge(src_tokens, sep)
-    tgt_words, tgt_of = merge(tgt_tokens, sep if tgt_sep is None else tgt_sep)
-    src_of, tgt_of = np.asarray(src_of + [len(src_words)]), np.asarray(tgt_of + [len(tgt_words)])
-    a = np.asarray(alpha, dtype=np.float64)[: len(tgt_of), : len(src_of)]
-    cols = np.zeros((a.shape[0], len(src_words) + 1))
-    np.add.at(cols.T, src_of, a.T)  # (Ty tokens, Tx words + 1)
-    rows = np.zeros((len(tgt_words) + 1, len(src_words) + 1))
-    np.add.at(rows, tgt_of, cols)
-    return rows / np.bincount(tgt_of, minlength=len(tgt_words) + 1)[:, None]
-
-
-def hard_links(alpha: np.ndarray, rule: str = "argmax", threshold: float = 0.5) -> list[tuple[int, int]]:
-    """Hard links (source i, target j) from a word-level matrix (``</s>`` row and column last, left out here).
-
-    ``argmax``: for each target word the most attended source word. ``threshold``: those links together with every
-    (i, j) whose weight is at least ``threshold``. Sorted by target, then source.
-    """
-    a = np.asarray(alpha)[:-1, :-1]  # (target words, source words)
-    if a.size == 0:
-        return []
-    links = {(int(a[j].argmax()), j) for j in range(a.shape[0])}
-    if rule == "threshold":
-        links |= {(int(i), int(j)) for j, i in zip(*np.nonzero(a >= threshold))}
-    elif rule != "argmax":
-        raise ValueError(f"unknown rule {rule!r} (argmax or threshold)")
-    return sorted(links, key=lambda ij: (ij[1], ij[0]))
 
 
 # -- gold alignments and AER -----------------------------------------------------------------------------------
@@ -288,6 +251,7 @@ class Aligner:
     def __init__(self, checkpoint_path: str, device: str = "cpu", tokenized: bool = False, batch_size: int = 32,
                  beam: int = 12):
         from nmtkit import checkpoint
+        from nmtkit.models import build_from_checkpoint
         from nmtkit.text import Preprocessor, TextConfig
         from nmtkit.vocab import Vocabulary
 
@@ -301,7 +265,7 @@ class Aligner:
             raise InputError(f"nmt-align needs an attention model (rnnsearch); this checkpoint is "
                              f"{payload['arch']}", checkpoint_path)
         try:
-            self.model = checkpoint.build_model(payload).to(device).eval()
+            self.model = build_from_checkpoint(payload).to(device).eval()
         except (ValueError, RuntimeError) as e:
             raise InputError(f"cannot rebuild the model: {str(e).splitlines()[0]}", checkpoint_path) from None
         self.src_vocab, self.tgt_vocab = Vocabulary(payload["vocab"]["src"]), Vocabulary(payload["vocab"]["tgt"])

@@ -11,7 +11,7 @@ validations' weights (``--average-last``), validated and saved in place of the r
   (on the CPU), not in the checkpoint.
 
 Either way the validation (loss and BLEU) runs on the averaged weights, which the checkpoint's top-level
-``"model"`` holds (what ``nmt-translate`` and :func:`nmtkit.checkpoint.build_model` load); the raw weights, from
+``"model"`` holds (what ``nmt-translate`` and :func:`nmtkit.models.build_from_checkpoint` load); the raw weights, from
 which training goes on, go into the checkpoint's ``"train"`` section as ``"raw_model"``, and with EMA the average
 as ``"ema"`` (the very tensors of ``"model"``: ``torch.save`` writes them once, so the checkpoint grows by one copy
 of the weights).  A resumed run restores both exactly: ``LastN`` reads the earlier snapshots back from the

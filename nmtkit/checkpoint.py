@@ -195,17 +195,3 @@ def _reason(e: Exception) -> str:
     text = detail.group(1) if detail else (text.splitlines()[0] if text else "")
     text = text.split(". ")[0].strip().rstrip(".")
     return text[:200] if text else type(e).__name__
-
-
-def build_model(payload: dict):
-    """The model of a loaded checkpoint, weights restored (on CPU; move it with ``.to(device)``)."""
-    from nmtkit.models import build_model as build
-
-    model = build(payload["arch"], **payload["config"])
-    try:
-        model.load_state_dict(payload["model"])
-    except RuntimeError as e:  # (missing or unexpected weights, or shapes that do not fit the config)
-        first = str(e).strip().splitlines()
-        raise ValueError(f"the weights do not fit the model of the checkpoint's config: "
-                         f"{' '.join(x.strip() for x in first[:2])[:300]}") from None
-    return model

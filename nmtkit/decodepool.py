@@ -76,8 +76,8 @@ def worker_main() -> None:
     in_fd = 0
     import torch
 
-    from nmtkit.cli import tune_malloc
-    from nmtkit.translate import build_models, decode_batch
+    from nmtkit.runtime import tune_malloc
+    from nmtkit.decoding import build_models, decode_batch
 
     tune_malloc()
     try:
@@ -145,7 +145,7 @@ class _Worker:
 
 class DecodePool:
     """``workers`` processes of ``threads`` torch threads each, decoding batches with
-    ``nmtkit.translate.decode_batch(models, sources, device, **options)``."""
+    ``nmtkit.decoding.decode_batch(models, sources, device, **options)``."""
 
     def __init__(self, checkpoints: list[str], workers: int, threads: int, device: str, options: dict[str, Any]):
         setup = {"checkpoints": [str(p) for p in checkpoints], "device": str(device), "threads": threads,

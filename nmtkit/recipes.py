@@ -12,7 +12,7 @@
   ``rnnencdec-small``), the sizes a CPU trains.
 
 Batches of 80 sentences, the pools of 1,600 sorted by length and the gradient clipped at L2 norm 1 are the paper's
-in both.  A setting given explicitly (``--lr 0.002`` or ``TrainConfig(lr=…)`` through :func:`train_config`) wins over
+in both.  A setting given explicitly (``--lr 0.002`` or ``TrainConfig(lr=…)`` through :func:`nmtkit.trainconfig.train_config`) wins over
 the recipe's.
 """
 
@@ -39,13 +39,3 @@ def recipe_settings(name: str) -> dict[str, Any]:
     if name not in RECIPES:
         raise ValueError(f"unknown recipe '{name}' (choose from {', '.join(RECIPES)})")
     return dict(RECIPES[name])
-
-
-def train_config(data: str, arch: str, save_dir: str, recipe: str | None = None, **settings: Any):
-    """A :class:`nmtkit.train.TrainConfig` with a recipe's settings (default: :func:`default_recipe` of ``arch``),
-    overridden by those given here."""
-    from nmtkit.trainconfig import TrainConfig
-
-    name = default_recipe(arch) if recipe is None else recipe
-    return TrainConfig(data=data, arch=arch, save_dir=save_dir, recipe=name,
-                       **{**recipe_settings(name), **settings})

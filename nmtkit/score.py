@@ -291,7 +291,7 @@ def model_nll(payload: dict, sources: Sequence[str], references: Sequence[str], 
     """
     import torch
 
-    from nmtkit import checkpoint
+    from nmtkit.models import build_from_checkpoint
     from nmtkit.batching import collate, eval_batches
     from nmtkit.text import Preprocessor
     from nmtkit.vocab import PAD
@@ -303,7 +303,7 @@ def model_nll(payload: dict, sources: Sequence[str], references: Sequence[str], 
     device = resolve_device(str(device))
     shortlist = shortlist_from_checkpoint(payload, "checkpoint")
     try:
-        model = checkpoint.build_model(payload).to(device).eval()
+        model = build_from_checkpoint(payload).to(device).eval()
     except (ValueError, RuntimeError) as e:
         raise InputError(f"cannot rebuild the checkpoint's model: {str(e).splitlines()[0]}") from None
     src_pre, tgt_pre = Preprocessor(shortlist.src_config), Preprocessor(shortlist.tgt_config)

@@ -36,7 +36,7 @@ import time
 import numpy as np
 import torch
 
-from nmtkit import averaging, checkpoint, resume, rundir
+from nmtkit import averaging, resume, rundir
 from nmtkit.adadelta import Adadelta
 # (every nmtkit module the run needs is imported when it starts, none at its first validation: a package upgraded
 # under a long run must not meet the run's already-loaded modules halfway)
@@ -46,7 +46,7 @@ from nmtkit.errors import DivergedError, InputError
 from nmtkit.gradients import clip_grad_norm_, grad_norm_and_scale
 from nmtkit.manifest import PreparedData
 from nmtkit.progress import Progress
-from nmtkit.models import build_model
+from nmtkit.models import build_from_checkpoint, build_model
 from nmtkit.models.init import initialize
 from nmtkit.schedule import LRSchedule
 from nmtkit.trainconfig import TRAINING_DEFAULTS, TrainConfig, TrainState  # (TrainConfig: re-exported)
@@ -141,7 +141,7 @@ class Trainer:
             else:
                 resume.check_fits(payload, cfg, (len(self.src_vocab), len(self.tgt_vocab)), self._fingerprint,
                                   self.rundir.file("checkpoint_last.pt"))
-                self.model = checkpoint.build_model({**payload, "model": averaging.raw_weights(payload)})
+                self.model = build_from_checkpoint({**payload, "model": averaging.raw_weights(payload)})
         except ValueError as e:
             raise InputError(str(e)) from None
         self.model.to(self.device)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from nmtkit.errors import InputError
 from nmtkit.models.init import INIT_SCHEMES
-from nmtkit.recipes import RECIPES
+from nmtkit.recipes import RECIPES, default_recipe, recipe_settings
 from nmtkit.schedule import SCHEDULERS
 
 OPTIMIZERS = ("adadelta", "adam", "sgd")
@@ -134,3 +135,11 @@ class TrainState:
     best_saved: float | None = None  # the metric of what checkpoint_best.pt holds (any validation: an interrupted
     best_saved_update: int = 0  # run's last one too, which must not change what patience counts)
     history: list = field(default_factory=list)  # one dict per validation
+
+
+def train_config(data: str, arch: str, save_dir: str, recipe: str | None = None, **settings: Any) -> TrainConfig:
+    """A :class:`TrainConfig` with a recipe's settings (default: :func:`nmtkit.recipes.default_recipe` of ``arch``),
+    overridden by those given here."""
+    name = default_recipe(arch) if recipe is None else recipe
+    return TrainConfig(data=data, arch=arch, save_dir=save_dir, recipe=name,
+                       **{**recipe_settings(name), **settings})

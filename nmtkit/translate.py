@@ -22,7 +22,7 @@ With ``workers=0`` on a CPU the decoding processes start only once the input fil
 that each load torch and the model.
 
 Alignments (Pharaoh ``i-j``, source-target, 0-based) are on Moses-tokenised words, computed as ``nmt-align``
-computes them (:func:`nmtkit.align.word_matrix`, :func:`nmtkit.align.hard_links`): a target word's attention is
+computes them (:func:`nmtkit.wordalign.word_matrix`, :func:`nmtkit.wordalign.hard_links`): a target word's attention is
 the mean over its subwords' rows, a source word's the sum over its subwords' columns, argmax per target word.
 """
 
@@ -38,15 +38,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from nmtkit import checkpoint
-from nmtkit.align import hard_links, word_matrix
-from nmtkit.batching import collate_source
 from nmtkit.errors import InputError
-from nmtkit.sampling import Sampling, sample
-from nmtkit.search import Hypothesis, beam_search
+from nmtkit.decoding import build_models, decode_batch, load_checkpoints  # noqa: F401  (also the library's names here)
+from nmtkit.sampling import Sampling
+from nmtkit.search import Hypothesis
 from nmtkit.streaming import windows
 from nmtkit.text import Preprocessor, TextConfig
-from nmtkit.vocab import PAD, SPECIALS, UNK, Vocabulary
+from nmtkit.vocab import SPECIALS, UNK, Vocabulary
+from nmtkit.wordalign import hard_links, word_matrix
 
 log = logging.getLogger("nmtkit.translate")
 MAX_AUTO_WORKERS = 4  # workers=0 starts min(threads, this) processes on a CPU
@@ -86,66 +85,6 @@ class _Window:
     prefixes: list[list[str]]  # each line's target prefix tokens (empty: none)
     batches: list[list[_Piece]]  # length-sorted
     tickets: list[int] = field(default_factory=list)  # the batches' tickets in the decoding pool
-
-
-def load_checkpoints(paths: list[str]) -> list[dict]:
-    """The checkpoints' payloads; an ensemble's vocabularies and preprocessing must be identical."""
-    payloads = [checkpoint.load(p) for p in paths]
-    for path, p in zip(paths[1:], payloads[1:]):
-        for key in ("vocab", "preprocessing"):
-            if p[key] != payloads[0][key]:
-                raise InputError(f"its {key} differs from that of {paths[0]}: an ensemble needs "
-                                 "identical vocabularies and preprocessing", path)
-    return payloads
-
-
-def build_models(paths: list[str], device: str = "cpu", payloads: list[dict] | None = None) -> list:
-    """The checkpoints' models, in eval mode on ``device``."""
-    payloads = payloads if payloads is not None else load_checkpoints(paths)
-    try:
-        return [checkpoint.build_model(p).to(torch.device(device)).eval() for p in payloads]
-    except (ValueError, RuntimeError) as e:
-        raise InputError(f"cannot rebuild the model: {str(e).splitlines()[0]}", paths[0]) from None
-
-
-def collate_prefixes(prefixes: list[np.ndarray | None]) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
-    """Target prefix id arrays (None: none) → (prefix (B, P) padded with ``<pad>``, prefix_lens (B,)), or
-    (None, None) when no sentence has one."""
-    lens = [0 if p is None else len(p) for p in prefixes]
-    if not any(lens):
-        return None, None
-    out = np.full((len(prefixes), max(lens)), PAD, dtype=np.int64)
-    for k, p in enumerate(prefixes):
-        if lens[k]:
-            out[k, : lens[k]] = p
-    return torch.from_numpy(out), torch.tensor(lens)
-
-
-def decode_batch(models: list, sources: list[np.ndarray], device, bf16: bool = False,
-                 prefixes: list[np.ndarray | None] | None = None, keys: list | None = None,
-                 sampling: dict | None = None, seed: int = 0, **search) -> list[list[Hypothesis]]:
-    """Beam search (``nmtkit.search.beam_search(**search)``) over source id arrays (without ``</s>``), or with
-    ``sampling`` (:class:`nmtkit.sampling.Sampling`'s fields) ``nbest`` samples per sentence drawn with the keys
-    ``(seed, *keys[k])``: each sentence's hypotheses, with attention (if asked for) as float32 numpy arrays
-    (len(tokens) + 1, Tx)."""
-    device = torch.device(device)
-    src, lens = collate_source(sources)
-    prefix, prefix_lens = collate_prefixes(prefixes) if prefixes is not None else (None, None)
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-        if sampling is not None:
-            keys = keys if keys is not None else [(k,) for k in range(len(sources))]
-            hyps = sample(models, src.to(device), lens.to(device), [(seed, *k) for k in keys],
-                          n=search["nbest"], sampling=Sampling(**sampling), max_len_a=search["max_len_a"],
-                          max_len_b=search["max_len_b"], lenpen=search["lenpen"], no_unk=search["no_unk"],
-                          need_attention=search["need_attention"], prefix=prefix, prefix_lens=prefix_lens)
-        else:
-            hyps = beam_search(models, src.to(device), lens.to(device), prefix=prefix, prefix_lens=prefix_lens,
-                               **search)
-    for sentence in hyps:
-        for h in sentence:
-            if h.attention is not None:
-                h.attention = h.attention.float().cpu().numpy()
-    return hyps
 
 
 class Translator:
@@ -437,11 +376,6 @@ def _block_attention(parts: list[tuple[list[str], list[str], np.ndarray]]) -> di
         alpha[r: r + rows, c: c + cols] = a[:rows, :cols]
         r, c = r + len(y), c + len(s)
     return {"source": src, "target": tgt, "alpha": alpha.round(6).tolist()}
-
-
-def pharaoh(links: list[tuple[int, int]]) -> str:
-    """Pharaoh format: ``i-j`` pairs (source-target, 0-based) separated by spaces."""
-    return " ".join(f"{i}-{j}" for i, j in links)
 
 
 def load_unk_dict(path: str) -> dict[str, str]:

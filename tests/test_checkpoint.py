@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from nmtkit import __version__, checkpoint
+from nmtkit.models import build_from_checkpoint
 from nmtkit.errors import InputError
 
 
@@ -94,7 +95,7 @@ def test_round_trip(tmp_path):
     assert torch.equal(loaded["train"]["rng"]["torch"], payload["train"]["rng"]["torch"])
     assert loaded["train"]["state"] == payload["train"]["state"]
     # the model rebuilt from the file computes what the original computes
-    rebuilt = checkpoint.build_model(loaded).eval()
+    rebuilt = build_from_checkpoint(loaded).eval()
     model.eval()
     src = torch.tensor([[4, 5, 6, 3], [7, 3, 0, 0]])
     lens = torch.tensor([4, 2])

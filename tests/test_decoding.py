@@ -13,11 +13,13 @@ import pytest
 import torch
 
 from nmtkit import checkpoint
+
+from nmtkit.models import build_from_checkpoint
 from nmtkit.batching import collate_source
 from nmtkit.sampling import Sampling, parse_sampling, reshape, sample
 from nmtkit.search import beam_search, beam_search_reference
 from nmtkit.text import Preprocessor, TextConfig
-from nmtkit.translate import collate_prefixes
+from nmtkit.decoding import collate_prefixes
 from nmtkit.vocab import BOS, EOS, PAD, UNK, Vocabulary
 
 from conftest import REPO, lines_of
@@ -29,7 +31,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 @pytest.fixture(scope="module")
 def model(trained):
     payload = checkpoint.load(trained[1])
-    return checkpoint.build_model(payload).eval(), payload
+    return build_from_checkpoint(payload).eval(), payload
 
 
 def _sources(data_dir, payload, n=8):

@@ -225,6 +225,8 @@ def test_model_nll_equals_sentence_by_sentence_log_softmax(wmt, shortlist):
     import torch
 
     from nmtkit import checkpoint
+
+    from nmtkit.models import build_from_checkpoint
     from nmtkit.text import Preprocessor, TextConfig
     from nmtkit.vocab import BOS, EOS, UNK
 
@@ -232,7 +234,7 @@ def test_model_nll_equals_sentence_by_sentence_log_softmax(wmt, shortlist):
     src, refs = lines(wmt["src"])[590:614], lines(wmt["ref"])[590:614]  # some seen, some with unknown words
     payload = checkpoint.load(ckpt)
     result = model_nll(payload, src, refs, batch_size=5)
-    model = checkpoint.build_model(payload).eval()
+    model = build_from_checkpoint(payload).eval()
     sv = {t: i for i, t in enumerate(payload["vocab"]["src"])}
     tv = {t: i for i, t in enumerate(payload["vocab"]["tgt"])}
     sp, tp = Preprocessor(TextConfig("en")), Preprocessor(TextConfig("fr"))

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from nmtkit import adadelta, checkpoint
+from nmtkit.models import build_from_checkpoint
 from nmtkit.adadelta import Adadelta
 from nmtkit.batching import collate, collate_source
 from nmtkit.prepare import PrepareConfig, prepare
@@ -171,8 +172,8 @@ def test_overfits_a_few_dozen_real_pairs(overfit_data, tmp_path):
                          max_updates=150, valid_every=1000, valid_bleu_sentences=0, log_every=10))
     assert summary["status"] == "done" and summary["update"] == 150
 
-    model = checkpoint.build_model(checkpoint.load(tmp_path / "run" / "checkpoint_last.pt"))
-    fresh = checkpoint.build_model({**checkpoint.load(tmp_path / "run" / "checkpoint_last.pt"),
+    model = build_from_checkpoint(checkpoint.load(tmp_path / "run" / "checkpoint_last.pt"))
+    fresh = build_from_checkpoint({**checkpoint.load(tmp_path / "run" / "checkpoint_last.pt"),
                                     "model": type(model)(model.config).state_dict()})
     assert _teacher_forced_nll(fresh, src, tgt, ids) > 3.0  # an untrained model is far from it
     nll = _teacher_forced_nll(model, src, tgt, ids)
@@ -879,7 +880,7 @@ def test_checkpoints_are_self_contained_and_rotated(small, raw, tmp_path):
     assert subwords > 0  # BPE was really applied, from the codes in the checkpoint
 
     # and rebuilds a model that computes exactly what the trained one computes
-    model = checkpoint.build_model(payload).eval()
+    model = build_from_checkpoint(payload).eval()
     trainer.model.eval()
     batch = collate(data.corpus("valid", "en"), data.corpus("valid", "fr"), np.arange(10))
     with torch.no_grad():
@@ -1023,10 +1024,10 @@ def test_ema_is_the_moving_average_of_every_updates_weights(small, tmp_path):
         data = PreparedData.open(small)
         vsrc, vtgt = data.corpus("valid", "en"), data.corpus("valid", "fr")
         record = summary["history"][u // 3 - 1]
-        model = checkpoint.build_model(payload)  # what nmt-translate loads: the EMA
+        model = build_from_checkpoint(payload)  # what nmt-translate loads: the EMA
         expected = validation_loss(model, vsrc, vtgt, torch.device("cpu"), 20)
         assert record["valid_loss"] == pytest.approx(expected["valid_loss"], rel=1e-6)
-        raw_model = checkpoint.build_model({**payload, "model": payload["train"]["raw_model"]})
+        raw_model = build_from_checkpoint({**payload, "model": payload["train"]["raw_model"]})
         assert validation_loss(raw_model, vsrc, vtgt, torch.device("cpu"), 20)["valid_loss"] != \
             pytest.approx(record["valid_loss"], rel=1e-6)
         bleu = validation_bleu(model, data, vsrc, trainer.tgt_vocab, 8, torch.device("cpu"), 1, 20)
@@ -1058,7 +1059,7 @@ def test_average_last_is_the_mean_of_the_last_validations_raw_weights(small, tmp
     # (attention.W_a barely moves in 10 updates: v_a starts at 0, Appendix B.1)
     assert sum(not torch.equal(v, raws[-1][k]) for k, v in last["model"].items()) >= len(raws[-1]) - 1
     data = PreparedData.open(small)
-    loss = validation_loss(checkpoint.build_model(last), data.corpus("valid", "en"), data.corpus("valid", "fr"),
+    loss = validation_loss(build_from_checkpoint(last), data.corpus("valid", "en"), data.corpus("valid", "fr"),
                            torch.device("cpu"), 20)["valid_loss"]
     assert summary["history"][-1]["valid_loss"] == pytest.approx(loss, rel=1e-6)
 
@@ -1181,7 +1182,8 @@ def test_resuming_an_old_checkpoint_with_ema_starts_it_from_the_weights(small, t
 # -- recipes, initialisation and label smoothing ---------------------------------------------------------------------
 
 def test_recipes_resolve_to_train_configs(small, tmp_path):
-    from nmtkit.recipes import RECIPES, default_recipe, recipe_settings, train_config
+    from nmtkit.recipes import RECIPES, default_recipe, recipe_settings
+    from nmtkit.trainconfig import train_config
 
     assert [default_recipe(a) for a in ("rnnsearch-small", "rnnencdec-small", "rnnsearch-tiny", "rnnencdec-tiny",
                                         "rnnsearch", "rnnencdec", "rnnsearch-50", "rnnencdec-30")] == \
@@ -1327,7 +1329,7 @@ def test_label_smoothing_changes_the_updates_not_the_logged_losses(small, tmp_pa
     # the logged validation loss is the NLL of the saved model, not its smoothed loss
     data = PreparedData.open(small)
     vsrc, vtgt = data.corpus("valid", "en"), data.corpus("valid", "fr")
-    model = checkpoint.build_model(smooth)
+    model = build_from_checkpoint(smooth)
     nll = validation_loss(model, vsrc, vtgt, torch.device("cpu"), 20)["valid_loss"]
     logged = smooth["train"]["state"]["history"][-1]
     assert logged["update"] == 4 and logged["valid_loss"] == pytest.approx(nll, rel=1e-6)

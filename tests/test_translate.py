@@ -14,6 +14,8 @@ import pytest
 import torch
 
 from nmtkit import checkpoint
+
+from nmtkit.models import build_from_checkpoint
 from nmtkit.batching import collate_source
 from nmtkit.models import build_model
 from nmtkit.search import beam_search, beam_search_reference, greedy
@@ -38,7 +40,7 @@ def run_translate(args, stdin: bytes, check=True):
 @pytest.fixture(scope="module")
 def model(trained):
     payload = checkpoint.load(trained[1])
-    return checkpoint.build_model(payload).eval(), payload
+    return build_from_checkpoint(payload).eval(), payload
 
 
 def _batch(sentences):

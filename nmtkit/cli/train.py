@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging, tune_malloc
+from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
+from nmtkit.runtime import tune_malloc
 
 
 def _model_option(ctx, param, values):
@@ -126,7 +127,8 @@ def main(data, arch, save_dir, model_options, quiet, recipe, **options):
     Data parallel on 2 processes (same result as one with the same total batch):
       torchrun --nproc_per_node 2 $(which nmt-train) data-bin/small --arch rnnsearch-small --save-dir runs/dp
     """
-    from nmtkit.recipes import default_recipe, recipe_settings, train_config
+    from nmtkit.recipes import default_recipe, recipe_settings
+    from nmtkit.trainconfig import train_config
     from nmtkit.train import train
 
     setup_logging(quiet)

@@ -8,7 +8,8 @@ import sys
 
 import click
 
-from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging, tune_malloc
+from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
+from nmtkit.runtime import tune_malloc
 
 
 def read_input(stream, name: str):
@@ -114,7 +115,8 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
     from nmtkit.errors import InputError
     from nmtkit.files import check_distinct
     from nmtkit.sampling import parse_sampling
-    from nmtkit.translate import Translator, load_unk_dict, pharaoh
+    from nmtkit.translate import Translator, load_unk_dict
+    from nmtkit.wordalign import pharaoh
 
     if threads:
         torch.set_num_threads(threads)

@@ -78,13 +78,13 @@ from nmtkit.datasets.download import (
     MANIFEST,
     MANIFEST_FORMAT,
     MANIFEST_VERSION,
-    default_cache_dir,
     default_data_dir,
     default_mirror_url,
     download,
     sha256sum,
 )
 from nmtkit.datasets.fetch import Fetcher, _convert, describe, get, link  # noqa: F401  (_convert: the tests use it)
+from nmtkit.runtime import default_cache_dir
 
 __all__ = [
     "CATALOGUE", "CHUNK", "CONVERSIONS", "KINDS", "MANIFEST", "MANIFEST_FORMAT", "MANIFEST_VERSION",

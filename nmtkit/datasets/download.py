@@ -34,11 +34,6 @@ MANIFEST_VERSION = 1
 # -- settings -----------------------------------------------------------------------------------------------------
 
 
-def default_cache_dir() -> Path:
-    """``$NMTKIT_CACHE``, else ``~/.cache/nmtkit``."""
-    return Path(os.environ.get("NMTKIT_CACHE") or Path.home() / ".cache" / "nmtkit")
-
-
 def default_data_dir() -> Path | None:
     """``$NMTKIT_DATA`` (a local mirror), or None."""
     value = os.environ.get("NMTKIT_DATA")

@@ -27,12 +27,12 @@ from nmtkit.datasets.download import (
     _now,
     _remove,
     _sha256_cached,
-    default_cache_dir,
     default_data_dir,
     default_mirror_url,
     download,
     sha256sum,
 )
+from nmtkit.runtime import default_cache_dir
 from nmtkit.errors import InputError
 from nmtkit.files import atomic_file
 

@@ -74,7 +74,7 @@ def _cpu_id() -> str:
 
 
 def _cache_dir() -> Path:
-    from nmtkit.datasets.download import default_cache_dir
+    from nmtkit.runtime import default_cache_dir
 
     return default_cache_dir() / "kernels"
 

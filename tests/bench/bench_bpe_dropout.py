@@ -78,7 +78,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from nmtkit.prepare import PrepareConfig, prepare
-    from nmtkit.recipes import train_config
+    from nmtkit.trainconfig import train_config
     from nmtkit.train import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:

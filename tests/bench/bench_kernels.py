@@ -81,7 +81,7 @@ def interleaved(cases: dict, rounds: int = 3) -> dict[str, float]:
 def main() -> int:
     import torch
 
-    from nmtkit.cli import tune_malloc
+    from nmtkit.runtime import tune_malloc
     from nmtkit.models.matmul import padded_vocab, round_up
     from nmtkit.search import top_k
 

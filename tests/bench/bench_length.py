@@ -39,10 +39,11 @@ TESTS = {"newstest2014": ("wmt14/newstest2014.en", "wmt14/newstest2014.fr"),
 @torch.no_grad()
 def measure(data: str, model_path: str, limit: int) -> list[str]:
     from nmtkit import checkpoint
+    from nmtkit.models import build_from_checkpoint
     from nmtkit.batching import collate
     from nmtkit.manifest import PreparedData
 
-    model = checkpoint.build_model(checkpoint.load(model_path)).eval()
+    model = build_from_checkpoint(checkpoint.load(model_path)).eval()
     prepared = PreparedData.open(data)
     src, tgt = prepared.corpus("valid", prepared.source_lang), prepared.corpus("valid", prepared.target_lang)
     nll: dict[tuple[str, int], list[float]] = {}

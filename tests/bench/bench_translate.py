@@ -16,7 +16,7 @@ Parts:
     directory), beam 1 and beam 12, batch 80 sentences, "natural" ending (outputs end when the model says so).
     Sentences per second measured inside each tool, start-up (imports, model loading) excluded as in the README:
     OpenNMT-py's own ``-report_time`` timer; for nmtkit, a process set up as ``nmt-translate`` sets itself up
-    (``nmtkit.cli.tune_malloc``; by default its decoding worker processes, 2 × 1 thread on two cores, started and
+    (``nmtkit.runtime.tune_malloc``; by default its decoding worker processes, 2 × 1 thread on two cores, started and
     loaded before the clock starts, as the tools' start-up is excluded) times ``Translator.translate`` on the
     pre-read lines; a second nmtkit row decodes in one process with the same threads (``--workers 1``)
     (``tokenized=True``: words in, words out; batching, search and output conversion included).
@@ -102,7 +102,7 @@ def parse_args(argv):
 def worker(spec: dict) -> None:
     import torch
 
-    from nmtkit.cli import tune_malloc
+    from nmtkit.runtime import tune_malloc
 
     tune_malloc()  # as nmt-translate does before it decodes (it keeps freed buffers instead of page-faulting them in)
     if spec["mode"] == "decode":

@@ -1,0 +1,81 @@
+"""Decoding batches of source ids with loaded models: the part of translation that runs in every decoding process
+(this one, or a worker of :mod:`nmtkit.decodepool`), below :mod:`nmtkit.translate`'s line handling.
+
+:func:`load_checkpoints` and :func:`build_models` turn checkpoint files into models in eval mode (an ensemble's
+vocabularies and preprocessing must match); :func:`decode_batch` runs beam search (:mod:`nmtkit.search`) or
+sampling (:mod:`nmtkit.sampling`) over one batch, optionally forced through target prefixes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from nmtkit import checkpoint
+
+from nmtkit.models import build_from_checkpoint
+from nmtkit.batching import collate_source
+from nmtkit.errors import InputError
+from nmtkit.sampling import Sampling, sample
+from nmtkit.search import Hypothesis, beam_search
+from nmtkit.vocab import PAD
+
+
+def load_checkpoints(paths: list[str]) -> list[dict]:
+    """The checkpoints' payloads; an ensemble's vocabularies and preprocessing must be identical."""
+    payloads = [checkpoint.load(p) for p in paths]
+    for path, p in zip(paths[1:], payloads[1:]):
+        for key in ("vocab", "preprocessing"):
+            if p[key] != payloads[0][key]:
+                raise InputError(f"its {key} differs from that of {paths[0]}: an ensemble needs "
+                                 "identical vocabularies and preprocessing", path)
+    return payloads
+
+
+def build_models(paths: list[str], device: str = "cpu", payloads: list[dict] | None = None) -> list:
+    """The checkpoints' models, in eval mode on ``device``."""
+    payloads = payloads if payloads is not None else load_checkpoints(paths)
+    try:
+        return [build_from_checkpoint(p).to(torch.device(device)).eval() for p in payloads]
+    except (ValueError, RuntimeError) as e:
+        raise InputError(f"cannot rebuild the model: {str(e).splitlines()[0]}", paths[0]) from None
+
+
+def collate_prefixes(prefixes: list[np.ndarray | None]) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
+    """Target prefix id arrays (None: none) → (prefix (B, P) padded with ``<pad>``, prefix_lens (B,)), or
+    (None, None) when no sentence has one."""
+    lens = [0 if p is None else len(p) for p in prefixes]
+    if not any(lens):
+        return None, None
+    out = np.full((len(prefixes), max(lens)), PAD, dtype=np.int64)
+    for k, p in enumerate(prefixes):
+        if lens[k]:
+            out[k, : lens[k]] = p
+    return torch.from_numpy(out), torch.tensor(lens)
+
+
+def decode_batch(models: list, sources: list[np.ndarray], device, bf16: bool = False,
+                 prefixes: list[np.ndarray | None] | None = None, keys: list | None = None,
+                 sampling: dict | None = None, seed: int = 0, **search) -> list[list[Hypothesis]]:
+    """Beam search (``nmtkit.search.beam_search(**search)``) over source id arrays (without ``</s>``), or with
+    ``sampling`` (:class:`nmtkit.sampling.Sampling`'s fields) ``nbest`` samples per sentence drawn with the keys
+    ``(seed, *keys[k])``: each sentence's hypotheses, with attention (if asked for) as float32 numpy arrays
+    (len(tokens) + 1, Tx)."""
+    device = torch.device(device)
+    src, lens = collate_source(sources)
+    prefix, prefix_lens = collate_prefixes(prefixes) if prefixes is not None else (None, None)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        if sampling is not None:
+            keys = keys if keys is not None else [(k,) for k in range(len(sources))]
+            hyps = sample(models, src.to(device), lens.to(device), [(seed, *k) for k in keys],
+                          n=search["nbest"], sampling=Sampling(**sampling), max_len_a=search["max_len_a"],
+                          max_len_b=search["max_len_b"], lenpen=search["lenpen"], no_unk=search["no_unk"],
+                          need_attention=search["need_attention"], prefix=prefix, prefix_lens=prefix_lens)
+        else:
+            hyps = beam_search(models, src.to(device), lens.to(device), prefix=prefix, prefix_lens=prefix_lens,
+                               **search)
+    for sentence in hyps:
+        for h in sentence:
+            if h.attention is not None:
+                h.attention = h.attention.float().cpu().numpy()
+    return hyps

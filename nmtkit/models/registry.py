@@ -1,0 +1,95 @@
+"""The model registry: architectures (classes registered with :func:`register_model`) and presets (named sizes of an
+architecture, :func:`register_preset`), and the functions that build from them.  ``nmtkit.models`` re-exports it;
+the model modules import it from here, so that no module imports the package that imports it."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from torch import nn
+
+_MODELS: dict[str, type] = {}
+_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {}
+
+
+def register_model(name: str) -> Callable[[type], type]:
+    """Class decorator: ``@register_model("rnnsearch")``.  The class needs a ``config_class`` dataclass."""
+
+    def wrap(cls: type) -> type:
+        if name in _MODELS or name in _PRESETS:
+            raise ValueError(f"model {name!r} is already registered")
+        if not dataclasses.is_dataclass(getattr(cls, "config_class", None)):
+            raise ValueError(f"model {name!r} needs a dataclass config_class attribute")
+        cls.arch = name
+        _MODELS[name] = cls
+        return cls
+
+    return wrap
+
+
+def register_preset(name: str, arch: str, **fields: Any) -> None:
+    """A named set of config values for a registered architecture (validated when used)."""
+    if name in _PRESETS or name in _MODELS:
+        raise ValueError(f"preset {name!r} is already registered")
+    _PRESETS[name] = (arch, dict(fields))
+
+
+def list_models() -> list[str]:
+    """Registered architecture names."""
+    return sorted(_MODELS)
+
+
+def list_presets() -> list[str]:
+    """Registered preset names."""
+    return sorted(_PRESETS)
+
+
+def resolve(arch_or_preset: str) -> tuple[str, dict[str, Any]]:
+    """(architecture, preset fields) for an architecture or preset name."""
+    if arch_or_preset in _PRESETS:
+        arch, fields = _PRESETS[arch_or_preset]
+        return arch, dict(fields)
+    if arch_or_preset in _MODELS:
+        return arch_or_preset, {}
+    raise ValueError(
+        f"unknown model or preset {arch_or_preset!r}; valid: {', '.join(list_models() + list_presets())}"
+    )
+
+
+def get_config(arch_or_preset: str, **overrides: Any):
+    """The config dataclass of an architecture or preset, with overrides applied (unknown option -> ValueError)."""
+    arch, fields = resolve(arch_or_preset)
+    config_class = _MODELS[arch].config_class
+    valid = [f.name for f in dataclasses.fields(config_class)]
+    unknown = sorted(set(overrides) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown option(s) {', '.join(unknown)} for {arch}; valid options: {', '.join(valid)}")
+    return config_class.from_dict({**fields, **overrides})
+
+
+def build_model(arch_or_preset: str, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> nn.Module:
+    """Build an initialised model; ``overrides`` are config fields (e.g. ``dropout=0.2, encoder_gru="torch"``)."""
+    arch, _ = resolve(arch_or_preset)
+    config = get_config(arch_or_preset, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **overrides)
+    return _MODELS[arch](config)
+
+
+def model_class(arch: str) -> type:
+    """The registered class of an architecture name."""
+    if arch not in _MODELS:
+        raise ValueError(f"unknown model {arch!r}; valid: {', '.join(list_models())}")
+    return _MODELS[arch]
+
+
+def build_from_checkpoint(payload: dict) -> nn.Module:
+    """The model of a loaded checkpoint (:func:`nmtkit.checkpoint.load`'s payload: ``arch``, ``config``, ``model``),
+    weights restored, on CPU (move it with ``.to(device)``).  Weights that do not fit the config -> ValueError."""
+    model = build_model(payload["arch"], **payload["config"])
+    try:
+        model.load_state_dict(payload["model"])
+    except RuntimeError as e:  # (missing or unexpected weights, or shapes that do not fit the config)
+        first = str(e).strip().splitlines()
+        raise ValueError(f"the weights do not fit the model of the checkpoint's config: "
+                         f"{' '.join(x.strip() for x in first[:2])[:300]}") from None
+    return model
