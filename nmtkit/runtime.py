@@ -17,8 +17,8 @@ def tune_malloc() -> None:
     """Keep freed memory in the process (glibc only; a no-op elsewhere).
 
     Training and decoding free and reallocate large tensors (the (B, T, V) logits) at every step; glibc returns
-    such blocks to the kernel and the next allocation page-faults them back in. Measured here: log_softmax over a
-    batch's logits 26 → 7 ms, a 74 MB fill 22 → 3 ms.
+    such blocks to the kernel and the next allocation page-faults them back in, several times slower than reusing
+    them (a one-off measurement on a batch's logits, when this was written: tests/bench/README.md).
     """
     try:
         import ctypes

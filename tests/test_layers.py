@@ -150,3 +150,21 @@ def test_the_checks_catch_what_they_are_for(monkeypatch, bad, reason):
     check = test_imports_go_down_or_across_never_up if reason == "imports go down" else test_no_import_cycles
     with pytest.raises(AssertionError):
         check()
+
+
+def test_the_benchmark_table_names_every_script_and_only_files_that_exist():
+    # tests/bench/README.md is where a reader finds which script measures what; it must not drift from the folder.
+    import re
+
+    bench = ROOT.parent / "tests" / "bench"
+    text = (bench / "README.md").read_text()
+    scripts = {p.name for p in bench.glob("*.py")} - {"peers.py"}
+    listed = set(re.findall(r"^\| `([\w.]+\.py)` \|", text, re.M))
+    assert listed == scripts, f"listed but absent: {sorted(listed - scripts)}; absent from the table: " \
+                              f"{sorted(scripts - listed)}"
+    named = set(re.findall(r"`(bench_[\w-]+\.txt|soak_resume\.txt)`", text))
+    missing = sorted(n for n in named if not (bench / "results" / n).is_file())
+    assert named and not missing, f"result files the table names that do not exist: {missing}"
+    modules = set(re.findall(r"`(nmtkit/[\w/]+\.(?:py|c))`", text))
+    gone = sorted(m for m in modules if not (ROOT.parent / m).is_file())
+    assert modules and not gone, f"modules the table names that do not exist: {gone}"

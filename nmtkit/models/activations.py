@@ -1,9 +1,8 @@
 """tanh through the sigmoid, for the recurrences on the CPU.
 
 torch 2.13's CPU ``tanh`` is not vectorised, ``sigmoid`` is.  Since tanh(x) = 2σ(2x) − 1, ``tanh_`` computes that
-instead: four vectorised passes over a block that stays in the cache, 2.6–3.0× faster than torch's tanh over a
-packed encoder step's (2, 80, 1,000) block (0.208 → 0.079 ms in the committed run of
-tests/bench/results/bench_kernels.txt, 0.205 → 0.067 ms in the one before).  The result is
+instead: four vectorised passes over a block that stays in the cache, faster than torch's tanh over a packed
+encoder step's block (tests/bench/results/bench_kernels.txt, row "GRU candidate tanh").  The result is
 within 2e-7 of tanh (absolute; float32's own tanh is within ~3e-8): far below the rounding of the products that
 feed it.  Other dtypes (float64: the exact tests and gradient checks) and CUDA get torch's tanh.  The attention
 computes its tanh the same way, folded into its scores (attention.alignment).
@@ -41,8 +40,8 @@ def pairwise_max(t_tilde: Tensor) -> Tensor:
 
     Its gradient goes to the larger element of each pair (at a tie, to one of them: a subgradient, where
     ``amax`` would split it).  Written so because ``amax`` over pairs and its backward (a comparison, a count, a
-    division) took 4.6–4.9 ms forward and backward for a paper-size batch (1,511 × 1,000), this 3.7 ms (the
-    last two runs of tests/bench/results/bench_kernels.txt).  Without autograd: the elementwise
+    division) are slower (tests/bench/results/bench_kernels.txt, row "maxout forward + backward").  Without
+    autograd: the elementwise
     maximum of the two halves, the same values."""
     if t_tilde.shape[-1] % 2:
         raise ValueError(f"pairwise_max: the last dimension must be even, not {t_tilde.shape[-1]}")

@@ -20,10 +20,9 @@ no autograd graph inside the time loop, and rearrange the work so that the loop 
 - on CPU (float32 tensors, the kernels of nmtkit/kernels built), each step's attention -- scores, softmax,
   C_stack c_i, and backwards everything but the weight gradients -- is one call of a C kernel
   (kernels/attention.c) that visits each sentence's real source positions once per direction, σ(…) computed in
-  registers and recomputed in the backward from the stored 2 W_a s_{i-1}.  The same 20 Hansards updates,
-  interleaved in one process (one-off, like the figures below): bf16 5.3% less time per update at paper size,
-  float32 7% at the small preset's.  Where a row has no real source position, its α is 0 (the torch ops give
-  NaN).  The torch ops below remain the path elsewhere (CUDA, float64, no compiler, a source mask that is not
+  registers and recomputed in the backward from the stored 2 W_a s_{i-1} (faster than the torch ops:
+  tests/bench/results/bench_kernels.txt, rows "attentive decoder fwd+bwd"; bench_ab_train-attention.txt).
+  Where a row has no real source position, its α is 0 (the torch ops give NaN).  The torch ops below remain the path elsewhere (CUDA, float64, no compiler, a source mask that is not
   right padding; ``ATTENTION_KERNEL = False``);
 - torch ops, on CPU and at the paper's sizes: a batch sorted by source length (``nll`` sorts it) attends in
   ``ATTENTION_GROUPS`` row groups, each over its own longest source only: the attention's elementwise work
@@ -33,9 +32,8 @@ no autograd graph inside the time loop, and rearrange the work so that the loop 
   backward from the stored 2 W_a s_{i-1} (B, n' per step) instead of being stored for every step (the kernel
   recomputes it at every size; ``RECOMPUTE_MIN_ELEMENTS``):
   stored, it is the pass's largest tensor (~340 MB), written to and read back from memory, whereas one step's
-  stays in the cache (one-off measurement, the same 20 Hansards updates interleaved in one process: bf16
-  836 → 887 target tokens/s, float32 unchanged, 526 → 527; at the small preset's size the recomputation cost
-  4%, so there σ is kept);
+  stays in the cache (a one-off measurement of 20 Hansards updates interleaved in one process found it faster in
+  bf16, the same in float32, and slower at the small preset's size, so there σ is kept: tests/bench/README.md);
 - the per-step products go through ``matmul.Multiplier`` (oneDNN on CPU, the weight reordered once per pass).
 
 Low precision (bf16 autocast, ``lowp``): the per-step matmuls run in bfloat16 with the weights cast once per pass;

@@ -3,9 +3,8 @@
 **Per-step products through oneDNN.**  A recurrence multiplies the same weight at every step by a small batch of
 states (80 × 1,000 → 3,000 and smaller in the paper's decoder).  torch 2.13's default float32 GEMM (MKL) handles
 such thin products poorly on this CPU (AMD EPYC, AVX-512); oneDNN, which the same torch build carries
-(``torch.ops.mkldnn``), runs them faster when the weight is reordered once into its blocked layout: 1.15–1.5× in
-float32 and 1.14–1.3× in bf16 over the last five committed runs of tests/bench/results/bench_kernels.txt
-(1.6–1.7× and 1.4× in an earlier one: torch's own GEMM speed varies more on this VM).  ``Multiplier(W)`` does
+(``torch.ops.mkldnn``), runs them faster when the weight is reordered once into its blocked layout
+(tests/bench/results/bench_kernels.txt, rows "per step").  ``Multiplier(W)`` does
 that: W reordered once per forward (or backward) pass, then ``product(x)`` / ``add_product(bias, x, out)`` at
 every step (weights of at least ``ONEDNN_MIN_WEIGHT`` elements: the paper's sizes, not the small preset's).  The
 values are float32 GEMM results like torch's, only summed in another order (tests compare).  Elsewhere -- CUDA,
@@ -104,9 +103,8 @@ def in_lowp(t: Tensor, lowp) -> Tensor:
 def contiguous_in_lowp(t: Tensor, lowp) -> Tensor:
     """t cast to ``lowp`` (when given) and contiguous.  A float32 CPU matrix cast to bfloat16 that is not
     contiguous (the backward pass's Wᵀ, a transposed view) goes through the C kernel (nmtkit/kernels/cast.c):
-    torch's strided copy is slower (Wᵀ of 3,000 × 1,000: 3.56 → 1.08 ms in the committed run of
-    tests/bench/results/bench_kernels.txt, 2.53 → 1.29 ms in the one before); the values are the same, bit for
-    bit (NaN payloads aside)."""
+    torch's strided copy is slower (tests/bench/results/bench_kernels.txt, row "backward's Wcatᵀ to bf16"); the
+    values are the same, bit for bit (NaN payloads aside)."""
     if lowp is torch.bfloat16 and t.dim() == 2 and not t.is_contiguous() and kernels.usable(t):
         return kernels.to_bf16(t)
     return in_lowp(t, lowp).contiguous()

@@ -90,9 +90,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
         # V, l and N rounded up to multiples of 8 (matmul.py): the extra logits are −inf (probability 0), the
         # extra columns of W and t zero; under lowp W is padded straight into its lowp copy.  The extra rows of t
         # (zero) make every product's row count a multiple of 8 too -- the logits (N', V') and ∂L/∂t (N', l')
-        # are results N' rows high: the three bf16 products up to 1.29× faster for real batch sizes, unchanged
-        # for some (tests/bench/results/bench_kernels.txt: N = 1,406 → 1,408, 479 → 371 ms) --; their logits
-        # are never used and their ∂L/∂z is set to zero.
+        # are results N' rows high: the bf16 products are faster for some real batch sizes and unchanged for
+        # others (tests/bench/results/bench_kernels.txt, rows "bf16 loss products") --; their logits are never
+        # used and their ∂L/∂z is set to zero.
         W_l, b = padded_vocab(W, b, float("-inf"), columns=True, dtype=lowp)  # (V', l'), (V',)
         t = F.pad(t, (0, W_l.shape[1] - l, 0, round_up(N) - N))  # (N', l')
         V2 = W_l.shape[0]
