@@ -7,6 +7,11 @@ The learning rate of update u (1-based: the first update is u = 1), for base rat
 - ``inverse-sqrt`` (fairseq's ``inverse_sqrt``): ``lr · sqrt(max(N, 1) / u)``: ``lr`` at the end of the warm-up,
   then decaying as 1/sqrt(u); without warm-up (N = 0) that is ``lr / sqrt(u)``, ``lr`` at the first update
   (fairseq's formula would make every rate 0 there);
+- ``linear`` (the budgeted-training schedule of Li et al., ICLR 2020; fairseq's ``polynomial_decay`` of power 1):
+  from ``lr`` at the end of the warm-up straight down to ``min_lr`` at update T (``--schedule-updates``, by default
+  the run's ``--max-updates``), ``min_lr + (lr − min_lr) · (T − u) / (T − N)``, and ``min_lr`` after T;
+- ``cosine`` (Loshchilov & Hutter's SGDR without restarts): over the same span,
+  ``min_lr + (lr − min_lr) · (1 + cos(π (u − N) / (T − N))) / 2``;
 - ``plateau`` (as torch's ReduceLROnPlateau): ``lr · factor``, where ``factor`` starts at 1 and is multiplied by
   ``decay`` whenever ``patience`` validations in a row have not improved on the best value of the run's metric
   (``--best-metric``) so far; the count restarts after each decay.  Validations during the warm-up do not count
@@ -24,17 +29,20 @@ from __future__ import annotations
 
 import math
 
-SCHEDULERS = ("constant", "inverse-sqrt", "plateau")
+SCHEDULERS = ("constant", "inverse-sqrt", "linear", "cosine", "plateau")
+BUDGETED = ("linear", "cosine")  # the schedules that need the run's last update (--max-updates)
 
 
 class LRSchedule:
     """The learning rate at each update; ``lr(u)``, ``on_validation(u, metric)``, ``state_dict()`` for resuming."""
 
     def __init__(self, kind: str, lr: float, warmup: int = 0, decay: float = 0.5, patience: int = 1,
-                 min_lr: float = 0.0):
+                 min_lr: float = 0.0, total: int = 0):
         if kind not in SCHEDULERS:
             raise ValueError(f"unknown scheduler '{kind}' (choose from {', '.join(SCHEDULERS)})")
-        self.kind, self.base, self.warmup = kind, lr, warmup
+        if kind in BUDGETED and total <= warmup:
+            raise ValueError(f"the {kind} schedule needs a last update after the warm-up ({total} <= {warmup})")
+        self.kind, self.base, self.warmup, self.total = kind, lr, warmup, total
         self.decay, self.patience, self.min_lr = decay, patience, min_lr
         self.factor = 1.0  # plateau: the product of the decays so far
         self.bad = 0  # plateau: validations since the last improvement or decay
@@ -48,6 +56,10 @@ class LRSchedule:
             rate = self.base
         elif self.kind == "inverse-sqrt":
             rate = self.base * math.sqrt(max(self.warmup, 1) / update)
+        elif self.kind in BUDGETED:
+            done = min(update - self.warmup, self.total - self.warmup) / (self.total - self.warmup)  # in (0, 1]
+            left = 1 - done if self.kind == "linear" else (1 + math.cos(math.pi * done)) / 2
+            rate = self.min_lr + (self.base - self.min_lr) * left
         else:
             rate = self.base * self.factor
         return max(rate, self.min_lr)
@@ -69,7 +81,16 @@ class LRSchedule:
         return True
 
     def state_dict(self) -> dict:
-        return {"factor": self.factor, "bad": self.bad, "best": self.best}
+        state = {"factor": self.factor, "bad": self.bad, "best": self.best}
+        if self.kind in BUDGETED:
+            state["total"] = self.total
+        return state
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict) -> str | None:
+        """Restore the state; returns what changed for a resumed run to say (a decaying schedule's last update set
+        anew), else None."""
         self.factor, self.bad, self.best = float(state["factor"]), int(state["bad"]), state["best"]
+        before = state.get("total")
+        if self.kind in BUDGETED and before is not None and before != self.total:
+            return f"the {self.kind} schedule now reaches its floor at update {self.total}, not {before}"
+        return None

@@ -165,7 +165,7 @@ class Trainer:
             raise InputError(f"no training pair has at most {max_len} tokens per side", cfg.data)
         self.max_len = max_len
         self.schedule = LRSchedule(cfg.lr_scheduler, cfg.lr, cfg.warmup_updates, cfg.lr_decay, cfg.lr_patience,
-                                   cfg.min_lr)
+                                   cfg.min_lr, cfg.horizon)
         self.lr = cfg.lr  # the rate of the latest update
         self.averager = averaging.make(self.model, cfg.ema_decay, cfg.average_last)
         self.tensorboard = None  # nmtkit.tblog.TensorBoardLog with --tensorboard, opened by train()
@@ -183,7 +183,9 @@ class Trainer:
             log.info("resumed from update %d (epoch %d, batch %d)", self.state.update, self.state.epoch + 1,
                      self.state.batch_in_epoch)
             if "schedule" in train:
-                self.schedule.load_state_dict(train["schedule"])
+                changed = self.schedule.load_state_dict(train["schedule"])
+                if changed:
+                    log.warning("--resume: %s (the run's weights follow the new schedule from here)", changed)
             if self.averager is not None and self.rank == 0:  # (only the lead process validates and saves)
                 self.averager.resume(payload, cfg.save_dir)
             resume.report_changes(train.get("config", {}), dataclasses.asdict(cfg), TRAINING_DEFAULTS)

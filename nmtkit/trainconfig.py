@@ -11,7 +11,7 @@ from typing import Any
 from nmtkit.errors import InputError
 from nmtkit.models.init import INIT_SCHEMES
 from nmtkit.recipes import RECIPES, default_recipe, recipe_settings
-from nmtkit.schedule import SCHEDULERS
+from nmtkit.schedule import BUDGETED, SCHEDULERS
 
 OPTIMIZERS = ("adadelta", "adam", "sgd")
 METRICS = ("bleu", "loss")
@@ -38,11 +38,12 @@ class TrainConfig:
     init_from: str | None = None  # a checkpoint whose weights start a new run (not --resume: a fresh optimizer)
     optimizer: str = "adadelta"
     lr: float = 1.0
-    lr_scheduler: str = "constant"  # nmtkit.schedule: constant, inverse-sqrt or plateau
+    lr_scheduler: str = "constant"  # nmtkit.schedule: constant, inverse-sqrt, linear, cosine or plateau
     warmup_updates: int = 0  # linear warm-up over the first N updates (lr·u/N), with every scheduler
     lr_decay: float = 0.5  # plateau: the factor of each decay
     lr_patience: int = 1  # plateau: decay after this many validations without improvement
     min_lr: float = 0.0  # the floor of the decaying schedules (after warm-up)
+    schedule_updates: int = 0  # linear, cosine: the update at which the rate reaches min_lr; 0 = max_updates
     ema_decay: float = 0.0  # validate and save an exponential moving average of the weights; 0 = off
     average_last: int = 0  # validate and save the mean of the weights at the last N validations; 0 = off
     rho: float = 0.95  # Adadelta's decay
@@ -66,6 +67,11 @@ class TrainConfig:
     threads: int = 0  # torch intra-op threads, 0 = torch's default
     resume: bool = False
     force: bool = False
+
+    @property
+    def horizon(self) -> int:
+        """The update at which a linear or cosine schedule reaches ``min_lr``."""
+        return self.schedule_updates or self.max_updates
 
     def check(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -95,6 +101,7 @@ class TrainConfig:
                                ("clip_norm", 0 <= self.clip_norm < math.inf, "finite and at least 0 (0 = never)"),
                                ("max_time", 0 <= self.max_time < math.inf, "finite and at least 0 (0 = no limit)"),
                                ("max_updates", self.max_updates >= 0, "at least 0 (0 = no limit)"),
+                               ("schedule_updates", self.schedule_updates >= 0, "at least 0 (0 = --max-updates)"),
                                ("max_epochs", self.max_epochs >= 0, "at least 0 (0 = no limit)"),
                                ("patience", self.patience >= 0, "at least 0 (0 = never stop early)"),
                                ("threads", self.threads >= 0, "at least 0 (0 = torch's default)"),
@@ -102,6 +109,10 @@ class TrainConfig:
                                ("max_len", self.max_len is None or self.max_len >= 1, "at least 1")):
             if not ok:
                 raise InputError(f"--{name.replace('_', '-')} must be {want} (got {getattr(self, name)})")
+        if self.lr_scheduler in BUDGETED and self.horizon <= self.warmup_updates:
+            raise InputError(f"--lr-scheduler {self.lr_scheduler} decays to --min-lr at the last update: it needs "
+                             f"--schedule-updates or --max-updates above --warmup-updates (got {self.horizon} and "
+                             f"{self.warmup_updates})")
         if self.ema_decay and self.average_last:
             raise InputError("--ema-decay and --average-last exclude each other (choose one averaging)")
         if self.keep_last < self.average_last:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from nmtkit.adadelta import Adadelta
-from nmtkit.schedule import LRSchedule
+from nmtkit.schedule import BUDGETED, LRSchedule
 
 
 def test_constant_is_the_rate_given_and_warms_up_linearly():
@@ -27,6 +27,28 @@ def test_inverse_sqrt():
     assert LRSchedule("inverse-sqrt", 0.1, warmup=4, min_lr=0.03).lr(400) == 0.03  # floored
     s = LRSchedule("inverse-sqrt", 0.1)  # no warm-up: lr / sqrt(u), the full rate at the first update
     assert [s.lr(u) for u in (1, 4, 25)] == pytest.approx([0.1, 0.05, 0.02])
+
+
+def test_linear_and_cosine_decay_from_the_warm_up_to_the_floor_at_the_last_update():
+    s = LRSchedule("linear", 0.1, warmup=2, total=12)
+    assert [s.lr(u) for u in (1, 2)] == pytest.approx([0.05, 0.1])  # warm-up as with every scheduler
+    assert [s.lr(u) for u in (3, 7, 11, 12)] == pytest.approx([0.09, 0.05, 0.01, 0.0], abs=1e-15)
+    assert s.lr(20) == 0.0  # past the last update (a resumed run given more updates): the floor
+    s = LRSchedule("linear", 0.1, total=4, min_lr=0.02)  # no warm-up: the first update already decays
+    assert [s.lr(u) for u in (1, 2, 3, 4)] == pytest.approx([0.08, 0.06, 0.04, 0.02])
+    c = LRSchedule("cosine", 0.1, warmup=2, total=12)
+    assert c.lr(2) == pytest.approx(0.1) and c.lr(7) == pytest.approx(0.05) and c.lr(12) == pytest.approx(0.0)
+    assert c.lr(4) == pytest.approx(0.05 * (1 + math.cos(math.pi * 0.2)))
+    assert all(c.lr(u) > c.lr(u + 1) for u in range(2, 12))
+    assert LRSchedule("cosine", 0.1, total=10, min_lr=0.01).lr(10) == pytest.approx(0.01)
+    for kind in ("linear", "cosine"):
+        with pytest.raises(ValueError, match="needs a last update after the warm-up"):
+            LRSchedule(kind, 0.1, warmup=5, total=5)
+        # a resumed run told another last update says so (the trainer logs it as a warning)
+        resumed = LRSchedule(kind, 0.1, total=20)
+        assert resumed.load_state_dict(LRSchedule(kind, 0.1, total=12).state_dict()) == \
+            f"the {kind} schedule now reaches its floor at update 20, not 12"
+        assert LRSchedule(kind, 0.1, total=12).load_state_dict(LRSchedule(kind, 0.1, total=12).state_dict()) is None
 
 
 def test_plateau_decays_after_patience_bad_validations_down_to_the_floor():
@@ -49,10 +71,10 @@ def test_plateau_decays_after_patience_bad_validations_down_to_the_floor():
 
 
 def test_schedules_other_than_plateau_ignore_validations():
-    for kind in ("constant", "inverse-sqrt"):
-        s = LRSchedule(kind, 1.0, patience=1)
+    for kind in ("constant", "inverse-sqrt", "linear", "cosine"):
+        s = LRSchedule(kind, 1.0, patience=1, total=10)
         assert not any(s.on_validation(u, -u) for u in range(1, 10))
-        assert s.state_dict() == {"factor": 1.0, "bad": 0, "best": None}
+        assert s.state_dict() == {"factor": 1.0, "bad": 0, "best": None, **({"total": 10} if kind in BUDGETED else {})}
 
 
 def test_adadelta_takes_the_rate_from_its_group_at_every_step():

@@ -1083,13 +1083,14 @@ def _comparable(history: list, valid_every: int) -> list:
 # average's) and on it
 @pytest.mark.parametrize("stop, options", [
     (6, {"optimizer": "adam", "lr": 0.01, "lr_scheduler": "inverse-sqrt", "warmup_updates": 5}),
+    (6, {"optimizer": "adam", "lr": 0.01, "lr_scheduler": "linear", "warmup_updates": 2, "schedule_updates": 14}),
     (10, {"lr_scheduler": "plateau", "lr_patience": 2, "warmup_updates": 3}),
     (6, {"ema_decay": 0.9, "model_options": {"dropout": 0.3}}),
     (6, {"average_last": 3}),
     (8, {"average_last": 3}),
     (6, {"label_smoothing": 0.1, "model_options": {"dropout": 0.3}}),
     (6, {"recipe": "fast", "optimizer": "adam", "lr": 1e-3, "init": "xavier"}),  # (the resumed run must not re-init)
-], ids=["inverse-sqrt-warmup", "plateau", "ema-dropout", "average-last", "average-last-on-grid", "label-smoothing",
+], ids=["inverse-sqrt-warmup", "linear-warmup", "plateau", "ema-dropout", "average-last", "average-last-on-grid", "label-smoothing",
         "xavier-adam"])
 def test_resume_with_schedule_and_averaging_equals_uninterrupted(small, tmp_path, stop, options):
     total, common = 14, dict(valid_every=4, keep_last=100, **options)
@@ -1126,7 +1127,10 @@ def test_resume_with_schedule_and_averaging_equals_uninterrupted(small, tmp_path
 
 
 @pytest.mark.parametrize("options, words", [
-    ({"lr_scheduler": "cosine"}, "--lr-scheduler 'cosine'"),
+    ({"lr_scheduler": "noam"}, "--lr-scheduler 'noam'"),
+    ({"lr_scheduler": "linear"}, "--lr-scheduler linear decays to --min-lr at the last update: it needs "
+                                 "--schedule-updates or --max-updates above --warmup-updates (got 0 and 0)"),
+    ({"lr_scheduler": "cosine", "max_updates": 10, "warmup_updates": 10}, "(got 10 and 10)"),
     ({"warmup_updates": -1}, "--warmup-updates must be at least 0 (got -1)"),
     ({"lr_decay": 1.0}, "--lr-decay must be in (0, 1) (got 1.0)"),
     ({"lr_decay": 0.0}, "--lr-decay must be in (0, 1) (got 0.0)"),

@@ -69,15 +69,20 @@ def _list_archs(ctx, param, value):
                    "its vocabularies must be the data's (nmt-prepare --vocab-from). --resume continues a run instead.")
 @click.option("--optimizer", type=click.Choice(["adadelta", "adam", "sgd"]), default="adadelta", show_default=True)
 @click.option("--lr", default=1.0, show_default=True, help="Learning rate (Adadelta: 1.0).")
-@click.option("--lr-scheduler", type=click.Choice(["constant", "inverse-sqrt", "plateau"]), default="constant",
-              show_default=True, help="Learning-rate schedule: constant; inverse-sqrt (lr·sqrt(N/u) after N warm-up "
-              "updates); plateau (lr times --lr-decay after --lr-patience validations without improvement).")
+@click.option("--lr-scheduler", type=click.Choice(["constant", "inverse-sqrt", "linear", "cosine", "plateau"]),
+              default="constant", show_default=True,
+              help="Learning-rate schedule: constant; inverse-sqrt (lr·sqrt(N/u) after N warm-up updates); linear "
+              "or cosine (from lr after the warm-up down to --min-lr at --max-updates, which they need); plateau "
+              "(lr times --lr-decay after --lr-patience validations without improvement).")
 @click.option("--warmup-updates", default=0, show_default=True,
               help="Linear warm-up: lr·u/N for the first N updates (any scheduler; 0 = none).")
 @click.option("--lr-decay", default=0.5, show_default=True, help="plateau: factor of each decay.")
 @click.option("--lr-patience", default=1, show_default=True,
               help="plateau: decay after this many validations without improvement of --best-metric.")
 @click.option("--min-lr", default=0.0, show_default=True, help="Floor of the decaying schedules (after warm-up).")
+@click.option("--schedule-updates", default=0, show_default=True, metavar="T",
+              help="linear, cosine: the update at which the rate reaches --min-lr (0 = --max-updates). Set it to "
+              "stop a run early with --max-updates and resume it on the same schedule.")
 @click.option("--ema-decay", default=0.0, show_default=True,
               help="Validate and save an exponential moving average of the weights with this decay (e.g. 0.999; "
                    "0 = off). The raw weights stay in the checkpoint for --resume.")
