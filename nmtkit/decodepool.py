@@ -86,7 +86,7 @@ def worker_main() -> None:
         return
     torch.set_num_threads(setup["threads"])
     try:
-        models = build_models(setup["checkpoints"], setup["device"])
+        models = build_models(setup["checkpoints"], setup["device"], backend=setup["backend"])
     except Exception as e:  # noqa: BLE001   reported by the parent as its own error
         _send(out_fd, ("error", None, f"{type(e).__name__}: {e}"))
         return
@@ -147,9 +147,10 @@ class DecodePool:
     """``workers`` processes of ``threads`` torch threads each, decoding batches with
     ``nmtkit.decoding.decode_batch(models, sources, device, **options)``."""
 
-    def __init__(self, checkpoints: list[str], workers: int, threads: int, device: str, options: dict[str, Any]):
+    def __init__(self, checkpoints: list[str], workers: int, threads: int, device: str, options: dict[str, Any],
+                 backend: str | None = None):
         setup = {"checkpoints": [str(p) for p in checkpoints], "device": str(device), "threads": threads,
-                 "options": options}
+                 "options": options, "backend": backend}
         self._workers: list[_Worker] = []
         self._queue: deque[tuple[int, list[np.ndarray], dict]] = deque()
         self._done: dict[int, Any] = {}

@@ -13,9 +13,9 @@ import torch
 
 from nmtkit import checkpoint
 
-from nmtkit.models import build_from_checkpoint
 from nmtkit.batching import collate_source
 from nmtkit.errors import InputError
+from nmtkit.models import build_from_checkpoint, set_backend
 from nmtkit.sampling import Sampling, sample
 from nmtkit.search import Hypothesis, beam_search
 from nmtkit.vocab import PAD
@@ -32,11 +32,12 @@ def load_checkpoints(paths: list[str]) -> list[dict]:
     return payloads
 
 
-def build_models(paths: list[str], device: str = "cpu", payloads: list[dict] | None = None) -> list:
-    """The checkpoints' models, in eval mode on ``device``."""
+def build_models(paths: list[str], device: str = "cpu", payloads: list[dict] | None = None,
+                 backend: str | None = None) -> list:
+    """The checkpoints' models, in eval mode on ``device``, on ``backend`` (None: :func:`nmtkit.models.default_backend`)."""
     payloads = payloads if payloads is not None else load_checkpoints(paths)
     try:
-        return [build_from_checkpoint(p).to(torch.device(device)).eval() for p in payloads]
+        return [set_backend(build_from_checkpoint(p), backend).to(torch.device(device)).eval() for p in payloads]
     except (ValueError, RuntimeError) as e:
         raise InputError(f"cannot rebuild the model: {str(e).splitlines()[0]}", paths[0]) from None
 

@@ -46,7 +46,7 @@ from nmtkit.errors import DivergedError, InputError
 from nmtkit.gradients import clip_grad_norm_, grad_norm_and_scale
 from nmtkit.manifest import PreparedData
 from nmtkit.progress import Progress
-from nmtkit.models import build_from_checkpoint, build_model
+from nmtkit.models import build_from_checkpoint, build_model, set_backend
 from nmtkit.models.init import initialize
 from nmtkit.schedule import LRSchedule
 from nmtkit.trainconfig import TRAINING_DEFAULTS, TrainConfig, TrainState  # (TrainConfig: re-exported)
@@ -144,7 +144,7 @@ class Trainer:
                 self.model = build_from_checkpoint({**payload, "model": averaging.raw_weights(payload)})
         except ValueError as e:
             raise InputError(str(e)) from None
-        self.model.to(self.device)
+        set_backend(self.model, cfg.backend).to(self.device)
         params = list(self.model.parameters())
         if cfg.optimizer == "adadelta":
             self.optimizer = Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps)  # torch's, in one pass over memory
@@ -157,7 +157,8 @@ class Trainer:
             self.optimizer = torch.optim.SGD(params, lr=cfg.lr)
         # row-sparse embedding gradients where the update takes them (gradients.py): nmtkit's Adadelta on the CPU
         self.model.sparse_embedding_grads = (isinstance(self.optimizer, Adadelta) and self.device.type == "cpu"
-                                             and cfg.update_freq == 1)  # (accumulated: dense)
+                                             and cfg.update_freq == 1  # (accumulated: dense)
+                                             and self.model.backend == "fast")  # (the reference's are dense)
         max_len = cfg.max_len or getattr(self.model.config, "max_len", None) or 10**9
         sizes_ok = (np.asarray(self.train_src.sizes) <= max_len) & (np.asarray(self.train_tgt.sizes) <= max_len)
         self.eligible = np.flatnonzero(sizes_ok)

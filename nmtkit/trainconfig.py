@@ -10,6 +10,7 @@ from typing import Any
 
 from nmtkit.errors import InputError
 from nmtkit.models.init import INIT_SCHEMES
+from nmtkit.models.registry import BACKENDS, default_backend
 from nmtkit.recipes import RECIPES, default_recipe, recipe_settings
 from nmtkit.schedule import BUDGETED, SCHEDULERS
 
@@ -64,6 +65,7 @@ class TrainConfig:
     tensorboard: str | None = None  # also write the log's records as TensorBoard events in this directory
     device: str = "cpu"
     bf16: bool = False
+    backend: str | None = None  # nmtkit.models.BACKENDS: how the model computes (None: $NMTKIT_BACKEND, else fast)
     threads: int = 0  # torch intra-op threads, 0 = torch's default
     resume: bool = False
     force: bool = False
@@ -78,6 +80,13 @@ class TrainConfig:
             raise InputError(f"unknown optimizer '{self.optimizer}' (choose from {', '.join(OPTIMIZERS)})")
         if self.recipe not in RECIPES:
             raise InputError(f"unknown recipe '{self.recipe}' (choose from {', '.join(RECIPES)})")
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise InputError(f"unknown --backend '{self.backend}' (choose from {', '.join(BACKENDS)})")
+        if self.backend is None:
+            try:
+                default_backend()  # ($NMTKIT_BACKEND, checked before anything is written)
+            except ValueError as e:
+                raise InputError(str(e)) from None
         if self.init not in INIT_SCHEMES:
             raise InputError(f"unknown initialisation '{self.init}' (choose from {', '.join(INIT_SCHEMES)})")
         if self.best_metric not in METRICS:

@@ -95,7 +95,8 @@ class Translator:
                  replace_unk: bool = False, unk_dict: dict[str, str] | None = None, batch_size: int = 64,
                  window: int | None = None, tokenized: bool = False, max_source_len: int = 250,
                  need_attention: bool = False, bf16: bool = False, workers: int = 1, threads: int = 0,
-                 coverage_penalty: float = 0.0, sampling: Sampling | None = None, seed: int = 0):
+                 coverage_penalty: float = 0.0, sampling: Sampling | None = None, seed: int = 0,
+                 backend: str | None = None):
         if not checkpoints:
             raise InputError("no checkpoint given (-m CHECKPOINT)")
         if sampling is None and (beam < 1 or not 1 <= nbest <= beam):
@@ -120,9 +121,14 @@ class Translator:
         self.device = resolve_device(str(device))
         if bf16:
             warn_if_slow_bf16(self.device, log)
+        from nmtkit.models import BACKENDS
+
+        if backend is not None and backend not in BACKENDS:
+            raise InputError(f"unknown --backend '{backend}' (choose from {', '.join(BACKENDS)})")
         payloads = load_checkpoints(checkpoints)
         first = payloads[0]
-        self.models = build_models(checkpoints, device, payloads)
+        self.models = build_models(checkpoints, device, payloads, backend)
+        self.backend = backend
         self.src_vocab = Vocabulary(first["vocab"]["src"])
         self.tgt_vocab = Vocabulary(first["vocab"]["tgt"])
         self.src_pre = Preprocessor(TextConfig.from_dict(first["preprocessing"]["src"]))
@@ -159,7 +165,7 @@ class Translator:
         from nmtkit.decodepool import DecodePool
 
         self._pool = DecodePool(self._checkpoints, self.workers, max(1, self._threads // self.workers), self.device,
-                                self._options)
+                                self._options, self.backend)
         self.models = []  # the workers hold the models; the parent only checked that they build
 
     @property

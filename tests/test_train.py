@@ -1423,3 +1423,34 @@ def test_bf16_where_it_is_emulated_is_warned_about(small, tmp_path, caplog, monk
         warned = [r.getMessage() for r in caplog.records if "--bf16 on this CPU" in r.getMessage()]
         assert len(warned) == (0 if is_native else 1)
         assert not warned or "emulated" in warned[0]
+
+
+def test_the_reference_backend_trains_to_the_fast_ones_weights(small, tmp_path):
+    """nmt-train --backend reference: the paper's equations as written (nmtkit/models/reference.py) make the same
+    updates as the fast paths, to float32 rounding (plain SGD, no clipping: each update is linear in the gradient)."""
+    runs = {}
+    for backend in ("fast", "reference"):
+        trainer = Trainer(_cfg(small, tmp_path / backend, optimizer="sgd", lr=0.5, clip_norm=0.0, max_updates=3,
+                               valid_every=3, valid_bleu_sentences=2, backend=backend))
+        assert trainer.model.backend == backend
+        trainer.train()
+        runs[backend] = checkpoint.load(tmp_path / backend / "checkpoint_last.pt")
+    fast, ref = runs["fast"]["model"], runs["reference"]["model"]
+    for k in fast:
+        torch.testing.assert_close(ref[k], fast[k], atol=2e-5, rtol=1e-4, msg=k)
+    assert runs["reference"]["train"]["config"]["backend"] == "reference"
+    ref_valid, fast_valid = (runs[b]["train"]["state"]["history"][-1] for b in ("reference", "fast"))
+    assert ref_valid["valid_loss"] == pytest.approx(fast_valid["valid_loss"], rel=1e-4)
+    assert ref_valid.get("bleu") == pytest.approx(fast_valid.get("bleu"), abs=1e-6)  # (greedy search on each)
+
+
+def test_a_bad_backend_is_one_line(small, tmp_path):
+    res = _nmt_train(small, "--arch", "rnnsearch-tiny", "--save-dir", tmp_path / "run", "--backend", "slow")
+    assert res.returncode == 2 and "'slow' is not one of 'fast', 'reference'" in res.stderr, res.stderr
+    env = dict(_env(), NMTKIT_BACKEND="slow")
+    res = subprocess.run([sys.executable, NMT_TRAIN, str(small), "--arch", "rnnsearch-tiny", "--save-dir",
+                          str(tmp_path / "run"), "--max-updates", "1"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+        "nmt-train: error: NMTKIT_BACKEND='slow' is not a backend (choose from fast, reference)"], res.stderr
+    assert not (tmp_path / "run").exists()

@@ -85,11 +85,14 @@ def _output(path: str | None):
 @click.option("--workers", default=0, show_default=True,
               help="Decoding processes sharing the threads (0 = on CPU min(threads, 4), else 1).")
 @click.option("--bf16", is_flag=True, help="bfloat16 autocast.")
+@click.option("--backend", type=click.Choice(["fast", "reference"]), default=None,
+              help="How the model computes: the fast paths, or the paper's equations as they read "
+              "(nmtkit/models/reference.py; the same translations, slowly) [$NMTKIT_BACKEND, else fast].")
 @click.option("--quiet", "-q", is_flag=True)
 def main(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, coverage_penalty, prefix_path, sampling,
          seed, no_unk, replace_unk, unk_dict, nbest,
          nbest_file, alignments, attention, scores, tokenized, batch_size, window, max_source_len, device, threads,
-         workers, bf16, quiet):
+         workers, bf16, backend, quiet):
     """Translate text with one or more checkpoints: exactly one output line per input line, in order.
 
     \b
@@ -107,7 +110,7 @@ def main(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, co
 def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, coverage_penalty, prefix_path,
                sampling, seed, no_unk, replace_unk, unk_dict,
                nbest, nbest_file, alignments, attention, scores, tokenized, batch_size, window, max_source_len,
-               device, threads, workers, bf16, quiet):
+               device, threads, workers, bf16, backend, quiet):
     import json
 
     import torch
@@ -149,7 +152,8 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
                             unk_dict=load_unk_dict(unk_dict) if unk_dict else None, batch_size=batch_size,
                             window=window or None, tokenized=tokenized, max_source_len=max_source_len,
                             need_attention=bool(alignments or attention), bf16=bf16, workers=workers,
-                            threads=threads, coverage_penalty=coverage_penalty, sampling=how, seed=seed)
+                            threads=threads, coverage_penalty=coverage_penalty, sampling=how, seed=seed,
+                            backend=backend)
     progress = None
     if sys.stderr.isatty() and not quiet:
         from tqdm import tqdm

@@ -16,6 +16,9 @@ Each registered class has ``arch`` (its registry name) and ``config_class`` (a d
 from __future__ import annotations
 
 from nmtkit.models.registry import (
+    BACKENDS,
+    default_backend,
+    set_backend,
     build_from_checkpoint,
     build_model,
     get_config,
@@ -38,6 +41,9 @@ from nmtkit.models.params import count_weights, load_paper_parameters, paper_par
 from nmtkit.vocab import BOS, EOS, PAD, UNK  # the token conventions the models follow
 
 __all__ = [
+    "BACKENDS",
+    "default_backend",
+    "set_backend",
     "BOS",
     "EOS",
     "PAD",

@@ -55,33 +55,40 @@ def _torch_gru_direction(rnn: nn.GRU, suffix: str) -> dict[str, Tensor]:
 @torch.no_grad()
 def paper_parameters(model: nn.Module) -> dict[str, Tensor]:
     """The model's weights named by the paper's symbols (see the module docstring for the keys)."""
-    out: dict[str, Tensor] = {"E_src": model.E_src.detach(), "E_tgt": model.E_tgt.detach()}
+    return {k: v.detach() for k, v in paper_weights(model).items()}
+
+
+def paper_weights(model: nn.Module) -> dict[str, Tensor]:
+    """The same dict, with autograd: slices of the model's parameters (and, for ``encoder_gru="torch"``,
+    differentiable expressions of torch's), so that a loss computed from them has gradients in the model's
+    parameters.  What :mod:`nmtkit.models.reference` computes with."""
+    out: dict[str, Tensor] = {"E_src": model.E_src, "E_tgt": model.E_tgt}
     encoder = model.encoder
     directions = ("fwd", "bwd") if encoder.bidirectional else ("fwd",)
     for d in directions:
         prefix = f"enc.{d}."
         if encoder.unit == "paper":
             layer = getattr(encoder, d)
-            _split(out, prefix, "W", layer.W_stack.detach())
-            _split(out, prefix, "b", layer.b_stack.detach())
-            _split(out, prefix, "U", layer.U_zr.detach(), gates=("z", "r"))
-            out[prefix + "U"] = layer.U.detach()
+            _split(out, prefix, "W", layer.W_stack)
+            _split(out, prefix, "b", layer.b_stack)
+            _split(out, prefix, "U", layer.U_zr, gates=("z", "r"))
+            out[prefix + "U"] = layer.U
         else:
             for k, v in _torch_gru_direction(encoder.rnn, "" if d == "fwd" else "_reverse").items():
-                out[prefix + k] = v.detach()
+                out[prefix + k] = v
     dec = model.decoder
-    _split(out, "dec.", "W", dec.W_stack.detach())
-    _split(out, "dec.", "U", dec.U_zr.detach(), gates=("z", "r"))
-    out["dec.U"] = dec.U.detach()
-    _split(out, "dec.", "C", dec.C_stack.detach())
-    _split(out, "dec.", "b", dec.b_stack.detach())
+    _split(out, "dec.", "W", dec.W_stack)
+    _split(out, "dec.", "U", dec.U_zr, gates=("z", "r"))
+    out["dec.U"] = dec.U
+    _split(out, "dec.", "C", dec.C_stack)
+    _split(out, "dec.", "b", dec.b_stack)
     for name in ("W_s", "b_s"):
-        out[name] = getattr(model, name).detach()
+        out[name] = getattr(model, name)
     if hasattr(model, "attention"):
         for name in ("W_a", "U_a", "v_a"):
-            out[name] = getattr(model.attention, name).detach()
+            out[name] = getattr(model.attention, name)
     for name in ("U_o", "V_o", "C_o", "b_o", "W_o", "b_y"):
-        out[name] = getattr(model, name).detach()
+        out[name] = getattr(model, name)
     return out
 
 

@@ -13,6 +13,29 @@ _MODELS: dict[str, type] = {}
 _PRESETS: dict[str, tuple[str, dict[str, Any]]] = {}
 
 
+BACKENDS = ("fast", "reference")  # how a model computes (rnnsearch.py): the fast paths, or reference.py
+
+
+def default_backend() -> str:
+    """The backend a model is built with: ``$NMTKIT_BACKEND`` when set (``fast`` or ``reference``), else ``fast``.
+    ``nmt-train --backend`` and ``nmt-translate --backend`` set a model's ``backend`` explicitly."""
+    import os
+
+    name = os.environ.get("NMTKIT_BACKEND") or "fast"
+    if name not in BACKENDS:
+        raise ValueError(f"NMTKIT_BACKEND={name!r} is not a backend (choose from {', '.join(BACKENDS)})")
+    return name
+
+
+def set_backend(model: nn.Module, name: str | None) -> nn.Module:
+    """Switch ``model`` to backend ``name`` (None: leave it); the same weights either way.  Unknown -> ValueError."""
+    if name is not None:
+        if name not in BACKENDS:
+            raise ValueError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
+        model.backend = name
+    return model
+
+
 def register_model(name: str) -> Callable[[type], type]:
     """Class decorator: ``@register_model("rnnsearch")``.  The class needs a ``config_class`` dataclass."""
 

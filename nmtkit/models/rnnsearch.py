@@ -30,8 +30,10 @@ Speed: everything that does not depend on the recurrence is computed for all ste
 of encoder and decoder, U_a h, and the whole deep output after the loop); the loop does only the recurrent work.
 For teacher forcing (``forward``) the loops run through fused.py, whose hand-written backward batches the recurrent
 weights' gradients over time, and the encoder over packed sentences (packed.py: no work at source padding; U_a h_j
-and C_stack h_j at the real positions only); ``model.fused = False`` switches to the op-by-op reference code here
-and in gru.py / attention.py (same values; the tests compare the two).  ``decode_step`` reads C_stack c_i and C_o c_i as
+and C_stack h_j at the real positions only); ``model.fused = False`` switches to the op-by-op code here
+and in gru.py / attention.py (same values).  ``model.backend = "reference"`` (``--backend reference``,
+``$NMTKIT_BACKEND``) runs everything -- forward, the losses, encode and decode_step, so training and search -- on
+reference.py instead, Appendix A as its equations read; tests/test_reference.py holds every path to it.  ``decode_step`` reads C_stack c_i and C_o c_i as
 Σ_j α_ij [C_stack; C_o] h_j from ``source_projections``, computed once per sentence, and in search (no autograd)
 multiplies s_{i-1} and E y_{i-1} through the stacked or tabulated weights of stepweights.py.
 
@@ -56,7 +58,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmtkit.models.registry import register_model, register_preset
+from nmtkit.models.registry import default_backend, register_model, register_preset
 from nmtkit.models.activations import pairwise_max
 from nmtkit.models.attention import AdditiveAttention, alignment
 from nmtkit.models.encoder import GRU_UNITS, EncoderStates, SourceEncoder
@@ -65,7 +67,9 @@ from nmtkit.models.gru import ConditionalGRU, gru_update
 from nmtkit.models.init import PAPER_STD, normal_, zeros_
 from nmtkit.models.matmul import aligned_linear
 from nmtkit.models.output import check_label_smoothing, linear_cross_entropy, linear_cross_entropy_with_nll
+from nmtkit.models import reference
 from nmtkit.models.packed import Packing, packing, unpack
+from nmtkit.models.params import paper_weights
 from nmtkit.models.stepweights import StepWeights, step_weights
 from nmtkit.models.stepweights import usable as usable_step_weights
 from nmtkit.vocab import BOS, PAD
@@ -168,8 +172,11 @@ class _RNNTranslator(nn.Module):
         self.b_y = nn.Parameter(torch.empty(config.tgt_vocab_size))
         self.dropout = nn.Dropout(config.dropout)
         # Implementation switch, not a hyperparameter (not saved): True runs the teacher-forced recurrences through
-        # fused.py (hand-written backward, faster); False through the op-by-op reference code.  Same values.
+        # fused.py (hand-written backward, faster); False through the op-by-op code.  Same values.
         self.fused = True
+        # The backend, a switch too: "fast" (everything above) or "reference", the paper's equations as they read
+        # (reference.py): forward, the losses, encode and decode_step then all run on it (training and search).
+        self.backend = default_backend()  # (registry.py: $NMTKIT_BACKEND, else "fast")
         # Also a switch: the embeddings' gradients as row-sparse COO tensors (the used rows only), for an update
         # that takes them (gradients.py, adadelta.py; the trainer decides).  The same values.
         self.sparse_embedding_grads = False
@@ -253,6 +260,9 @@ class _RNNTranslator(nn.Module):
     def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, return_attention: bool = False):
         """Teacher-forced logits (B, Ty, V) for tgt_in = <s> y_1 … (B, Ty); return_attention adds α (B, Ty, Tx)
         (None for the RNNencdec, which has no attention)."""
+        if self.backend == "reference":
+            logits, alpha = self._reference_forward(src, src_lens, tgt_in)
+            return (logits, alpha) if return_attention else logits
         s_prev, Ey, ctx, alpha = self.teacher_forced(src, src_lens, tgt_in)
         logits = self.deep_output(s_prev, Ey, F.linear(ctx, self.C_o))  # (B, Ty, V)
         return (logits, alpha) if return_attention else logits
@@ -262,6 +272,8 @@ class _RNNTranslator(nn.Module):
 
         The training loss without label smoothing: the same value as cross-entropy on ``forward``'s logits, but the
         output layer is computed only at real positions and fused with the softmax and its gradient (output.py)."""
+        if self.backend == "reference":
+            return self.training_loss(src, src_lens, tgt_in, tgt_out)[0]
         t, y = self._real_maxout(src, src_lens, tgt_in, tgt_out)  # (N, l), (N,)
         return linear_cross_entropy(t, self.W_o, self.b_y, y)
 
@@ -272,8 +284,36 @@ class _RNNTranslator(nn.Module):
         −log p(y_i | y_<i, x), detached, as ``nll`` gives it, for perplexity): two float32 scalars (float64 for a
         float64 model), from one pass of the fused output layer (output.py).  A ValueError for ε outside [0, 1)."""
         eps = check_label_smoothing(label_smoothing)  # (before any work)
+        if self.backend == "reference":
+            logits = self._reference_forward(src, src_lens, tgt_in)[0].flatten(0, 1).float()  # (B·Ty, V)
+            y = tgt_out.flatten()
+            loss = F.cross_entropy(logits, y, ignore_index=PAD, reduction="sum", label_smoothing=eps)
+            nll = F.cross_entropy(logits.detach(), y, ignore_index=PAD, reduction="sum")
+            return loss, nll
         t, y = self._real_maxout(src, src_lens, tgt_in, tgt_out)  # (N, l), (N,)
         return linear_cross_entropy_with_nll(t, self.W_o, self.b_y, y, eps)
+
+    def _reference_forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor | None]:
+        """reference.teacher_forced on this model's weights: logits (B, Ty, V), α (B, Ty, Tx) or None."""
+        return reference.teacher_forced(paper_weights(self), src, src_lens.to(src.device), tgt_in,
+                                        attention=hasattr(self, "attention"), dropout=self.dropout)
+
+    def _reference_encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
+        """reference.encode as an EncoderOut (no keys: the reference computes U_a h_j at every step)."""
+        P = paper_weights(self)
+        bidirectional = hasattr(self, "attention")
+        H, mask, summary = reference.encode(P, src, src_lens.to(src.device), bidirectional, self.dropout)
+        s0 = reference.initial_state(P, summary)
+        return EncoderOut(H, None, mask, s0, None if bidirectional else summary)
+
+    def _reference_step(self, y_prev: Tensor, state: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, Tensor | None]:
+        """reference.decoder_step for K states per sentence of enc (beam search)."""
+        A = enc.src_mask.shape[0]
+        K = state.shape[0] // A
+        rows = torch.arange(A, device=state.device).repeat_interleave(K)  # (A·K,)   each state's sentence
+        context = None if enc.context is None else enc.context.index_select(0, rows)
+        return reference.decoder_step(paper_weights(self), y_prev, state, enc.annotations.index_select(0, rows),
+                                      enc.src_mask.index_select(0, rows), context, self.dropout)
 
     def _real_maxout(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor]:
         """What the output layer reads at the real (non-``<pad>``) positions of tgt_out (B, Ty), for the fused loss:
@@ -309,6 +349,8 @@ class _RNNTranslator(nn.Module):
 
     def prepare_decoding(self, enc: EncoderOut) -> EncoderOut:
         """The encoder output with ``source_projections`` computed once, for the many steps of a search."""
+        if self.backend == "reference":  # (it multiplies c_i at every step, as the equations read)
+            return enc
         return enc._replace(proj=self.source_projections(enc))
 
     @staticmethod
@@ -345,6 +387,8 @@ class RNNsearch(_RNNTranslator):
 
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
         """src (B, Tx) long, src_lens (B,) long -> EncoderOut with annotations (B, Tx, 2n) and keys (B, Tx, n')."""
+        if self.backend == "reference":
+            return self._reference_encode(src, src_lens)
         return self._encode(src, src_lens)[0]
 
     def _encode(self, src: Tensor, src_lens: Tensor) -> tuple[EncoderOut, Packing | None]:
@@ -392,6 +436,8 @@ class RNNsearch(_RNNTranslator):
 
         ``enc`` holds B sentences; state rows come K per sentence, in sentence order (K = 1 outside beam search).
         """
+        if self.backend == "reference":
+            return self._reference_step(y_prev, state, enc)
         A, Tx = enc.src_mask.shape
         K = state.shape[0] // A  # hypotheses per sentence
         proj = enc.proj if enc.proj is not None else self.source_projections(enc)  # (A, Tx, 3n + 2l)
@@ -414,6 +460,8 @@ class RNNencdec(_RNNTranslator):
 
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
         """src (B, Tx), src_lens (B,) -> EncoderOut with annotations →h_j (B, Tx, n) and context c = →h_{T_x}."""
+        if self.backend == "reference":
+            return self._reference_encode(src, src_lens)
         states, src_mask, _ = self._run_encoder(src, src_lens)
         c = states.last_forward  # (B, n)
         return EncoderOut(states.annotations, None, src_mask, self.initial_state(c), c)
@@ -442,6 +490,8 @@ class RNNencdec(_RNNTranslator):
         """y_{i-1} (B·K,), s_{i-1} (B·K, n) -> logits (B·K, V), s_i (B·K, n), None (no attention).
 
         ``enc`` holds B sentences; state rows come K per sentence, in sentence order (K = 1 outside beam search)."""
+        if self.backend == "reference":
+            return self._reference_step(y_prev, state, enc)
         A = enc.src_mask.shape[0]
         K = state.shape[0] // A
         proj = enc.proj if enc.proj is not None else self.source_projections(enc)  # (A, 1, 3n + 2l)
