@@ -68,24 +68,58 @@ def collate(src: Corpus, tgt: Corpus, ids: np.ndarray) -> Batch:
     return Batch(src_t, src_lens, torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), np.asarray(ids))
 
 
-def epoch_schedule(src_sizes: np.ndarray, tgt_sizes: np.ndarray, eligible: np.ndarray, batch_size: int,
-                   pool_batches: int, seed: int, epoch: int) -> list[np.ndarray]:
-    """The minibatches (arrays of sentence ids) of one epoch, in order: the paper's pooled length sorting.
+class EpochSchedule(Sequence):
+    """The minibatches (arrays of sentence ids) of one epoch, in order: the paper's pooled length sorting, made
+    pool by pool when first read.
 
     ``eligible`` holds the ids that may be trained on (e.g. those within a maximum length). ``pool_batches = 1``
-    gives plain random batches; a pool as large as the corpus gives globally sorted batches.
+    gives plain random batches; a pool as large as the corpus gives globally sorted batches.  A pool is sorted by
+    ``lengths(ids) -> (source lengths, target lengths)`` when one of its batches is first read (default: the
+    prepared corpus's ``src_sizes`` and ``tgt_sizes``); with BPE-dropout these are the epoch's own segmentations,
+    which the trainer does not know before it segments the pool.  Every random draw is made up front in one order,
+    so the batches are a pure function of ``(seed, epoch)`` and ``lengths``, whichever batch is read first.
     """
-    rng = np.random.default_rng([seed, epoch])
-    order = eligible[rng.permutation(len(eligible))]
-    pool = batch_size * pool_batches
-    batches: list[np.ndarray] = []
-    for start in range(0, len(order), pool):
-        ids = order[start: start + pool]
-        # sort by target length, then source length; stable, so equal lengths keep the random order
-        ids = ids[np.lexsort((src_sizes[ids], tgt_sizes[ids]))]
-        chunk = [ids[k: k + batch_size] for k in range(0, len(ids), batch_size)]
-        batches.extend(chunk[j] for j in rng.permutation(len(chunk)))
-    return batches
+
+    def __init__(self, src_sizes: np.ndarray, tgt_sizes: np.ndarray, eligible: np.ndarray, batch_size: int,
+                 pool_batches: int, seed: int, epoch: int, lengths=None):
+        rng = np.random.default_rng([seed, epoch])
+        self.order = eligible[rng.permutation(len(eligible))]
+        self.batch_size, self.pool_batches = batch_size, pool_batches
+        pool = batch_size * pool_batches
+        self.starts = list(range(0, len(self.order), pool))
+        # the order of each pool's minibatches, drawn pool after pool as an eager schedule would draw them
+        self.shuffles = [rng.permutation(-(-len(self.order[s: s + pool]) // batch_size)) for s in self.starts]
+        self.lengths = lengths or (lambda ids: (src_sizes[ids], tgt_sizes[ids]))
+        self._pool: tuple[int, list[np.ndarray]] | None = None  # (index, its minibatches in order): the last read
+        self._len = sum(len(p) for p in self.shuffles)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _batches_of(self, p: int) -> list[np.ndarray]:
+        if self._pool is None or self._pool[0] != p:
+            start = self.starts[p]
+            ids = self.order[start: start + self.batch_size * self.pool_batches]
+            src_len, tgt_len = self.lengths(ids)
+            # sort by target length, then source length; stable, so equal lengths keep the random order
+            ids = ids[np.lexsort((np.asarray(src_len), np.asarray(tgt_len)))]
+            chunk = [ids[k: k + self.batch_size] for k in range(0, len(ids), self.batch_size)]
+            self._pool = (p, [chunk[j] for j in self.shuffles[p]])
+        return self._pool[1]
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        if not -len(self) <= k < len(self):
+            raise IndexError(f"batch {k} of an epoch of {len(self)}")
+        k %= len(self)
+        return self._batches_of(k // self.pool_batches)[k % self.pool_batches]  # (every pool but the last is full)
+
+
+def epoch_schedule(src_sizes: np.ndarray, tgt_sizes: np.ndarray, eligible: np.ndarray, batch_size: int,
+                   pool_batches: int, seed: int, epoch: int, lengths=None) -> list[np.ndarray]:
+    """The whole :class:`EpochSchedule` of an epoch, as a list."""
+    return list(EpochSchedule(src_sizes, tgt_sizes, eligible, batch_size, pool_batches, seed, epoch, lengths))
 
 
 def eval_batches(src_sizes: np.ndarray, tgt_sizes: np.ndarray | None, batch_size: int) -> list[np.ndarray]:

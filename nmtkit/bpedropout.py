@@ -153,12 +153,34 @@ class DropoutCorpus:
                              f"{size} pairs, {len(self.words)} tokenised lines); prepare the data again",
                              kept_path)
         self.bpe = BPEDropout(codes, p, vocab)
-        self.vocab, self.seed, self.side, self.epoch = vocab, seed, side, 0
+        self.vocab, self.seed, self.side, self._epoch = vocab, seed, side, 0
+        self._made: dict[int, np.ndarray] = {}  # the sentences of the last pool that ``lengths`` segmented
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        if value != self._epoch:
+            self._made = {}
+        self._epoch = value
 
     def __len__(self) -> int:
         return len(self.line_of)
 
-    def __getitem__(self, k: int) -> np.ndarray:
-        rng = sentence_rng(self.seed, self.epoch, int(k), self.side)
+    def _segment(self, k: int) -> np.ndarray:
+        rng = sentence_rng(self.seed, self._epoch, int(k), self.side)
         units = self.bpe.words(self.words.words(int(self.line_of[k])), rng)
         return self.vocab.encode(units)
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        made = self._made.get(int(k))
+        return made if made is not None else self._segment(k)
+
+    def lengths(self, ids: np.ndarray) -> np.ndarray:
+        """The lengths of sentences ``ids`` in this epoch's segmentation, which are kept until the next call: the
+        trainer sorts a pool by them (batching.EpochSchedule), then reads the same sentences back without
+        segmenting them again."""
+        self._made = {int(k): self._segment(k) for k in ids}
+        return np.array([len(self._made[int(k)]) for k in ids], dtype=np.int64)

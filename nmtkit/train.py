@@ -40,7 +40,7 @@ from nmtkit import averaging, resume, rundir
 from nmtkit.adadelta import Adadelta
 # (every nmtkit module the run needs is imported when it starts, none at its first validation: a package upgraded
 # under a long run must not meet the run's already-loaded modules halfway)
-from nmtkit.batching import collate, epoch_schedule
+from nmtkit.batching import EpochSchedule, collate
 from nmtkit.device import resolve_device, warn_if_slow_bf16
 from nmtkit.errors import DivergedError, InputError
 from nmtkit.gradients import clip_grad_norm_, grad_norm_and_scale
@@ -106,6 +106,20 @@ class Trainer:
             raise
 
     # -- set-up ------------------------------------------------------------------------------------------------
+
+    def _pool_lengths(self):
+        """What a pool of the epoch is sorted by: None (the prepared corpus's lengths) without BPE-dropout; with it,
+        the lengths of the epoch's own segmentations, so that a minibatch holds sentences of like length as the
+        paper's pools intend (sorted by the prepared lengths, dropout's ragged lengths padded 55% more positions:
+        tests/bench/results/bench_bpe_dropout.txt)."""
+        if not any(hasattr(view, "lengths") for view in self.train_views):
+            return None
+        src, tgt = self.train_views
+
+        def of_view(view, sizes, ids):
+            return view.lengths(ids) if hasattr(view, "lengths") else np.asarray(sizes)[ids]
+
+        return lambda ids: (of_view(src, self.train_src.sizes, ids), of_view(tgt, self.train_tgt.sizes, ids))
 
     def _dropout_views(self) -> tuple:
         """The training pairs segmented anew in every epoch with BPE-dropout (nmtkit.bpedropout)."""
@@ -366,11 +380,12 @@ class Trainer:
                  + (f", BPE-dropout {cfg.bpe_dropout:g}" if cfg.bpe_dropout else ""))
         try:
             while status == "done" and not (cfg.max_epochs and st.epoch >= cfg.max_epochs):
-                schedule = epoch_schedule(np.asarray(self.train_src.sizes), np.asarray(self.train_tgt.sizes),
-                                          self.eligible, cfg.batch_size, cfg.pool_batches, cfg.seed, st.epoch)
                 for view in self.train_views:
                     if hasattr(view, "epoch"):  # (BPE-dropout: this epoch's segmentations)
                         view.epoch = st.epoch
+                schedule = EpochSchedule(np.asarray(self.train_src.sizes), np.asarray(self.train_tgt.sizes),
+                                         self.eligible, cfg.batch_size, cfg.pool_batches, cfg.seed, st.epoch,
+                                         self._pool_lengths())
                 while st.batch_in_epoch < len(schedule):
                     t0 = time.perf_counter()
                     group = schedule[st.batch_in_epoch: st.batch_in_epoch + cfg.update_freq]

@@ -145,3 +145,37 @@ def test_eval_batches_cover_every_id_once(sizes, with_tgt):
     assert len(batches) == math.ceil(N / 32)
     # grouped by length: padding stays small
     assert float(np.mean([src[b].max() - src[b].min() for b in batches])) < 5
+
+
+def test_the_epoch_schedule_is_made_pool_by_pool_in_any_order_of_reading():
+    # the trainer reads the schedule from a resumed position and in groups (--update-freq) that cross pools; each
+    # pool is sorted when first read, by the lengths it is given (BPE-dropout: the epoch's own segmentations)
+    from nmtkit.batching import EpochSchedule
+
+    rng = np.random.default_rng(5)
+    src, tgt = rng.integers(1, 40, 500), rng.integers(1, 40, 500)
+    eligible = np.flatnonzero(src < 35)
+    eager = epoch_schedule(src, tgt, eligible, 16, 4, seed=2, epoch=1)
+    lazy = EpochSchedule(src, tgt, eligible, 16, 4, seed=2, epoch=1)
+    assert len(lazy) == len(eager)
+    for k in list(range(len(eager)))[::-1] + [3, 0, 17, 4, 5]:  # backwards, then jumping between pools
+        assert np.array_equal(lazy[k], eager[k])
+    assert [b.tolist() for b in lazy[6:13]] == [b.tolist() for b in eager[6:13]] and np.array_equal(lazy[-1], eager[-1])
+    with pytest.raises(IndexError):
+        lazy[len(eager)]
+    # other lengths: the same pools (the same ids, drawn in the same random order), sorted by those lengths
+    other = rng.integers(1, 60, 500)
+    asked = []
+
+    def lengths(ids):
+        asked.append(len(ids))
+        return src[ids], other[ids]
+
+    by_other = EpochSchedule(src, tgt, eligible, 16, 4, seed=2, epoch=1, lengths=lengths)
+    first = by_other[:4]  # the first pool
+    assert asked == [64]  # sorted once for its four batches
+    assert sorted(np.concatenate(first).tolist()) == sorted(np.concatenate(eager[:4]).tolist())
+    ordered = sorted(first, key=lambda b: other[b].min())
+    for a, b in zip(ordered, ordered[1:]):
+        assert other[a].max() <= other[b].min()  # sorted by the lengths given, not by tgt
+    assert any(not np.array_equal(a, b) for a, b in zip(first, eager[:4]))

@@ -204,3 +204,26 @@ def test_bpe_dropout_needs_bpe_data_and_a_probability(bpe_data, tmp_path):
     for p in (-0.1, 1.0):
         with pytest.raises(InputError, match=r"--bpe-dropout must be in \[0, 1\)"):
             _cfg(bpe_data / "bpe", tmp_path / "p", bpe_dropout=p).check()
+
+
+def test_pools_are_sorted_by_the_epochs_dropout_lengths(bpe_data, tmp_path):
+    # a minibatch holds sentences of like length in the units it is trained on, not in the prepared ones, so that
+    # dropout's longer, ragged segmentations are not padded to the longest (tests/bench/bench_bpe_dropout.py)
+    from nmtkit.batching import EpochSchedule
+
+    trainer = Trainer(_cfg(bpe_data / "bpe", tmp_path / "r", pool_batches=4))
+    src_view, tgt_view = trainer.train_views
+    for view in trainer.train_views:
+        view.epoch = 1
+    schedule = EpochSchedule(np.asarray(trainer.train_src.sizes), np.asarray(trainer.train_tgt.sizes),
+                             trainer.eligible, 16, 4, seed=1, epoch=1, lengths=trainer._pool_lengths())
+    pool = schedule[:4]
+    lengths = [[len(tgt_view[k]) for k in batch] for batch in pool]  # (read back from the pool's segmentations)
+    spans = sorted((min(ls), max(ls)) for ls in lengths)
+    assert all(hi <= lo2 for (_, hi), (lo2, _) in zip(spans, spans[1:]))  # the batches do not overlap in length
+    fresh = DropoutCorpus.__new__(DropoutCorpus)  # the same segmentations without the pool's kept copies
+    fresh.__dict__.update(tgt_view.__dict__, _made={})
+    assert [[fresh[k].tolist() for k in b] for b in pool] == [[tgt_view[k].tolist() for k in b] for b in pool]
+    prepared = [[int(trainer.train_tgt.sizes[k]) for k in b] for b in pool]
+    assert lengths != prepared  # dropout changed the lengths the pool was sorted by
+    trainer.rundir.unlock()
