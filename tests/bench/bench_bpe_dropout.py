@@ -6,8 +6,9 @@
 Prepares the first ``--pairs`` Hansards training pairs with joint BPE (``--merges``, shortlists of the same size,
 ``--bpe-dropout 0.1`` so that the shortlists hold the dropout units), then, for ``rnnsearch-small`` with the fast
 recipe and batches of 80, times ``--updates`` updates after 5 warm-up ones with dropout off and on (one process,
-the machine's threads), and the making of one batch alone (segmenting 80 pairs anew and collating them) against
-collating the prepared ids. Prints the figures and writes them to ``tests/bench/results/bench_bpe_dropout.txt``.
+the machine's threads; each from reading its batch of the schedule, whose pools are sorted by the epoch's dropout
+lengths, so a pool's segmenting is in its first update), and the making of one batch alone (segmenting anew and
+collating) against collating the prepared ids. Prints the figures and writes them to ``tests/bench/results/bench_bpe_dropout.txt``.
 Run it alone on the machine: it measures time.
 """
 
@@ -28,45 +29,48 @@ sys.path.insert(0, str(REPO))
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
 
 
-def _timed_updates(trainer, updates: int) -> float:
+def trainer_schedule(trainer):
+    """The first epoch's schedule as the trainer makes it (with dropout: pools sorted by the epoch's segmentations)."""
     import numpy as np
 
-    schedule = trainer_schedule(trainer)
+    from nmtkit.batching import EpochSchedule
+
     for view in trainer.train_views:
         if hasattr(view, "epoch"):
             view.epoch = 0
-    for ids in schedule[:5]:  # warm-up
-        trainer._step([ids])
-    times = []
-    for ids in schedule[5: 5 + updates]:
-        t0 = time.perf_counter()
-        trainer._step([ids])
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
-def trainer_schedule(trainer):
-    import numpy as np
-
-    from nmtkit.batching import epoch_schedule
-
     cfg = trainer.cfg
-    return epoch_schedule(np.asarray(trainer.train_src.sizes), np.asarray(trainer.train_tgt.sizes), trainer.eligible,
-                          cfg.batch_size, cfg.pool_batches, cfg.seed, 0)
+    return EpochSchedule(np.asarray(trainer.train_src.sizes), np.asarray(trainer.train_tgt.sizes), trainer.eligible,
+                         cfg.batch_size, cfg.pool_batches, cfg.seed, 0, trainer._pool_lengths())
 
 
-def _collate_ms(trainer, batches) -> tuple[float, float, float]:
-    """(median ms to make a batch, mean real target tokens, mean padded target positions per batch)."""
+def _timed_updates(trainer, updates: int) -> float:
+    """Mean seconds per update over ``updates`` updates after 5 warm-up ones, each timed from reading its batch of
+    the schedule (a pool's first batch segments the whole pool) to the end of the update."""
+    schedule = trainer_schedule(trainer)
+    for k in range(5):  # warm-up
+        trainer._step([schedule[k]])
+    times = []
+    for k in range(5, 5 + updates):
+        t0 = time.perf_counter()
+        trainer._step([schedule[k]])
+        times.append(time.perf_counter() - t0)
+    return statistics.mean(times)
+
+
+def _collate_ms(trainer, count: int) -> tuple[float, float, float]:
+    """(mean ms to make a batch: reading it from a fresh schedule, whose first batch of a pool segments the pool,
+    and collating it; mean real target tokens; mean padded target positions per batch), over ``count`` batches."""
     from nmtkit.batching import collate
 
+    schedule = trainer_schedule(trainer)
     times, real, padded = [], [], []
-    for ids in batches:
+    for k in range(count):
         t0 = time.perf_counter()
-        b = collate(*trainer.train_views, ids)
+        b = collate(*trainer.train_views, schedule[k])
         times.append(time.perf_counter() - t0)
         real.append(b.num_tokens)
         padded.append(b.tgt_out.numel())
-    return 1000 * statistics.median(times), statistics.mean(real), statistics.mean(padded)
+    return 1000 * statistics.mean(times), statistics.mean(real), statistics.mean(padded)
 
 
 def main() -> None:
@@ -96,12 +100,11 @@ def main() -> None:
             cfg = train_config(str(tmp / "data"), "rnnsearch-small", str(tmp / f"run{p}"), bpe_dropout=p,
                                valid_bleu_sentences=0)
             trainer = Trainer(cfg)
-            schedule = trainer_schedule(trainer)
-            rows[p] = (_timed_updates(trainer, args.updates), _collate_ms(trainer, schedule[:100]))
+            rows[p] = (_timed_updates(trainer, args.updates), _collate_ms(trainer, 100))
             trainer.rundir.unlock()
     lines = [f"BPE-dropout cost per update: rnnsearch-small, fast recipe, batches of 80, the first {args.pairs:,} "
              f"Hansards pairs, {args.merges:,} joint merges (nmt-prepare --bpe-dropout 0.1 took {prepared:.0f} s); "
-             f"medians of {args.updates} updates; {os.cpu_count()} cores",
+             f"means of {args.updates} updates; {os.cpu_count()} cores",
              "",
              f"{'':28}{'s/update':>10}{'batch made, ms':>16}{'target tokens':>15}{'with padding':>14}",
              *(f"{name:28}{rows[p][0]:>10.3f}{rows[p][1][0]:>16.1f}{rows[p][1][1]:>15.0f}{rows[p][1][2]:>14.0f}"
