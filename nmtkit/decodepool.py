@@ -202,7 +202,11 @@ class DecodePool:
     def _dispatch(self) -> None:
         for w in sorted(self._workers, key=lambda w: w.outstanding):
             while self._queue and w.outstanding < DEPTH:
-                _send(w.in_fd, self._queue.popleft())
+                try:
+                    _send(w.in_fd, self._queue[0])
+                except BrokenPipeError:  # (it died: its end of the pipe is closed)
+                    raise w.died() from None
+                self._queue.popleft()
                 w.outstanding += 1
 
     def _collect(self, block: bool) -> None:

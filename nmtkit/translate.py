@@ -19,7 +19,8 @@ must match) and turns raw lines into translations, **one result per input line, 
 
 With ``workers=0`` on a CPU the decoding processes start only once the input fills a first window: a few lines
 (one sentence in a shell pipeline) are decoded in this process at once, without paying for starting processes
-that each load torch and the model.
+that each load torch and the model.  Automatic workers that cannot start, or that die mid-stream, cost nothing
+but a warning: this process, which kept its models, decodes the windows they did not give back and the rest.
 
 Alignments (Pharaoh ``i-j``, source-target, 0-based) are on Moses-tokenised words, computed as ``nmt-align``
 computes them (:func:`nmtkit.wordalign.word_matrix`, :func:`nmtkit.wordalign.hard_links`): a target word's attention is
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from nmtkit.errors import InputError
+from nmtkit.errors import InputError, WorkerError
 from nmtkit.decoding import build_models, decode_batch, load_checkpoints  # noqa: F401  (also the library's names here)
 from nmtkit.sampling import Sampling
 from nmtkit.search import Hypothesis
@@ -166,7 +167,23 @@ class Translator:
 
         self._pool = DecodePool(self._checkpoints, self.workers, max(1, self._threads // self.workers), self.device,
                                 self._options, self.backend)
-        self.models = []  # the workers hold the models; the parent only checked that they build
+        if not self._lazy_pool:
+            self.models = []  # the workers hold the models; the parent only checked that they build
+        # (automatic workers: the parent keeps its models, to go on alone if the workers fail: _fall_back)
+
+    def _start_lazy_pool(self) -> None:
+        """Start the automatic workers for a large input; if they cannot start, go on decoding in this process."""
+        try:
+            self._start_pool()
+        except (OSError, WorkerError, InputError) as e:
+            self._fall_back(e)
+
+    def _fall_back(self, error: Exception) -> None:
+        """Automatic workers that failed (to start, or later): stop them and decode in this process from here on."""
+        log.warning("the decoding worker processes failed (%s); translating on in this process", error)
+        self.close(kill=True)
+        self._lazy_pool = False  # (no second try)
+        self.workers = 1
 
     @property
     def worker_pids(self) -> list[int]:
@@ -222,20 +239,32 @@ class Translator:
             w = self._prepare(window, self._read_prefixes(prefix_lines, window, prefix_name))
             if self._pool is None and self._lazy_pool and self.workers > 1 and len(window) == self.window \
                     and not stalled:
-                self._start_pool()  # the input is large: worth the processes' start-up
+                self._start_lazy_pool()  # the input is large: worth the processes' start-up
             if self._pool is None:
                 yield from self._assemble(w, [self._decode(b) for b in w.batches])
                 continue
-            w.tickets = [self._pool.submit([p.ids for p in b], self._extras(b)) for b in w.batches]
             pending.append(w)
-            # an input that stalled waits for its translations: finish what is in flight before reading on
-            while pending and (stalled or len(pending) > AHEAD
-                               or all(self._pool.ready(t) for t in pending[0].tickets)):
-                w = pending.popleft()
-                yield from self._assemble(w, [self._pool.result(t) for t in w.tickets])
-        while pending:
-            w = pending.popleft()
-            yield from self._assemble(w, [self._pool.result(t) for t in w.tickets])
+            try:
+                w.tickets = [self._pool.submit([p.ids for p in b], self._extras(b)) for b in w.batches]
+                # an input that stalled waits for its translations: finish what is in flight before reading on
+                while pending and (stalled or len(pending) > AHEAD
+                                   or all(self._pool.ready(t) for t in pending[0].tickets)):
+                    results = [self._pool.result(t) for t in pending[0].tickets]
+                    yield from self._assemble(pending.popleft(), results)
+            except WorkerError as e:
+                if not self._lazy_pool:
+                    raise
+                self._fall_back(e)
+                yield from self._in_process(pending)
+        try:
+            while pending:
+                results = [self._pool.result(t) for t in pending[0].tickets]
+                yield from self._assemble(pending.popleft(), results)
+        except WorkerError as e:
+            if not self._lazy_pool:
+                raise
+            self._fall_back(e)
+            yield from self._in_process(pending)
         if prefix_lines is not None and next(prefix_lines, None) is not None:
             raise InputError(f"has more lines than the input ({last})", prefix_name, last + 1)
 
@@ -268,6 +297,12 @@ class Translator:
     def translate_lines(self, texts: Iterable[str]) -> list[str]:
         """Convenience: a list of raw lines → a list of translations."""
         return [t.text for t in self.translate(enumerate(texts, start=1))]
+
+    def _in_process(self, pending: deque[_Window]) -> Iterator[Translation]:
+        """The windows whose results the failed workers did not give back, decoded here, in order."""
+        while pending:
+            w = pending.popleft()
+            yield from self._assemble(w, [self._decode(b) for b in w.batches])
 
     def _decode(self, batch: list[_Piece]) -> list[list[Hypothesis]]:
         return decode_batch(self.models, [p.ids for p in batch], self.device, **self._options, **self._extras(batch))

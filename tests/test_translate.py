@@ -319,6 +319,41 @@ def test_worker_processes_stop_with_the_translator_and_a_dead_one_is_an_error(tr
             list(tr.translate(lines))
 
 
+def test_automatic_workers_that_fail_leave_the_translation_to_this_process(trained, data_dir, caplog, monkeypatch):
+    # --workers 0 (the default): workers start once the input fills a window; one that dies mid-stream, or workers
+    # that cannot start, do not cost the user the output: the rest is translated here, the same lines in order
+    import logging
+    import signal
+
+    from nmtkit import decodepool
+    from nmtkit.translate import Translator
+
+    _, ckpt = trained
+    lines = list(enumerate(_lines(data_dir / "multi30k" / "val.en", 40), start=1))
+    with Translator([ckpt], beam=2, batch_size=4, window=8, workers=1) as alone:
+        expected = [t.text for t in alone.translate(lines)]
+    with caplog.at_level(logging.WARNING, logger="nmtkit.translate"):
+        with Translator([ckpt], beam=2, batch_size=4, window=8, workers=0, threads=2) as tr:
+            stream = tr.translate(lines)
+            got = [next(stream).text]
+            assert len(tr.worker_pids) == 2  # the first full window started them
+            os.kill(tr.worker_pids[1], signal.SIGKILL)
+            got += [t.text for t in stream]
+            assert tr.worker_pids == []
+    assert got == expected
+    assert "decoding worker processes failed (decoding worker 1 (pid" in caplog.text
+    caplog.clear()
+
+    def cannot_start(*a, **k):
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(decodepool.DecodePool, "__init__", cannot_start)
+    with caplog.at_level(logging.WARNING, logger="nmtkit.translate"):
+        with Translator([ckpt], beam=2, batch_size=4, window=8, workers=0, threads=2) as tr:
+            assert [t.text for t in tr.translate(lines)] == expected
+    assert "Resource temporarily unavailable); translating on in this process" in caplog.text
+
+
 def test_empty_input_gives_empty_output(trained):
     proc = run_translate(["-m", trained[1]], b"")
     assert proc.stdout == b"" and proc.returncode == 0
