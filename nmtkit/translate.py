@@ -342,11 +342,13 @@ class Translator:
     def _finish(self, lineno: int, src_words: list[str], parts: list[tuple[_Piece, list[Hypothesis]]],
                 prefix: list[str]) -> Translation:
         if not parts:  # an empty line: nothing to translate, the prefix (if any) as it was given
+            # (counted and shaped as a decoded line's: its tokens and </s>, all attention on the source's </s>)
             text = self._render(prefix)
             return Translation(lineno, text, src_words, self.tgt_pre.merge_subwords(prefix), 0.0,
-                               nbest=[(text, 0.0, 0.0, len(prefix))],
+                               nbest=[(text, 0.0, 0.0, len(prefix) + 1)],
                                alignment=[] if self.need_attention else None,
-                               attention={"source": ["</s>"], "target": ["</s>"], "alpha": [[1.0]]}
+                               attention={"source": ["</s>"], "target": list(prefix) + ["</s>"],
+                                          "alpha": [[1.0]] * (len(prefix) + 1)}
                                if self.need_attention else None)
         best_tokens: list[str] = []
         src_tokens: list[str] = []

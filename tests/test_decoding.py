@@ -3,6 +3,7 @@ Wu et al.'s coverage penalty and sampling (top-k, nucleus, temperature), each ag
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -13,13 +14,12 @@ import pytest
 import torch
 
 from nmtkit import checkpoint
-
-from nmtkit.models import build_from_checkpoint
 from nmtkit.batching import collate_source
+from nmtkit.decoding import collate_prefixes
+from nmtkit.models import build_from_checkpoint
 from nmtkit.sampling import Sampling, parse_sampling, reshape, sample
 from nmtkit.search import beam_search, beam_search_reference
 from nmtkit.text import Preprocessor, TextConfig
-from nmtkit.decoding import collate_prefixes
 from nmtkit.vocab import BOS, EOS, PAD, UNK, Vocabulary
 
 from conftest import REPO, lines_of
@@ -136,6 +136,16 @@ def test_prefix_file_on_the_command_line(trained, data_dir, tmp_path):
         elif src[k]:
             assert out[k] == plain[k]  # no prefix: as without --prefix
     assert out[3] == "Le chat"  # an empty source line with a prefix: the prefix itself
+    # ... and its n-best entry and attention are shaped like any decoded line's: its tokens and </s>
+    nbest, attention = tmp_path / "nbest.txt", tmp_path / "attention.json"
+    translate(["-m", ckpt, "-i", inp, "--prefix", pre, "--beam", "4", "--nbest", "2", "--nbest-file", nbest,
+               "--attention", attention])
+    entries = [line.split(" ||| ") for line in nbest.read_text(encoding="utf-8").splitlines()]
+    empty = [e for e in entries if e[0] == "3"]
+    assert [e[1] for e in empty] == ["Le chat"] and "length= 3" in empty[0][2]  # Le, chat, </s>
+    rows = [json.loads(x) for x in attention.read_text(encoding="utf-8").splitlines()]
+    att = next(r for r in rows if r["line"] == 4)
+    assert att["source"] == ["</s>"] and att["target"][-1] == "</s>" and len(att["alpha"]) == len(att["target"]) == 3
     # the same with the prefix alone on stdin's lines and worker processes
     out2 = translate(["-m", ckpt, "--prefix", pre, "--beam", "4", "--workers", "2", "--threads", "2",
                       "--batch-size", "2", "--window", "3"], "".join(x + "\n" for x in src).encode())
