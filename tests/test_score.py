@@ -225,7 +225,6 @@ def test_model_nll_equals_sentence_by_sentence_log_softmax(wmt, shortlist):
     import torch
 
     from nmtkit import checkpoint
-
     from nmtkit.models import build_from_checkpoint
     from nmtkit.text import Preprocessor, TextConfig
     from nmtkit.vocab import BOS, EOS, UNK

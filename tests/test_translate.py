@@ -14,10 +14,8 @@ import pytest
 import torch
 
 from nmtkit import checkpoint
-
-from nmtkit.models import build_from_checkpoint
 from nmtkit.batching import collate_source
-from nmtkit.models import build_model
+from nmtkit.models import build_from_checkpoint, build_model
 from nmtkit.search import beam_search, beam_search_reference, greedy
 from nmtkit.text import TextConfig
 from nmtkit.vocab import BOS, EOS, UNK

@@ -39,9 +39,9 @@ TESTS = {"newstest2014": ("wmt14/newstest2014.en", "wmt14/newstest2014.fr"),
 @torch.no_grad()
 def measure(data: str, model_path: str, limit: int) -> list[str]:
     from nmtkit import checkpoint
-    from nmtkit.models import build_from_checkpoint
     from nmtkit.batching import collate
     from nmtkit.manifest import PreparedData
+    from nmtkit.models import build_from_checkpoint
 
     model = build_from_checkpoint(checkpoint.load(model_path)).eval()
     prepared = PreparedData.open(data)
