@@ -24,8 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from nmtkit.search import Ensemble, Hypothesis, _limits, _mask_step, _only_eos
-from nmtkit.vocab import BOS, EOS
+from nmtkit.search import Hypothesis, _limits, one_token_at_a_time
 
 
 @dataclass(frozen=True)
@@ -98,44 +97,23 @@ def sample(models, src: torch.Tensor, src_lens: torch.Tensor, keys: list, n: int
     their length-normalised log-probability."""
     if n < 1 or len(keys) != src.shape[0]:
         raise ValueError(f"need n >= 1 and one key per sentence (got n {n}, {len(keys)} keys, {src.shape[0]} sentences)")
-    ens = Ensemble(models)
-    dev = src.device
-    B = src.shape[0]
-    if prefix is not None:
-        prefix, prefix_lens = prefix.to(dev), prefix_lens.to(dev)
-    encs = ens.encode(src, src_lens)  # (the n samples of a sentence share its encoder output: n rows per sentence)
-    states = [s.repeat_interleave(n, dim=0) for s in ens.init(encs)]  # (B*n, n')
-    limits = _limits(src_lens, max_len_a, max_len_b, prefix_lens).to(dev).repeat_interleave(n)  # (B*n,)
-    u = uniforms(keys, n, int(limits.max()) + 1).to(dev)  # (B*n, T)
-    sentences = torch.arange(B, device=dev)
-    y = torch.full((B * n,), BOS, dtype=torch.long, device=dev)
-    done = torch.zeros(B * n, dtype=torch.bool, device=dev)
-    scores = torch.zeros(B * n, dtype=torch.float64, device=dev)
-    out, alphas = [], []
-    for t in range(int(limits.max()) + 1):
-        logp, states, alpha = ens.step(y, states, encs)  # (B*n, V), α (B*n, Tx)
-        _mask_step(logp, no_unk, t, prefix, prefix_lens, sentences, n)
-        _only_eos(logp, t >= limits)  # (B*n,) at the limit only </s> may follow
-        cdf = reshape(logp, sampling).cumsum(dim=1)  # (B*n, V)
+    limits = _limits(src_lens, max_len_a, max_len_b, prefix_lens).repeat_interleave(n)  # (B·n,)
+    u = uniforms(keys, n, int(limits.max()) + 1).to(src.device)  # (B·n, T)
+
+    def draw(logp: torch.Tensor, t: int) -> torch.Tensor:
+        cdf = reshape(logp, sampling).cumsum(dim=1)  # (B·n, V)
         # inverse CDF: the first token whose cumulative probability exceeds u·total (a token of probability 0 never)
-        y = torch.searchsorted(cdf, (u[:, t] * cdf[:, -1]).unsqueeze(1), right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)
-        step = logp.gather(1, y[:, None]).squeeze(1).double()
-        scores += torch.where(done, torch.zeros_like(step), step)
-        out.append(torch.where(done, torch.full_like(y, EOS), y))
-        if need_attention:
-            alphas.append(alpha.float())
-        done |= y == EOS
-        if bool(done.all()):
-            break
-    ids = torch.stack(out, dim=1).tolist()  # (B*n, T)
-    attn = torch.stack(alphas, dim=1) if need_attention else None  # (B*n, T, Tx)
+        return torch.searchsorted(cdf, (u[:, t] * cdf[:, -1]).unsqueeze(1), right=True).squeeze(1) \
+            .clamp_(max=cdf.shape[1] - 1)
+
+    tokens, scores, attn = one_token_at_a_time(models, src, src_lens, draw, n, max_len_a, max_len_b, no_unk,
+                                               need_attention, prefix, prefix_lens)  # (B·n rows), α (B·n, T, Tx)
     lens = src_lens.tolist()
     results = []
-    for b in range(B):
+    for b in range(len(lens)):
         hyps = []
         for r in range(b * n, (b + 1) * n):
-            toks = ids[r][: ids[r].index(EOS)] if EOS in ids[r] else ids[r]
-            score = float(scores[r])
+            toks, score = tokens[r], scores[r]
             att = attn[r, : len(toks) + 1, : lens[b]].clone() if need_attention else None
             hyps.append(Hypothesis(toks, score, score / (len(toks) + 1) ** lenpen, att))
         hyps.sort(key=lambda h: -h.norm_score)

@@ -143,35 +143,52 @@ def top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @torch.no_grad()
-def greedy(models, src: torch.Tensor, src_lens: torch.Tensor, max_len_a: float = 2.0, max_len_b: int = 10,
-           no_unk: bool = False) -> list[Hypothesis]:
-    """Batched greedy decoding: src (B, Tx) with ``</s>``, src_lens (B,) → one hypothesis per sentence, in order."""
+def one_token_at_a_time(models, src: torch.Tensor, src_lens: torch.Tensor, choose, n: int = 1,
+                        max_len_a: float = 2.0, max_len_b: int = 10, no_unk: bool = False,
+                        need_attention: bool = False, prefix: torch.Tensor | None = None,
+                        prefix_lens: torch.Tensor | None = None) -> tuple[list[list[int]], list[float], torch.Tensor | None]:
+    """The left-to-right loop of greedy decoding and of sampling: ``n`` rows per sentence of src (B, Tx) with
+    ``</s>``, each extended by one token a step, ``choose(logp (B·n, V), t) -> y (B·n,)`` picking it from the masked
+    log-probabilities (``<pad>``, ``<s>``, with ``no_unk`` ``<unk>``; a prefix's token t where it is longer than t;
+    only ``</s>`` at the length limit), until every row has ended.  -> each row's tokens (without ``</s>``), its
+    log-probability, and with ``need_attention`` α (B·n, T, Tx)."""
     ens = Ensemble(models)
-    encs = ens.encode(src, src_lens)
-    states = ens.init(encs)
+    dev = src.device
     B = src.shape[0]
-    limits = _limits(src_lens, max_len_a, max_len_b).to(src.device)  # (B,)
-    y = torch.full((B,), BOS, dtype=torch.long, device=src.device)
-    done = torch.zeros(B, dtype=torch.bool, device=src.device)
-    scores = torch.zeros(B, dtype=torch.float64, device=src.device)
-    out = []
+    if prefix is not None:
+        prefix, prefix_lens = prefix.to(dev), prefix_lens.to(dev)
+    encs = ens.encode(src, src_lens)  # (the n rows of a sentence share its encoder output)
+    states = [s.repeat_interleave(n, dim=0) for s in ens.init(encs)]  # (B·n, n')
+    limits = _limits(src_lens, max_len_a, max_len_b, prefix_lens).to(dev).repeat_interleave(n)  # (B·n,)
+    sentences = torch.arange(B, device=dev)
+    y = torch.full((B * n,), BOS, dtype=torch.long, device=dev)
+    done = torch.zeros(B * n, dtype=torch.bool, device=dev)
+    scores = torch.zeros(B * n, dtype=torch.float64, device=dev)
+    out, alphas = [], []
     for t in range(int(limits.max()) + 1):
-        logp, states, _ = ens.step(y, states, encs)  # (B, V)
-        _mask(logp, no_unk)
+        logp, states, alpha = ens.step(y, states, encs)  # (B·n, V), α (B·n, Tx)
+        _mask_step(logp, no_unk, t, prefix, prefix_lens, sentences, n)
         _only_eos(logp, t >= limits)  # (at the limit only </s> may follow)
-        y = logp.argmax(dim=-1)  # (B,)
+        y = choose(logp, t)  # (B·n,)
         step = logp.gather(1, y[:, None]).squeeze(1).double()
         scores += torch.where(done, torch.zeros_like(step), step)
         out.append(torch.where(done, torch.full_like(y, EOS), y))
+        if need_attention:
+            alphas.append(alpha.float())
         done |= y == EOS
         if bool(done.all()):
             break
-    ids = torch.stack(out, dim=1).tolist()  # (B, T)
-    hyps = []
-    for k in range(B):
-        toks = ids[k][: ids[k].index(EOS)] if EOS in ids[k] else ids[k]
-        hyps.append(Hypothesis(toks, float(scores[k]), float(scores[k])))
-    return hyps
+    ids = torch.stack(out, dim=1).tolist()  # (B·n, T)
+    tokens = [row[: row.index(EOS)] if EOS in row else row for row in ids]
+    return tokens, scores.tolist(), (torch.stack(alphas, dim=1) if need_attention else None)
+
+
+def greedy(models, src: torch.Tensor, src_lens: torch.Tensor, max_len_a: float = 2.0, max_len_b: int = 10,
+           no_unk: bool = False) -> list[Hypothesis]:
+    """Batched greedy decoding: src (B, Tx) with ``</s>``, src_lens (B,) → one hypothesis per sentence, in order."""
+    tokens, scores, _ = one_token_at_a_time(models, src, src_lens, lambda logp, t: logp.argmax(dim=-1),
+                                            max_len_a=max_len_a, max_len_b=max_len_b, no_unk=no_unk)
+    return [Hypothesis(toks, score, score) for toks, score in zip(tokens, scores)]
 
 
 @torch.no_grad()
