@@ -27,6 +27,7 @@ from nmtkit.models.gru import PaperGRU, gru_recurrence
 from nmtkit.models.init import initialize
 from nmtkit.models.fused import gru_sequence
 from nmtkit.models.packed import gru_packed, packing, unpack
+from nmtkit.models import reference
 from nmtkit.models.rnnsearch import RNNsearchConfig
 
 ARCHS = ["rnnsearch", "rnnencdec"]
@@ -172,10 +173,12 @@ def _encoder_by_hand(P, src_ids, bidirectional):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("fused", [True, False])
-def test_encoder_matches_paper_equations(arch, fused):
+@pytest.mark.parametrize("path", ["fused", "op-by-op", "reference"])
+def test_encoder_matches_paper_equations(arch, path):
+    # one sentence at a time, unbatched: also the check of the batched reference's masking (nmtkit/models/reference.py)
     model = randomize_(tiny(arch))
-    model.fused = fused
+    model.fused = path == "fused"
+    model.backend = "reference" if path == "reference" else "fast"
     P = paper_parameters(model)
     src, lens, _, _ = make_batch([5, 2, 4], [1, 1, 1])
     enc = model.encode(src, lens)
@@ -299,21 +302,6 @@ def test_decode_step_equals_forward(arch, fused):
             torch.testing.assert_close(step_alpha, alpha[:, i], atol=1e-6, rtol=1e-5)
 
 
-def _rnnsearch_step_by_hand(P, y_prev, s, H, mask):
-    """One decoder step of Appendix A.2.2 with the deep output, from paper_parameters, with plain torch ops."""
-    Ey = P["E_tgt"][y_prev] * (y_prev != BOS).unsqueeze(-1)  # E y_0 = 0
-    e = torch.tanh((s @ P["W_a"].T).unsqueeze(1) + H @ P["U_a"].T) @ P["v_a"]  # (B, Tx)
-    alpha = torch.softmax(e.masked_fill(~mask, float("-inf")), dim=-1)
-    c = (alpha.unsqueeze(-1) * H).sum(1)
-    z = torch.sigmoid(Ey @ P["dec.W_z"].T + s @ P["dec.U_z"].T + c @ P["dec.C_z"].T + P["dec.b_z"])
-    r = torch.sigmoid(Ey @ P["dec.W_r"].T + s @ P["dec.U_r"].T + c @ P["dec.C_r"].T + P["dec.b_r"])
-    s_tilde = torch.tanh(Ey @ P["dec.W"].T + (r * s) @ P["dec.U"].T + c @ P["dec.C"].T + P["dec.b"])
-    s_new = (1 - z) * s + z * s_tilde
-    t_tilde = s @ P["U_o"].T + Ey @ P["V_o"].T + c @ P["C_o"].T + P["b_o"]  # from s_{i-1} (v7)
-    t = torch.maximum(t_tilde[:, 0::2], t_tilde[:, 1::2])
-    return t @ P["W_o"].T + P["b_y"], s_new, alpha
-
-
 def test_rnnsearch_decode_step_matches_hand_written_equations():
     model = randomize_(tiny("rnnsearch"))
     P = paper_parameters(model)
@@ -322,7 +310,7 @@ def test_rnnsearch_decode_step_matches_hand_written_equations():
     state = model.init_decoder(enc)
     for i in range(2):  # the first step (y_0 = <s>) and a real word
         y = tgt_in[:, i]
-        ref_logits, ref_state, ref_alpha = _rnnsearch_step_by_hand(P, y, state, enc.annotations, enc.src_mask)
+        ref_logits, ref_state, ref_alpha = reference.decoder_step(P, y, state, enc.annotations, enc.src_mask)
         logits, new_state, alpha = model.decode_step(y, state, enc)
         torch.testing.assert_close(logits, ref_logits, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(new_state, ref_state, atol=1e-5, rtol=1e-5)
