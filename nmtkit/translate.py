@@ -244,27 +244,10 @@ class Translator:
                 yield from self._assemble(w, [self._decode(b) for b in w.batches])
                 continue
             pending.append(w)
-            try:
-                w.tickets = [self._pool.submit([p.ids for p in b], self._extras(b)) for b in w.batches]
-                # an input that stalled waits for its translations: finish what is in flight before reading on
-                while pending and (stalled or len(pending) > AHEAD
-                                   or all(self._pool.ready(t) for t in pending[0].tickets)):
-                    results = [self._pool.result(t) for t in pending[0].tickets]
-                    yield from self._assemble(pending.popleft(), results)
-            except WorkerError as e:
-                if not self._lazy_pool:
-                    raise
-                self._fall_back(e)
-                yield from self._in_process(pending)
-        try:
-            while pending:
-                results = [self._pool.result(t) for t in pending[0].tickets]
-                yield from self._assemble(pending.popleft(), results)
-        except WorkerError as e:
-            if not self._lazy_pool:
-                raise
-            self._fall_back(e)
-            yield from self._in_process(pending)
+            # an input that stalled waits for its translations: finish what is in flight before reading on
+            yield from self._from_pool(pending, w, lambda: stalled or len(pending) > AHEAD
+                                       or all(self._pool.ready(t) for t in pending[0].tickets))
+        yield from self._from_pool(pending, None, lambda: True)
         if prefix_lines is not None and next(prefix_lines, None) is not None:
             raise InputError(f"has more lines than the input ({last})", prefix_name, last + 1)
 
@@ -297,6 +280,21 @@ class Translator:
     def translate_lines(self, texts: Iterable[str]) -> list[str]:
         """Convenience: a list of raw lines → a list of translations."""
         return [t.text for t in self.translate(enumerate(texts, start=1))]
+
+    def _from_pool(self, pending: deque[_Window], new: _Window | None, more) -> Iterator[Translation]:
+        """Submit the batches of window ``new`` (if any) to the workers, then give back the windows in flight, in
+        order, while ``more()`` says so.  Automatic workers that fail leave what is in flight to this process."""
+        try:
+            if new is not None:
+                new.tickets = [self._pool.submit([p.ids for p in b], self._extras(b)) for b in new.batches]
+            while pending and more():
+                results = [self._pool.result(t) for t in pending[0].tickets]
+                yield from self._assemble(pending.popleft(), results)
+        except WorkerError as e:
+            if not self._lazy_pool:
+                raise
+            self._fall_back(e)
+            yield from self._in_process(pending)
 
     def _in_process(self, pending: deque[_Window]) -> Iterator[Translation]:
         """The windows whose results the failed workers did not give back, decoded here, in order."""
