@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from nmtkit.vocab import BOS
+from nmtkit.models.params import paper_weights
+from nmtkit.vocab import BOS, PAD
 
 P = dict[str, Tensor]  # paper_weights(model)
 
@@ -139,3 +140,45 @@ def teacher_forced(P: P, src: Tensor, src_lens: Tensor, tgt_in: Tensor, attentio
         logits.append(out)
         alphas.append(alpha)
     return torch.stack(logits, dim=1), (torch.stack(alphas, dim=1) if attention else None)
+
+
+# -- a model on this backend (rnnsearch.py with ``backend = "reference"``): its weights by the paper's names
+
+
+def _is_rnnsearch(model) -> bool:
+    return hasattr(model, "attention")
+
+
+def model_forward(model, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor | None]:
+    """:func:`teacher_forced` on a model's weights (and its dropout): logits (B, Ty, V), α (B, Ty, Tx) or None."""
+    return teacher_forced(paper_weights(model), src, src_lens.to(src.device), tgt_in, _is_rnnsearch(model),
+                          model.dropout)
+
+
+def model_loss(model, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor,
+               label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
+    """(the summed cross-entropy against (1 − ε) onehot(y_i) + ε/V over the real positions of tgt_out, ε =
+    ``label_smoothing``; the summed −log p(y_i | y_<i, x), detached), as the model's ``training_loss`` gives them."""
+    logits = model_forward(model, src, src_lens, tgt_in)[0].flatten(0, 1).float()  # (B·Ty, V)
+    y = tgt_out.flatten()
+    loss = F.cross_entropy(logits, y, ignore_index=PAD, reduction="sum", label_smoothing=label_smoothing)
+    return loss, F.cross_entropy(logits.detach(), y, ignore_index=PAD, reduction="sum")
+
+
+def model_encode(model, src: Tensor, src_lens: Tensor) -> tuple:
+    """The fields of the model's ``EncoderOut``: annotations (B, Tx, ctx), no keys (U_a h_j is computed at every
+    step, as the equations read), the mask, s_0 (B, n) and the RNNencdec's c (B, n) (None for RNNsearch)."""
+    P = paper_weights(model)
+    H, mask, summary = encode(P, src, src_lens.to(src.device), _is_rnnsearch(model), model.dropout)
+    return H, None, mask, initial_state(P, summary), None if _is_rnnsearch(model) else summary
+
+
+def model_step(model, y_prev: Tensor, state: Tensor, H: Tensor, mask: Tensor,
+               context: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+    """:func:`decoder_step` for K states per sentence (beam search): y_{i-1} (B·K,), s_{i-1} (B·K, n), the B
+    sentences' annotations H (B, Tx, ctx), mask (B, Tx) and c (B, n) or None -> logits (B·K, V), s_i (B·K, n),
+    α_i (B·K, Tx) or None."""
+    K = state.shape[0] // mask.shape[0]
+    rows = torch.arange(mask.shape[0], device=state.device).repeat_interleave(K)  # (B·K,)   each state's sentence
+    return decoder_step(paper_weights(model), y_prev, state, H.index_select(0, rows), mask.index_select(0, rows),
+                        None if context is None else context.index_select(0, rows), model.dropout)

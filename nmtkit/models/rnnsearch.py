@@ -69,7 +69,6 @@ from nmtkit.models.matmul import aligned_linear
 from nmtkit.models.output import check_label_smoothing, linear_cross_entropy, linear_cross_entropy_with_nll
 from nmtkit.models import reference
 from nmtkit.models.packed import Packing, packing, unpack
-from nmtkit.models.params import paper_weights
 from nmtkit.models.stepweights import StepWeights, step_weights
 from nmtkit.models.stepweights import usable as usable_step_weights
 from nmtkit.vocab import BOS, PAD
@@ -261,7 +260,7 @@ class _RNNTranslator(nn.Module):
         """Teacher-forced logits (B, Ty, V) for tgt_in = <s> y_1 … (B, Ty); return_attention adds α (B, Ty, Tx)
         (None for the RNNencdec, which has no attention)."""
         if self.backend == "reference":
-            logits, alpha = self._reference_forward(src, src_lens, tgt_in)
+            logits, alpha = reference.model_forward(self, src, src_lens, tgt_in)
             return (logits, alpha) if return_attention else logits
         s_prev, Ey, ctx, alpha = self.teacher_forced(src, src_lens, tgt_in)
         logits = self.deep_output(s_prev, Ey, F.linear(ctx, self.C_o))  # (B, Ty, V)
@@ -285,35 +284,9 @@ class _RNNTranslator(nn.Module):
         float64 model), from one pass of the fused output layer (output.py).  A ValueError for ε outside [0, 1)."""
         eps = check_label_smoothing(label_smoothing)  # (before any work)
         if self.backend == "reference":
-            logits = self._reference_forward(src, src_lens, tgt_in)[0].flatten(0, 1).float()  # (B·Ty, V)
-            y = tgt_out.flatten()
-            loss = F.cross_entropy(logits, y, ignore_index=PAD, reduction="sum", label_smoothing=eps)
-            nll = F.cross_entropy(logits.detach(), y, ignore_index=PAD, reduction="sum")
-            return loss, nll
+            return reference.model_loss(self, src, src_lens, tgt_in, tgt_out, eps)
         t, y = self._real_maxout(src, src_lens, tgt_in, tgt_out)  # (N, l), (N,)
         return linear_cross_entropy_with_nll(t, self.W_o, self.b_y, y, eps)
-
-    def _reference_forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor | None]:
-        """reference.teacher_forced on this model's weights: logits (B, Ty, V), α (B, Ty, Tx) or None."""
-        return reference.teacher_forced(paper_weights(self), src, src_lens.to(src.device), tgt_in,
-                                        attention=hasattr(self, "attention"), dropout=self.dropout)
-
-    def _reference_encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
-        """reference.encode as an EncoderOut (no keys: the reference computes U_a h_j at every step)."""
-        P = paper_weights(self)
-        bidirectional = hasattr(self, "attention")
-        H, mask, summary = reference.encode(P, src, src_lens.to(src.device), bidirectional, self.dropout)
-        s0 = reference.initial_state(P, summary)
-        return EncoderOut(H, None, mask, s0, None if bidirectional else summary)
-
-    def _reference_step(self, y_prev: Tensor, state: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, Tensor | None]:
-        """reference.decoder_step for K states per sentence of enc (beam search)."""
-        A = enc.src_mask.shape[0]
-        K = state.shape[0] // A
-        rows = torch.arange(A, device=state.device).repeat_interleave(K)  # (A·K,)   each state's sentence
-        context = None if enc.context is None else enc.context.index_select(0, rows)
-        return reference.decoder_step(paper_weights(self), y_prev, state, enc.annotations.index_select(0, rows),
-                                      enc.src_mask.index_select(0, rows), context, self.dropout)
 
     def _real_maxout(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor]:
         """What the output layer reads at the real (non-``<pad>``) positions of tgt_out (B, Ty), for the fused loss:
@@ -388,7 +361,7 @@ class RNNsearch(_RNNTranslator):
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
         """src (B, Tx) long, src_lens (B,) long -> EncoderOut with annotations (B, Tx, 2n) and keys (B, Tx, n')."""
         if self.backend == "reference":
-            return self._reference_encode(src, src_lens)
+            return EncoderOut(*reference.model_encode(self, src, src_lens))
         return self._encode(src, src_lens)[0]
 
     def _encode(self, src: Tensor, src_lens: Tensor) -> tuple[EncoderOut, Packing | None]:
@@ -437,7 +410,7 @@ class RNNsearch(_RNNTranslator):
         ``enc`` holds B sentences; state rows come K per sentence, in sentence order (K = 1 outside beam search).
         """
         if self.backend == "reference":
-            return self._reference_step(y_prev, state, enc)
+            return reference.model_step(self, y_prev, state, enc.annotations, enc.src_mask, enc.context)
         A, Tx = enc.src_mask.shape
         K = state.shape[0] // A  # hypotheses per sentence
         proj = enc.proj if enc.proj is not None else self.source_projections(enc)  # (A, Tx, 3n + 2l)
@@ -461,7 +434,7 @@ class RNNencdec(_RNNTranslator):
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:
         """src (B, Tx), src_lens (B,) -> EncoderOut with annotations →h_j (B, Tx, n) and context c = →h_{T_x}."""
         if self.backend == "reference":
-            return self._reference_encode(src, src_lens)
+            return EncoderOut(*reference.model_encode(self, src, src_lens))
         states, src_mask, _ = self._run_encoder(src, src_lens)
         c = states.last_forward  # (B, n)
         return EncoderOut(states.annotations, None, src_mask, self.initial_state(c), c)
@@ -491,7 +464,7 @@ class RNNencdec(_RNNTranslator):
 
         ``enc`` holds B sentences; state rows come K per sentence, in sentence order (K = 1 outside beam search)."""
         if self.backend == "reference":
-            return self._reference_step(y_prev, state, enc)
+            return reference.model_step(self, y_prev, state, enc.annotations, enc.src_mask, enc.context)
         A = enc.src_mask.shape[0]
         K = state.shape[0] // A
         proj = enc.proj if enc.proj is not None else self.source_projections(enc)  # (A, 1, 3n + 2l)
