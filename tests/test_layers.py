@@ -29,8 +29,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("tools", ["nmtkit.prepare", "nmtkit.select", "nmtkit.train", "nmtkit.trainconfig", "nmtkit.recipes",
                "nmtkit.schedule", "nmtkit.adadelta", "nmtkit.gradients", "nmtkit.averaging", "nmtkit.resume",
                "nmtkit.rundir", "nmtkit.validation", "nmtkit.search", "nmtkit.sampling", "nmtkit.decoding",
-               "nmtkit.decodepool", "nmtkit.translate", "nmtkit.wordalign", "nmtkit.align", "nmtkit.score",
-               "nmtkit.plots"]),
+               "nmtkit.decodepool", "nmtkit.translate", "nmtkit.wordalign", "nmtkit.outputs", "nmtkit.align",
+               "nmtkit.score", "nmtkit.plots"]),
     ("cli", ["nmtkit.cli", "nmtkit.cli.*", "nmtkit.*.__main__"]),  # (a package's __main__ is a launcher, as bin/)
 ]
 

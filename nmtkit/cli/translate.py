@@ -111,15 +111,13 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
                sampling, seed, no_unk, replace_unk, unk_dict,
                nbest, nbest_file, alignments, attention, scores, tokenized, batch_size, window, max_source_len,
                device, threads, workers, bf16, backend, quiet):
-    import json
-
     import torch
 
     from nmtkit.errors import InputError
     from nmtkit.files import check_distinct
     from nmtkit.sampling import parse_sampling
     from nmtkit.translate import Translator, load_unk_dict
-    from nmtkit.wordalign import pharaoh
+    from nmtkit import outputs
 
     if threads:
         torch.set_num_threads(threads)
@@ -168,25 +166,19 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
         align_out = stack.enter_context(_output(alignments)) if alignments else None
         attn_out = stack.enter_context(_output(attention)) if attention else None
         score_out = stack.enter_context(_output(scores)) if scores else None
-        outputs = [f for f in (main_out, nbest_out, align_out, attn_out, score_out) if f is not None]
+        files = [f for f in (main_out, nbest_out, align_out, attn_out, score_out) if f is not None]
         for t in translator.translate(read_input(stream, name), prefixes, prefix_path or "prefixes"):
             if main_out is not None:
                 main_out.write(t.text + "\n")
-            if nbest_out is not None:
-                for text, logprob, norm, length in t.nbest:
-                    nbest_out.write(f"{t.line - 1} ||| {text} ||| logprob= {logprob:.6f} length= {length} ||| "
-                                    f"{norm:.6f}\n")
-            if align_out is not None:
-                align_out.write(pharaoh(t.alignment) + "\n")
-            if attn_out is not None:
-                attn_out.write(json.dumps({"line": t.line, **t.attention}, ensure_ascii=False) + "\n")
-            if score_out is not None:
-                score_out.write(f"{t.score:.6f}\n")
+            for out, line in ((nbest_out, outputs.nbest_entries), (align_out, outputs.alignment_line),
+                              (attn_out, outputs.attention_line), (score_out, outputs.score_line)):
+                if out is not None:
+                    out.write(line(t))
             if progress is not None:
                 progress.update(1)
-            for f in outputs:  # (each line as soon as it is ready: a pipeline may be waiting for it)
+            for f in files:  # (each line as soon as it is ready: a pipeline may be waiting for it)
                 f.flush()
-        for f in outputs:
+        for f in files:
             f.flush()
     if progress is not None:
         progress.close()
