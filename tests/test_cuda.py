@@ -23,7 +23,7 @@ from nmtkit.search import beam_search
 from nmtkit.train import TrainConfig, train
 from nmtkit.translate import Translator
 from nmtkit.vocab import PAD
-from test_models import ARCHS, make_batch, randomize_, tiny  # the CPU tests' tiny models and batches
+from conftest import ARCHS, make_batch, randomize_, tiny  # the CPU tests' tiny models and batches
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="no CUDA device here (CI has none): run on a GPU machine")

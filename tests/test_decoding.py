@@ -127,7 +127,9 @@ def test_prefix_file_on_the_command_line(trained, data_dir, tmp_path):
     prefixes = ["Un homme", "", "Deux Zyxwvut", "Le chat", "Une femme est", ""]
     inp = _write(tmp_path / "in.en", src)
     pre = _write(tmp_path / "prefix.fr", prefixes)
-    out = translate(["-m", ckpt, "-i", inp, "--prefix", pre, "--beam", "4"]).stdout.decode().split("\n")
+    nbest, attention = tmp_path / "nbest.txt", tmp_path / "attention.json"
+    out = translate(["-m", ckpt, "-i", inp, "--prefix", pre, "--beam", "4", "--nbest", "2", "--nbest-file", nbest,
+                     "--attention", attention]).stdout.decode().split("\n")
     plain = translate(["-m", ckpt, "-i", inp, "--beam", "4"]).stdout.decode().split("\n")
     assert len(out) == len(src) + 1 and out[-1] == ""
     for k, p in enumerate(prefixes):
@@ -137,9 +139,6 @@ def test_prefix_file_on_the_command_line(trained, data_dir, tmp_path):
             assert out[k] == plain[k]  # no prefix: as without --prefix
     assert out[3] == "Le chat"  # an empty source line with a prefix: the prefix itself
     # ... and its n-best entry and attention are shaped like any decoded line's: its tokens and </s>
-    nbest, attention = tmp_path / "nbest.txt", tmp_path / "attention.json"
-    translate(["-m", ckpt, "-i", inp, "--prefix", pre, "--beam", "4", "--nbest", "2", "--nbest-file", nbest,
-               "--attention", attention])
     entries = [line.split(" ||| ") for line in nbest.read_text(encoding="utf-8").splitlines()]
     empty = [e for e in entries if e[0] == "3"]
     assert [e[1] for e in empty] == ["Le chat"] and "length= 3" in empty[0][2]  # Le, chat, </s>

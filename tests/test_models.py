@@ -30,37 +30,7 @@ from nmtkit.models.packed import gru_packed, packing, unpack
 from nmtkit.models import reference
 from nmtkit.models.rnnsearch import RNNsearchConfig
 
-ARCHS = ["rnnsearch", "rnnencdec"]
-V_SRC, V_TGT = 23, 29
-
-
-def tiny(arch: str, **overrides) -> torch.nn.Module:
-    torch.manual_seed(0)
-    return build_model(f"{arch}-tiny", V_SRC, V_TGT, **overrides)
-
-
-def randomize_(model: torch.nn.Module, std: float = 0.3, seed: int = 1) -> torch.nn.Module:
-    """The paper's init makes attention uniform (v_a = 0) and outputs tiny; tests need every path to matter."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * std)
-    return model
-
-
-def make_batch(src_lens, tgt_lens, seed=2):
-    """Right-padded source (ending in </s>) and target in/out, as the data pipeline gives them."""
-    g = torch.Generator().manual_seed(seed)
-    B, Tx, Ty = len(src_lens), max(src_lens), max(tgt_lens) + 1
-    src = torch.full((B, Tx), PAD, dtype=torch.long)
-    tgt = torch.full((B, Ty + 1), PAD, dtype=torch.long)
-    for b, (ls, lt) in enumerate(zip(src_lens, tgt_lens)):
-        src[b, : ls - 1] = torch.randint(4, V_SRC, (ls - 1,), generator=g)
-        src[b, ls - 1] = EOS
-        tgt[b, 0] = BOS
-        tgt[b, 1 : lt + 1] = torch.randint(4, V_TGT, (lt,), generator=g)
-        tgt[b, lt + 1] = EOS
-    return src, torch.tensor(src_lens), tgt[:, :-1], tgt[:, 1:]
+from conftest import ARCHS, V_SRC, V_TGT, make_batch, randomize_, tiny  # the shared tiny models and batches
 
 
 # ------------------------------------------------------------------------------------------------------ shapes / API
