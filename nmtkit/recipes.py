@@ -8,8 +8,10 @@
   model's equations are the paper's; only what the paper leaves to the recipe differs: Glorot initialisation of the
   non-recurrent matrices instead of B.1's N(0, 0.01²) / N(0, 0.001²), with v_a = 0 as in B.1 (``xavier-flat``:
   α starts uniform; with a Glorot v_a the attention collapses onto the source's ``</s>`` early and aligns far
-  worse), and Adam with learning rate 10⁻³ instead of Adadelta.  The default for the small presets (``rnnsearch-small``,
-  ``rnnencdec-small``), the sizes a CPU trains.
+  worse), and Adam with learning rate 10⁻³ instead of Adadelta.  The default for the small presets
+  (``rnnsearch-small``, ``rnnencdec-small``), the sizes a CPU trains.  Tried at 5,000 updates beside OpenNMT-py and
+  not adopted: an EMA of the weights (mixed: BLEU up, chrF down) and a linear decay of the rate (worse):
+  tests/bench/results/bench_quality.txt, runs 3 and 4.
 
 Batches of 80 sentences, the pools of 1,600 sorted by length and the gradient clipped at L2 norm 1 are the paper's
 in both.  A setting given explicitly (``--lr 0.002`` or ``TrainConfig(lr=…)`` through :func:`nmtkit.trainconfig.train_config`) wins over
