@@ -88,7 +88,7 @@ class EpochSchedule(Sequence):
         pool = batch_size * pool_batches
         self.starts = list(range(0, len(self.order), pool))
         # the order of each pool's minibatches, drawn pool after pool as an eager schedule would draw them
-        self.shuffles = [rng.permutation(-(-len(self.order[s: s + pool]) // batch_size)) for s in self.starts]
+        self.shuffles = [rng.permutation(-(-min(pool, len(self.order) - s) // batch_size)) for s in self.starts]
         self.lengths = lengths or (lambda ids: (src_sizes[ids], tgt_sizes[ids]))
         self._pool: tuple[int, list[np.ndarray]] | None = None  # (index, its minibatches in order): the last read
         self._len = sum(len(p) for p in self.shuffles)

@@ -12,7 +12,6 @@ import numpy as np
 import torch
 
 from nmtkit import checkpoint
-
 from nmtkit.batching import collate_source
 from nmtkit.errors import InputError
 from nmtkit.models import build_from_checkpoint, set_backend

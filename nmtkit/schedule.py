@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 
 SCHEDULERS = ("constant", "inverse-sqrt", "linear", "cosine", "plateau")
-BUDGETED = ("linear", "cosine")  # the schedules that need the run's last update (--max-updates)
+BUDGETED = ("linear", "cosine")  # the schedules that need an update to end at (--schedule-updates or --max-updates)
 
 
 class LRSchedule:

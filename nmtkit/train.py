@@ -110,7 +110,7 @@ class Trainer:
     def _pool_lengths(self):
         """What a pool of the epoch is sorted by: None (the prepared corpus's lengths) without BPE-dropout; with it,
         the lengths of the epoch's own segmentations, so that a minibatch holds sentences of like length as the
-        paper's pools intend (sorted by the prepared lengths, dropout's ragged lengths padded 55% more positions:
+        paper's pools intend (sorted by the prepared lengths, dropout's ragged lengths are padded far more:
         tests/bench/results/bench_bpe_dropout.txt)."""
         if not any(hasattr(view, "lengths") for view in self.train_views):
             return None

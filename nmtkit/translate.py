@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from nmtkit.errors import InputError, WorkerError
 from nmtkit.decoding import build_models, decode_batch, load_checkpoints  # noqa: F401  (also the library's names here)
+from nmtkit.errors import InputError, WorkerError
 from nmtkit.sampling import Sampling
 from nmtkit.search import Hypothesis
 from nmtkit.streaming import windows

@@ -72,7 +72,7 @@ def _list_archs(ctx, param, value):
 @click.option("--lr-scheduler", type=click.Choice(["constant", "inverse-sqrt", "linear", "cosine", "plateau"]),
               default="constant", show_default=True,
               help="Learning-rate schedule: constant; inverse-sqrt (lr·sqrt(N/u) after N warm-up updates); linear "
-              "or cosine (from lr after the warm-up down to --min-lr at --max-updates, which they need); plateau "
+              "or cosine (from lr after the warm-up down to --min-lr at --schedule-updates, else --max-updates); plateau "
               "(lr times --lr-decay after --lr-patience validations without improvement).")
 @click.option("--warmup-updates", default=0, show_default=True,
               help="Linear warm-up: lr·u/N for the first N updates (any scheduler; 0 = none).")

@@ -159,7 +159,9 @@ def model_loss(model, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Te
                label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
     """(the summed cross-entropy against (1 − ε) onehot(y_i) + ε/V over the real positions of tgt_out, ε =
     ``label_smoothing``; the summed −log p(y_i | y_<i, x), detached), as the model's ``training_loss`` gives them."""
-    logits = model_forward(model, src, src_lens, tgt_in)[0].flatten(0, 1).float()  # (B·Ty, V)
+    logits = model_forward(model, src, src_lens, tgt_in)[0].flatten(0, 1)  # (B·Ty, V)
+    if logits.dtype not in (torch.float32, torch.float64):  # (bf16 autocast: the loss in float32, as the fast path)
+        logits = logits.float()
     y = tgt_out.flatten()
     loss = F.cross_entropy(logits, y, ignore_index=PAD, reduction="sum", label_smoothing=label_smoothing)
     return loss, F.cross_entropy(logits.detach(), y, ignore_index=PAD, reduction="sum")

@@ -33,9 +33,10 @@ weights' gradients over time, and the encoder over packed sentences (packed.py: 
 and C_stack h_j at the real positions only); ``model.fused = False`` switches to the op-by-op code here
 and in gru.py / attention.py (same values).  ``model.backend = "reference"`` (``--backend reference``,
 ``$NMTKIT_BACKEND``) runs everything -- forward, the losses, encode and decode_step, so training and search -- on
-reference.py instead, Appendix A as its equations read; tests/test_reference.py holds every path to it.  ``decode_step`` reads C_stack c_i and C_o c_i as
-Σ_j α_ij [C_stack; C_o] h_j from ``source_projections``, computed once per sentence, and in search (no autograd)
-multiplies s_{i-1} and E y_{i-1} through the stacked or tabulated weights of stepweights.py.
+reference.py instead, Appendix A as its equations read; tests/test_reference.py holds every path to it.
+``decode_step`` reads C_stack c_i and C_o c_i as Σ_j α_ij [C_stack; C_o] h_j from ``source_projections``, computed
+once per sentence, and in search (no autograd) multiplies s_{i-1} and E y_{i-1} through the stacked or tabulated
+weights of stepweights.py.
 
 API (used by training, search and alignment):
     forward(src, src_lens, tgt_in[, return_attention]) -> logits (B, Ty, V) [, α (B, Ty, Tx) or None]
@@ -58,6 +59,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmtkit.models import reference
 from nmtkit.models.registry import default_backend, register_model, register_preset
 from nmtkit.models.activations import pairwise_max
 from nmtkit.models.attention import AdditiveAttention, alignment
@@ -67,7 +69,6 @@ from nmtkit.models.gru import ConditionalGRU, gru_update
 from nmtkit.models.init import PAPER_STD, normal_, zeros_
 from nmtkit.models.matmul import aligned_linear
 from nmtkit.models.output import check_label_smoothing, linear_cross_entropy, linear_cross_entropy_with_nll
-from nmtkit.models import reference
 from nmtkit.models.packed import Packing, packing, unpack
 from nmtkit.models.stepweights import StepWeights, step_weights
 from nmtkit.models.stepweights import usable as usable_step_weights
