@@ -3,7 +3,7 @@
 # number of updates on pairs of at most 30 words of the Canadian Hansards (a random subset, shuffled) plus the
 # older WMT news sets, then evaluated on all sentence lengths of news-test-2014 and of the Hansards test sittings:
 # Table 1 (all sentences, no-UNK subset), Figure 2 (BLEU by length), Figure 3 (alignments) and AER on the Hansards
-# trial set. About an hour of background time on 2 CPU cores; see README.md.
+# trial set. About an hour and a half of background time on 2 CPU cores; see README.md.
 #
 #   examples/cpu-scale/run.sh                   every stage, writing examples/cpu-scale/RESULTS.md at the end
 #   examples/cpu-scale/run.sh --stage NAME      one stage: data prepare train translate score align report
@@ -20,7 +20,7 @@
 #   DEV_SAMPLE     pairs drawn from news-test-2012+2013 and from the Hansards dev sittings (each; 0 = all) [1500]
 #   TEST_LINES     leading lines of each test set (0 = all)       [0]
 #   VOCAB          shortlist size per language                    [30000]
-#   TRAIN_MINUTES  training time of the slower model; both get its number of updates  [40]
+#   TRAIN_MINUTES  training time of the slower model; both get its number of updates  [75]
 #   UPDATES        a fixed number of updates instead (skips the time budget)           [unset]
 #   CALIB_UPDATES  updates of the calibration run that measures the speed              [100]
 #   VALIDATIONS    validations in a training run (about)          [3]
@@ -63,7 +63,7 @@ else
     WORK="${WORK:-$repo/runs/cpu-scale}" RESULTS="${RESULTS:-$here}"
     SUBSET="${SUBSET:-300000}" DEV_SAMPLE="${DEV_SAMPLE:-1500}" TEST_LINES="${TEST_LINES:-0}"
     NEWS_OLDER="${NEWS_OLDER-news-test2008 newssyscomb2009 newstest2009 newstest2010 newstest2011 newsdiscusstest2015}"
-    VOCAB="${VOCAB:-30000}" TRAIN_MINUTES="${TRAIN_MINUTES:-40}" CALIB_UPDATES="${CALIB_UPDATES:-100}"
+    VOCAB="${VOCAB:-30000}" TRAIN_MINUTES="${TRAIN_MINUTES:-75}" CALIB_UPDATES="${CALIB_UPDATES:-100}"
     VALIDATIONS="${VALIDATIONS:-3}" BOOTSTRAP="${BOOTSTRAP:-1000}" VALID_BLEU=200 PICK_ARGS="--min 10 --max 20"
     NOUNK_ARGS=""
     SEARCH=rnnsearch-small ENCDEC=rnnencdec-small
