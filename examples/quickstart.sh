@@ -10,7 +10,7 @@
 #              (the paper's test set: news, out of domain for this model)
 # 2. prepare   Moses tokenisation, 16,000-word shortlists, training pairs of at most 30 words       (nmt-prepare)
 # 3. train     a small RNNsearch (the paper's equations at CPU size) for a fixed number of updates with the
-#              'fast' recipe (Glorot initialisation, Adam; see nmtkit/recipes.py)                    (nmt-train)
+#              'fast' recipe (Glorot initialisation, Adam; see nmtkit/train/recipes.py)                    (nmt-train)
 # 4. translate both tests with beam 12                                                            (nmt-translate)
 # 5. score     sacreBLEU and chrF with signatures, BLEU by sentence length with a plot              (nmt-score)
 # 6. align     attention matrices of three Hansards test sentences, like the paper's Figure 3       (nmt-align)

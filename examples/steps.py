@@ -124,8 +124,8 @@ def cmd_no_unk(a) -> None:
     shortlist = _shortlist(a.vocab)
     rows = no_unk_rows([s for s, _ in pairs], [t for _, t in pairs], shortlist).tolist()
     if len(rows) < a.at_least:  # smoke runs only: a tiny vocabulary leaves no sentence without unknown words
-        from nmtkit.text import Preprocessor
-        from nmtkit.vocab import UNK
+        from nmtkit.data.text import Preprocessor
+        from nmtkit.data.vocab import UNK
 
         sp, tp = Preprocessor(shortlist.src_config), Preprocessor(shortlist.tgt_config)
         unks = [list(shortlist.src_vocab.encode(sp.tokenize(s))).count(UNK)
@@ -190,7 +190,7 @@ def cmd_recase(a) -> None:
     """Each word of the (lowercased, tokenized) file takes its most frequent casing in the training text (words
     not first in their sentence, as Moses' truecaser counts): ``i`` -> ``I``, ``canada`` -> ``Canada``, ``the``
     stays. The number of words never changes, so gold alignment indices stay valid."""
-    from nmtkit.manifest import PreparedData
+    from nmtkit.data.manifest import PreparedData
 
     data = PreparedData.open(a.vocab)
     vocab = data.vocab(a.lang)
@@ -490,7 +490,7 @@ def _data_summary(work: Path, manifest: dict | None) -> str:
     try:
         import numpy as np
 
-        from nmtkit.manifest import PreparedData
+        from nmtkit.data.manifest import PreparedData
 
         data = PreparedData.open(work / "data-bin")
         src, tgt = (np.asarray(data.corpus("train", lang).sizes) for lang in ("en", "fr"))

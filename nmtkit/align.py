@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nmtkit.errors import InputError
-from nmtkit.wordalign import hard_links, word_matrix
+from nmtkit.translate.wordalign import hard_links, word_matrix
 
 _WRAPPER = re.compile(r'^\s*<s\s+snum\s*=\s*"?([^\s">]+)"?\s*>(.*?)</s>\s*$', re.DOTALL)
 _NAACL = re.compile(r"^\s*\S+\s+\d+\s+\d+(\s+[SP](\s+\S+)?)?\s*$")
@@ -226,7 +226,7 @@ def forced_attention(model, src_ids: Sequence[np.ndarray], tgt_ids: Sequence[np.
     the target tokens and ``</s>``, the columns for the source tokens and ``</s>``. Batched by length."""
     import torch
 
-    from nmtkit.batching import collate, eval_batches
+    from nmtkit.data.batching import collate, eval_batches
 
     out: list[np.ndarray] = [None] * len(src_ids)  # type: ignore[list-item]
     src_sizes = np.array([len(s) for s in src_ids], dtype=np.int64)
@@ -250,10 +250,10 @@ class Aligner:
 
     def __init__(self, checkpoint_path: str, device: str = "cpu", tokenized: bool = False, batch_size: int = 32,
                  beam: int = 12):
-        from nmtkit import checkpoint
+        from nmtkit.data import checkpoint
         from nmtkit.models import build_from_checkpoint
-        from nmtkit.text import Preprocessor, TextConfig
-        from nmtkit.vocab import Vocabulary
+        from nmtkit.data.text import Preprocessor, TextConfig
+        from nmtkit.data.vocab import Vocabulary
 
         if batch_size < 1 or beam < 1:
             raise InputError("--batch-size and --beam must be at least 1")
@@ -302,8 +302,8 @@ class Aligner:
     def _translate(self, src_ids: Sequence[np.ndarray]) -> list[np.ndarray]:
         import torch
 
-        from nmtkit.batching import collate_source, eval_batches
-        from nmtkit.search import beam_search
+        from nmtkit.data.batching import collate_source, eval_batches
+        from nmtkit.translate.search import beam_search
 
         out: list[np.ndarray] = [None] * len(src_ids)  # type: ignore[list-item]
         for ids in eval_batches(np.array([len(s) for s in src_ids]), None, self.batch_size):

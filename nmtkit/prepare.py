@@ -8,8 +8,8 @@ The pipeline, streaming so that memory is bounded by the vocabulary counts, not 
    model on them, or take the given codes or model.
 3. **Filter and count**: training pairs with an empty side or a side longer than ``max_len`` model tokens are
    removed (counted per reason); valid and test sets are never filtered. Token counts of the kept training pairs
-   give the shortlists (:meth:`nmtkit.vocab.Vocabulary.build`).
-4. **Binarize** each split and language (:mod:`nmtkit.corpus`), record coverage, and write ``manifest.json``.
+   give the shortlists (:meth:`nmtkit.data.vocab.Vocabulary.build`).
+4. **Binarize** each split and language (:mod:`nmtkit.data.corpus`), record coverage, and write ``manifest.json``.
 
 Everything is built in a temporary sibling of the destination and renamed into place at the end; the same inputs
 and settings give byte-identical outputs, whatever the number of workers.
@@ -25,13 +25,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from nmtkit import __version__
-from nmtkit import manifest as manifest_format
-from nmtkit.corpus import CorpusWriter, dtype_for_vocab
+from nmtkit.data import manifest as manifest_format
+from nmtkit.data.corpus import CorpusWriter, dtype_for_vocab
 from nmtkit.errors import InputError
 from nmtkit.files import BOM, atomic_dir, read_parallel, resolve_prefix
 from nmtkit.parallel import CHUNK, Mapper
-from nmtkit.text import BPE_SEPARATOR, Preprocessor, TextConfig, learn_bpe_codes, learn_spm_model, spm_processor
-from nmtkit.vocab import Vocabulary
+from nmtkit.data.text import BPE_SEPARATOR, Preprocessor, TextConfig, learn_bpe_codes, learn_spm_model, spm_processor
+from nmtkit.data.vocab import Vocabulary
 
 log = logging.getLogger("nmtkit.prepare")
 
@@ -203,7 +203,7 @@ def prepare(cfg: PrepareConfig) -> dict:
 def _vocabs_from(directory: str, src: str, tgt: str, text_cfg: dict) -> tuple[dict, dict, float]:
     """The vocabularies, subword segmentation and BPE-dropout of another prepared directory (same languages and
     text settings)."""
-    from nmtkit.manifest import PreparedData
+    from nmtkit.data.manifest import PreparedData
 
     other = PreparedData.open(directory)
     if (other.source_lang, other.target_lang) != (src, tgt):
@@ -384,7 +384,7 @@ def _filter_and_count(mapper: _Mapper, out: str, split: str, src: str, tgt: str,
 
 
 def _dropout_chunk(items: list[tuple[int, list[str], list[str], float]]) -> list[tuple[list[str], list[str]]]:
-    from nmtkit.bpedropout import BPEDropout, sentence_rng
+    from nmtkit.data.bpedropout import BPEDropout, sentence_rng
 
     p = items[0][3] if items else 0.0
     if _worker_state.get("dropout", (None,))[0] != p:

@@ -179,16 +179,16 @@ class Shortlist:
     origin: str  # the checkpoint or prepared directory they came from
     source_lang: str
     target_lang: str
-    src_vocab: object  # nmtkit.vocab.Vocabulary
+    src_vocab: object  # nmtkit.data.vocab.Vocabulary
     tgt_vocab: object
-    src_config: object  # nmtkit.text.TextConfig
+    src_config: object  # nmtkit.data.text.TextConfig
     tgt_config: object
 
 
 def shortlist_from_checkpoint(payload: dict, origin: str) -> Shortlist:
-    """The shortlists of a loaded checkpoint (:func:`nmtkit.checkpoint.load`)."""
-    from nmtkit.text import TextConfig
-    from nmtkit.vocab import Vocabulary
+    """The shortlists of a loaded checkpoint (:func:`nmtkit.data.checkpoint.load`)."""
+    from nmtkit.data.text import TextConfig
+    from nmtkit.data.vocab import Vocabulary
 
     return Shortlist(origin, payload.get("source_lang", "?"), payload.get("target_lang", "?"),
                      Vocabulary(payload["vocab"]["src"]), Vocabulary(payload["vocab"]["tgt"]),
@@ -198,7 +198,7 @@ def shortlist_from_checkpoint(payload: dict, origin: str) -> Shortlist:
 
 def shortlist_from_prepared(directory: str) -> Shortlist:
     """The shortlists of a prepared directory (``nmt-prepare``'s output)."""
-    from nmtkit.manifest import PreparedData
+    from nmtkit.data.manifest import PreparedData
 
     if not os.path.isdir(directory):
         raise InputError("--vocab takes a prepared directory (the output of nmt-prepare)", directory)
@@ -210,8 +210,8 @@ def shortlist_from_prepared(directory: str) -> Shortlist:
 def no_unk_rows(sources: Sequence[str], references: Sequence[str], shortlist: Shortlist) -> np.ndarray:
     """Indices of the sentences whose source and reference, preprocessed as the model's input is, contain no
     token outside the shortlists (no token the model would see as ``<unk>``)."""
-    from nmtkit.text import Preprocessor
-    from nmtkit.vocab import UNK
+    from nmtkit.data.text import Preprocessor
+    from nmtkit.data.vocab import UNK
 
     src_pre, tgt_pre = Preprocessor(shortlist.src_config), Preprocessor(shortlist.tgt_config)
     keep = [i for i, (s, r) in enumerate(zip(sources, references))
@@ -292,9 +292,9 @@ def model_nll(payload: dict, sources: Sequence[str], references: Sequence[str], 
     import torch
 
     from nmtkit.models import build_from_checkpoint
-    from nmtkit.batching import collate, eval_batches
-    from nmtkit.text import Preprocessor
-    from nmtkit.vocab import PAD
+    from nmtkit.data.batching import collate, eval_batches
+    from nmtkit.data.text import Preprocessor
+    from nmtkit.data.vocab import PAD
 
     if batch_size < 1:
         raise InputError(f"--batch-size must be at least 1 (got {batch_size})")
@@ -408,7 +408,7 @@ def evaluate(cfg: ScoreConfig) -> dict:
     names = list(cfg.names) if cfg.names else system_names(cfg.hypotheses)
     payload = shortlist = None
     if cfg.model:
-        from nmtkit import checkpoint
+        from nmtkit.data import checkpoint
 
         payload = checkpoint.load(cfg.model)
         shortlist = shortlist_from_checkpoint(payload, cfg.model)

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# the tools the tests run (bin/, python -m ...) import this checkout's nmtkit, whatever else is installed
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 
 
 def _data_root() -> Path | None:
@@ -47,7 +49,7 @@ def train_tiny(data, save_dir, **settings) -> str:
     its last checkpoint."""
     import torch
 
-    from nmtkit.train import TrainConfig, train
+    from nmtkit.train.trainer import TrainConfig, train
 
     cfg = {**dict(arch="rnnsearch-tiny", optimizer="adam", lr=0.01, batch_size=40, log_every=50), **settings}
     threads = torch.get_num_threads()
@@ -100,7 +102,7 @@ def _speed_paths_at_every_size(monkeypatch):
     recomputed σ (fused.RECOMPUTE_MIN_ELEMENTS) and Adadelta's shortcut for rows without gradient
     (adadelta._update_rows) start at the paper's sizes; the tests' tiny models take them too, so that every test --
     training on real files, resuming -- exercises them (the tests of the other paths set them back)."""
-    from nmtkit import adadelta
+    from nmtkit.train import adadelta
     from nmtkit.models import fused, matmul
 
     monkeypatch.setattr(matmul, "ONEDNN_MIN_WEIGHT", 0)
@@ -158,7 +160,7 @@ def make_batch(src_lens, tgt_lens, seed=2):
     """Right-padded source (ending in </s>) and target in/out, as the data pipeline gives them."""
     import torch
 
-    from nmtkit.vocab import BOS, EOS, PAD
+    from nmtkit.data.vocab import BOS, EOS, PAD
 
     g = torch.Generator().manual_seed(seed)
     B, Tx, Ty = len(src_lens), max(src_lens), max(tgt_lens) + 1

@@ -217,8 +217,8 @@ def model(data_dir, tmp_path_factory):
     (lowercased, as the trial set is)."""
     import torch
 
-    from nmtkit import checkpoint
-    from nmtkit.manifest import PreparedData
+    from nmtkit.data import checkpoint
+    from nmtkit.data.manifest import PreparedData
     from nmtkit.models import build_model
     from nmtkit.prepare import PrepareConfig, prepare
 
@@ -249,8 +249,8 @@ def model(data_dir, tmp_path_factory):
 
 
 def test_forced_attention_of_own_translation_equals_beam_attention(model):
-    from nmtkit.batching import collate_source
-    from nmtkit.search import beam_search
+    from nmtkit.data.batching import collate_source
+    from nmtkit.translate.search import beam_search
 
     aligner = Aligner(model, tokenized=True, beam=3)
     words = [s.split() for s in ("the house is small .", "we must act now", "")]
@@ -365,7 +365,7 @@ def test_command_bad_inputs_are_one_line_errors(model, data_dir, tmp_path, capsy
     assert sorted(os.listdir(tmp_path)) == ["bad.align", "bad.wa", "short.f"]  # nothing written
     with pytest.raises(InputError, match="rnnsearch"):
         encdec = tmp_path / "encdec.pt"
-        from nmtkit import checkpoint
+        from nmtkit.data import checkpoint
         from nmtkit.models import build_model
 
         payload = checkpoint.load(model)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from nmtkit.batching import collate, collate_source, epoch_schedule, eval_batches
-from nmtkit.vocab import BOS, EOS, PAD
+from nmtkit.data.batching import collate, collate_source, epoch_schedule, eval_batches
+from nmtkit.data.vocab import BOS, EOS, PAD
 
 N = 1003  # not a multiple of the pool: the last pool is partial
 
@@ -150,7 +150,7 @@ def test_eval_batches_cover_every_id_once(sizes, with_tgt):
 def test_the_epoch_schedule_is_made_pool_by_pool_in_any_order_of_reading():
     # the trainer reads the schedule from a resumed position and in groups (--update-freq) that cross pools; each
     # pool is sorted when first read, by the lengths it is given (BPE-dropout: the epoch's own segmentations)
-    from nmtkit.batching import EpochSchedule
+    from nmtkit.data.batching import EpochSchedule
 
     rng = np.random.default_rng(5)
     src, tgt = rng.integers(1, 40, 500), rng.integers(1, 40, 500)

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-from nmtkit import checkpoint
-from nmtkit.bpedropout import BPEDropout, DropoutCorpus
+from nmtkit.data import checkpoint
+from nmtkit.data.bpedropout import BPEDropout, DropoutCorpus
 from nmtkit.errors import InputError
-from nmtkit.manifest import PreparedData
+from nmtkit.data.manifest import PreparedData
 from nmtkit.prepare import PrepareConfig, prepare
-from nmtkit.text import Preprocessor, TextConfig, learn_bpe_codes
-from nmtkit.train import TrainConfig, Trainer, train
-from nmtkit.vocab import Vocabulary
+from nmtkit.data.text import Preprocessor, TextConfig, learn_bpe_codes
+from nmtkit.train.trainer import TrainConfig, Trainer, train
+from nmtkit.data.vocab import Vocabulary
 
 from conftest import lines_of
 
@@ -209,7 +209,7 @@ def test_bpe_dropout_needs_bpe_data_and_a_probability(bpe_data, tmp_path):
 def test_pools_are_sorted_by_the_epochs_dropout_lengths(bpe_data, tmp_path):
     # a minibatch holds sentences of like length in the units it is trained on, not in the prepared ones, so that
     # dropout's longer, ragged segmentations are not padded to the longest (tests/bench/bench_bpe_dropout.py)
-    from nmtkit.batching import EpochSchedule
+    from nmtkit.data.batching import EpochSchedule
 
     trainer = Trainer(_cfg(bpe_data / "bpe", tmp_path / "r", pool_batches=4))
     src_view, tgt_view = trainer.train_views

@@ -11,7 +11,8 @@ import warnings
 import pytest
 import torch
 
-from nmtkit import __version__, checkpoint
+from nmtkit import __version__
+from nmtkit.data import checkpoint
 from nmtkit.models import build_from_checkpoint
 from nmtkit.errors import InputError
 
@@ -27,7 +28,7 @@ def _restore_threads():
 def real_checkpoint(data_dir, tmp_path_factory):
     """A checkpoint written by a real (2-update) training run of the tiny RNNsearch on 60 Multi30K pairs."""
     from nmtkit.prepare import PrepareConfig, prepare
-    from nmtkit.train import TrainConfig, train
+    from nmtkit.train.trainer import TrainConfig, train
 
     root = tmp_path_factory.mktemp("ckpt")
     for split, name, n in (("train", "train", 60), ("valid", "val", 10)):

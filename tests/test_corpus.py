@@ -1,4 +1,4 @@
-"""nmtkit.corpus: the .idx/.bin binarized corpus, its writer and memory-mapped reader."""
+"""nmtkit.data.corpus: the .idx/.bin binarized corpus, its writer and memory-mapped reader."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from nmtkit.corpus import Corpus, CorpusWriter, dtype_for_vocab
+from nmtkit.data.corpus import Corpus, CorpusWriter, dtype_for_vocab
 from nmtkit.errors import InputError
 
 SENTENCES = [[5, 9, 4], [], [65535], [0, 1, 2, 3, 4, 5, 6], [], [7]]
@@ -22,7 +22,7 @@ def write_corpus(prefix, sentences, dtype):
 
 
 def parse_idx(path):
-    """An independent reading of the .idx layout documented in nmtkit/corpus.py."""
+    """An independent reading of the .idx layout documented in nmtkit/data/corpus.py."""
     data = open(path, "rb").read()
     magic, version, code, n = struct.unpack_from("<8sIB3xQ", data, 0)
     offsets = struct.unpack_from(f"<{n + 1}q", data, 24)

@@ -17,12 +17,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmtkit import checkpoint
+from nmtkit.data import checkpoint
 from nmtkit.prepare import PrepareConfig, prepare
-from nmtkit.search import beam_search
-from nmtkit.train import TrainConfig, train
-from nmtkit.translate import Translator
-from nmtkit.vocab import PAD
+from nmtkit.translate.search import beam_search
+from nmtkit.train.trainer import TrainConfig, train
+from nmtkit.translate.translator import Translator
+from nmtkit.data.vocab import PAD
 from conftest import ARCHS, make_batch, randomize_, tiny  # the CPU tests' tiny models and batches
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),

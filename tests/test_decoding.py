@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from nmtkit import checkpoint
-from nmtkit.batching import collate_source
-from nmtkit.decoding import collate_prefixes
+from nmtkit.data import checkpoint
+from nmtkit.data.batching import collate_source
+from nmtkit.translate.decoding import collate_prefixes
 from nmtkit.models import build_from_checkpoint
-from nmtkit.sampling import Sampling, parse_sampling, reshape, sample
-from nmtkit.search import beam_search, beam_search_reference
-from nmtkit.text import Preprocessor, TextConfig
-from nmtkit.vocab import BOS, EOS, PAD, UNK, Vocabulary
+from nmtkit.translate.sampling import Sampling, parse_sampling, reshape, sample
+from nmtkit.translate.search import beam_search, beam_search_reference
+from nmtkit.data.text import Preprocessor, TextConfig
+from nmtkit.data.vocab import BOS, EOS, PAD, UNK, Vocabulary
 
 from conftest import REPO, lines_of
 
@@ -328,7 +328,7 @@ def test_bad_sampling_is_a_one_line_error(trained, data_dir, tmp_path):
 # -- start-up: worker processes only for an input worth them -----------------------------------------------------------
 
 def test_automatic_workers_start_only_once_the_input_fills_a_window(trained, data_dir):
-    from nmtkit.translate import Translator
+    from nmtkit.translate.translator import Translator
 
     _, ckpt = trained
     lines = list(enumerate(lines_of(data_dir / "multi30k" / "val.en", 20), start=1))

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmtkit import checkpoint
+from nmtkit.data import checkpoint
 from nmtkit.errors import InputError
 from nmtkit.prepare import PrepareConfig, prepare
-from nmtkit.train import TrainConfig, Trainer, train
+from nmtkit.train.trainer import TrainConfig, Trainer, train
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -204,8 +204,9 @@ def test_a_second_nmt_train_process_is_refused_while_the_first_runs(small, tmp_p
 
 KILLER = textwrap.dedent("""
     import os, signal, sys
-    from nmtkit import checkpoint, rundir
-    from nmtkit.train import TrainConfig, train
+    from nmtkit.data import checkpoint
+    from nmtkit.train import rundir
+    from nmtkit.train.trainer import TrainConfig, train
 
     target, update = sys.argv[2], int(sys.argv[3])
     link = checkpoint.link
@@ -285,7 +286,7 @@ def test_resume_refuses_other_data_with_the_same_vocabulary(small, other_pairs, 
 def test_resume_logs_the_settings_that_may_change(small, tmp_path, caplog):
     run = tmp_path / "run"
     train(_cfg(small, run, max_updates=2))
-    with caplog.at_level("INFO", logger="nmtkit.train"):
+    with caplog.at_level("INFO", logger="nmtkit.train.trainer"):
         train(_cfg(small, run, max_updates=4, patience=5, log_every=2, resume=True))
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("resuming with "))
     assert "--max-updates 2 -> 4" in line and "--patience 0 -> 5" in line and "--log-every 1 -> 2" in line
@@ -425,7 +426,7 @@ def test_translate_refuses_bad_options_in_one_line(model, tmp_path, args, fragme
     (dict(max_len_a=-1.0), "--max-len-a must be a finite number of at least 0 (got -1.0)"),
 ])
 def test_translator_refuses_bad_settings(model, options, fragment):
-    from nmtkit.translate import Translator
+    from nmtkit.translate.translator import Translator
 
     with pytest.raises(InputError, match=re.escape(fragment)):
         Translator([str(model)], workers=1, **options)
@@ -771,7 +772,7 @@ def test_a_kill_during_a_checkpoint_save_leaves_a_temporary_that_resume_removes(
     run = tmp_path / "run"
     script = textwrap.dedent("""
         import os, signal, sys, torch
-        from nmtkit.train import TrainConfig, train
+        from nmtkit.train.trainer import TrainConfig, train
         save = torch.save
         def save_then_die(obj, f, *a, **k):
             save(obj, f, *a, **k)

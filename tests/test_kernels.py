@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmtkit import adadelta, kernels
+from nmtkit import kernels
+from nmtkit.train import adadelta
 
 REPO = Path(__file__).resolve().parents[1]
 

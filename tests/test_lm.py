@@ -1,4 +1,4 @@
-"""nmtkit.lm: n-gram counting, interpolated modified Kneser–Ney, ARPA output, scoring.
+"""nmtkit.select.lm: n-gram counting, interpolated modified Kneser–Ney, ARPA output, scoring.
 
 Checked against (1) values worked out by hand for a tiny corpus (bigram and trigram), (2) a plain-Python
 dictionary implementation of the same formulas written here, on real sentences, (3) normalisation: every context's
@@ -15,9 +15,9 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from nmtkit.lm import BOS, EOS, UNK, LMVocab, NgramLM, kneser_ney_discounts
-from nmtkit.lm_arpa import write_arpa
-from nmtkit.lm_count import NgramCounter
+from nmtkit.select.lm import BOS, EOS, UNK, LMVocab, NgramLM, kneser_ney_discounts
+from nmtkit.select.lm_arpa import write_arpa
+from nmtkit.select.lm_count import NgramCounter
 
 # -- helpers -----------------------------------------------------------------------------------------------------
 
@@ -37,7 +37,7 @@ def real_sentences(data_dir, name="newstest2010", n=400, lang="en"):
 
 @functools.lru_cache(maxsize=None)
 def _tokenized(path, lang):
-    from nmtkit.text import Preprocessor, TextConfig
+    from nmtkit.data.text import Preprocessor, TextConfig
 
     pre = Preprocessor(TextConfig(lang))
     with open(path, encoding="utf-8", newline="\n") as f:

@@ -15,9 +15,9 @@ from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 from nmtkit import files
 from nmtkit.errors import InputError
-from nmtkit.manifest import PreparedData
+from nmtkit.data.manifest import PreparedData
 from nmtkit.prepare import CHUNK, PrepareConfig, prepare
-from nmtkit.text import Preprocessor
+from nmtkit.data.text import Preprocessor
 
 pytestmark = pytest.mark.slow
 

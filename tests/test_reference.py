@@ -9,8 +9,8 @@ import torch.nn.functional as F
 
 from nmtkit.models import reference
 from nmtkit.models.params import paper_parameters, paper_weights
-from nmtkit.search import beam_search
-from nmtkit.vocab import BOS, PAD
+from nmtkit.translate.search import beam_search
+from nmtkit.data.vocab import BOS, PAD
 from conftest import ARCHS, make_batch, randomize_, tiny
 
 SRC_LENS, TGT_LENS = [4, 6, 2, 5], [5, 3, 4, 6]
@@ -145,7 +145,7 @@ def test_beam_search_on_the_reference_backend_finds_what_the_fast_one_finds(arch
 
 def test_translations_on_the_reference_backend_equal_the_fast_ones(trained, data_dir):
     # a real checkpoint (trained on Multi30K), in this process and in decoding worker processes
-    from nmtkit.translate import Translator
+    from nmtkit.translate.translator import Translator
     from conftest import lines_of
 
     _, ckpt = trained

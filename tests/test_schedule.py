@@ -1,5 +1,5 @@
-"""Learning-rate schedules (nmtkit.schedule) as functions of the update and the validations; the optimizers read the
-rate each step.  Training runs with them, their logs and their exact resumption are in test_train.py."""
+"""Learning-rate schedules (nmtkit.train.schedule) as functions of the update and the validations; the optimizers read
+the rate each step.  Training runs with them, their logs and their exact resumption are in test_train.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from nmtkit.adadelta import Adadelta
-from nmtkit.schedule import BUDGETED, LRSchedule
+from nmtkit.train.adadelta import Adadelta
+from nmtkit.train.schedule import BUDGETED, LRSchedule
 
 
 def test_constant_is_the_rate_given_and_warms_up_linearly():

@@ -87,8 +87,8 @@ def shortlist(wmt, tmp_path_factory):
     with those vocabularies and random, non-uniform weights."""
     import torch
 
-    from nmtkit import checkpoint
-    from nmtkit.manifest import PreparedData
+    from nmtkit.data import checkpoint
+    from nmtkit.data.manifest import PreparedData
     from nmtkit.models import build_model
     from nmtkit.prepare import PrepareConfig, prepare
 
@@ -204,7 +204,7 @@ def test_no_unk_subset_and_length_buckets_against_independent_counts(wmt, shortl
     expected = sacrebleu.corpus_bleu([hyps[i] for i in subset], [[refs[i] for i in subset]]).score
     assert no_unk["scores"][name]["BLEU"] == pytest.approx(expected, abs=1e-9)
     # the same shortlists read from the checkpoint give the same subset
-    from nmtkit import checkpoint
+    from nmtkit.data import checkpoint
     from nmtkit.score import no_unk_rows, shortlist_from_checkpoint
 
     rows = no_unk_rows(src, refs, shortlist_from_checkpoint(checkpoint.load(ckpt), ckpt))
@@ -224,10 +224,10 @@ def test_no_unk_subset_and_length_buckets_against_independent_counts(wmt, shortl
 def test_model_nll_equals_sentence_by_sentence_log_softmax(wmt, shortlist):
     import torch
 
-    from nmtkit import checkpoint
+    from nmtkit.data import checkpoint
     from nmtkit.models import build_from_checkpoint
-    from nmtkit.text import Preprocessor, TextConfig
-    from nmtkit.vocab import BOS, EOS, UNK
+    from nmtkit.data.text import Preprocessor, TextConfig
+    from nmtkit.data.vocab import BOS, EOS, UNK
 
     _, ckpt = shortlist
     src, refs = lines(wmt["src"])[590:614], lines(wmt["ref"])[590:614]  # some seen, some with unknown words

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from nmtkit.errors import InputError
-from nmtkit.select import SelectConfig, select
-from nmtkit.select_scores import SCORES_HEADER, read_scores as library_read_scores
+from nmtkit.select.selection import SelectConfig, select
+from nmtkit.select.scores import SCORES_HEADER, read_scores as library_read_scores
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = REPO / "bin" / "nmt-select"
@@ -115,7 +115,7 @@ def test_selects_mostly_the_news_pairs(selected):
 
 
 def test_each_general_sample_comes_from_the_other_fold():
-    from nmtkit.select import _draw_samples, fold_of
+    from nmtkit.select.selection import _draw_samples, fold_of
 
     folds = np.array([fold_of((f"pair {i}", f"paire {i}")) for i in range(10001)], dtype=np.int8)
     assert 4500 < (folds == 0).sum() < 5500  # the hash splits the pairs about evenly
@@ -136,7 +136,7 @@ def test_a_general_models_own_sentences_are_never_scored_by_it(selected, mixture
     model never saw them); when one model scored its own sample, those pairs looked far more "general" (a median
     H_gen of ~3.4 bits per token against ~7.2 under the in-domain model, bench_select_enrichment.txt) and were
     never selected."""
-    from nmtkit.select import _draw_samples, _general_sizes, _read, _resolve, fold_of
+    from nmtkit.select.selection import _draw_samples, _general_sizes, _read, _resolve, fold_of
 
     out, report = selected
     d, _ = mixture
@@ -202,7 +202,7 @@ def test_scores_file_and_report(selected):
 
 @pytest.mark.slow
 def test_kenlm_agrees_with_the_scores(selected, mixture, kenlm):
-    from nmtkit.text import Preprocessor, TextConfig
+    from nmtkit.data.text import Preprocessor, TextConfig
 
     out, _ = selected
     d, _ = mixture

@@ -13,11 +13,11 @@ import sys
 import pytest
 import sentencepiece
 
-from nmtkit import checkpoint
+from nmtkit.data import checkpoint
 from nmtkit.errors import InputError
-from nmtkit.manifest import PreparedData
+from nmtkit.data.manifest import PreparedData
 from nmtkit.prepare import PrepareConfig, prepare
-from nmtkit.text import SPM_SPACE, Preprocessor, TextConfig, learn_spm_model, spm_words_of
+from nmtkit.data.text import SPM_SPACE, Preprocessor, TextConfig, learn_spm_model, spm_words_of
 
 from conftest import REPO, lines_of, train_tiny
 
@@ -167,7 +167,7 @@ def test_the_checkpoint_carries_the_model_and_translation_segments_with_it(spm_d
     payload = checkpoint.load(spm_model)  # (torch.load(..., weights_only=True) inside)
     with open(root / "data" / "spm.model", "rb") as f:
         assert base64.b64decode(payload["preprocessing"]["src"]["spm_model"]) == f.read()
-    from nmtkit.translate import Translator
+    from nmtkit.translate.translator import Translator
 
     src = lines_of(root / "test.en", 12)
     with Translator([spm_model], beam=3, workers=1, need_attention=True) as tr:

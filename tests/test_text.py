@@ -1,4 +1,4 @@
-"""nmtkit.text: Moses normalisation/tokenisation/detokenisation, lowercasing and BPE (learn, apply, merge)."""
+"""nmtkit.data.text: Moses normalisation/tokenisation/detokenisation, lowercasing and BPE (learn, apply, merge)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from nmtkit.text import Preprocessor, TextConfig, learn_bpe_codes
+from nmtkit.data.text import Preprocessor, TextConfig, learn_bpe_codes
 
 EN = Preprocessor(TextConfig("en"))
 FR = Preprocessor(TextConfig("fr"))

@@ -1,4 +1,4 @@
-"""Training (nmtkit.train and nmt-train) on small real Multi30K corpora with the tiny presets.
+"""Training (nmtkit.train.trainer and nmt-train) on small real Multi30K corpora with the tiny presets.
 
 What is proven here: the model can overfit a few dozen real pairs; the defaults are the paper's recipe and clipping
 really rescales; a resumed run reaches bit-identical weights; SIGTERM saves and resumes; two gloo processes equal one
@@ -32,13 +32,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmtkit import adadelta, checkpoint
+from nmtkit.train import adadelta
+from nmtkit.data import checkpoint
 from nmtkit.models import build_from_checkpoint
-from nmtkit.adadelta import Adadelta
-from nmtkit.batching import collate, collate_source
+from nmtkit.train.adadelta import Adadelta
+from nmtkit.data.batching import collate, collate_source
 from nmtkit.prepare import PrepareConfig, prepare
-from nmtkit.train import TrainConfig, Trainer, train
-from nmtkit.vocab import PAD, Vocabulary
+from nmtkit.train.trainer import TrainConfig, Trainer, train
+from nmtkit.data.vocab import PAD, Vocabulary
 
 REPO = Path(__file__).resolve().parents[1]
 NMT_TRAIN = str(REPO / "bin" / "nmt-train")
@@ -161,8 +162,8 @@ def _teacher_forced_nll(model, src_corpus, tgt_corpus, ids) -> float:
 # -- learning --------------------------------------------------------------------------------------------------------
 
 def test_overfits_a_few_dozen_real_pairs(overfit_data, tmp_path):
-    from nmtkit.manifest import PreparedData
-    from nmtkit.search import greedy
+    from nmtkit.data.manifest import PreparedData
+    from nmtkit.translate.search import greedy
 
     data = PreparedData.open(overfit_data)
     src, tgt = data.corpus("train", "en"), data.corpus("train", "fr")
@@ -265,7 +266,7 @@ def _adadelta_pair(opts, seed=0):
       for path in ("blocked", "kernel")),
     (dict(lr=1.0, weight_decay=0.1), "torch-step")], indirect=["update_path"])
 def test_adadelta_is_torchs(opts, update_path, monkeypatch):
-    """nmtkit.adadelta runs torch's Adadelta operations (block by block, or compiled): the same parameters and
+    """nmtkit.train.adadelta runs torch's Adadelta operations (block by block, or compiled): the same parameters and
     state (see ``update_path``), with blocks that split tensors (BLOCK = 64) and a parameter without gradient in
     some steps."""
     monkeypatch.setattr(adadelta, "BLOCK", 64)
@@ -375,7 +376,7 @@ def test_adadelta_grad_scale_equals_clipping_first(monkeypatch, extra, update_pa
     """step(grad_scale=s) -- the trainer's clipping folded into the update -- gives bit for bit the parameters and
     state of clipping the gradients in place and then stepping, on every path: dense (blocked or compiled), the
     rows shortcut, row-sparse gradients (and torch's own step, for options ours does not cover)."""
-    from nmtkit.gradients import clip_grad_norm_, grad_norm_and_scale
+    from nmtkit.train.gradients import clip_grad_norm_, grad_norm_and_scale
 
     monkeypatch.setattr(adadelta, "SPARSE_MIN_ROWS", 16)
     monkeypatch.setattr(adadelta, "BLOCK", 64)
@@ -409,7 +410,7 @@ def test_adadelta_grad_scale_equals_clipping_first(monkeypatch, extra, update_pa
 def test_clip_grad_norm_takes_row_sparse_gradients(max_norm):
     """gradients.clip_grad_norm_: with row-sparse gradients, the norm and the rescaled gradients of the same
     gradients made dense under torch's clip_grad_norm_; on dense gradients alone, torch's exactly."""
-    from nmtkit.gradients import clip_grad_norm_, grad_norm_and_scale
+    from nmtkit.train.gradients import clip_grad_norm_, grad_norm_and_scale
 
     torch.manual_seed(0)
     shapes = [(30, 5), (6, 4), (20, 5)]
@@ -466,7 +467,7 @@ def test_adadelta_resumes_from_torchs_state(update_path):
 @pytest.mark.parametrize("clip_norm", [1.0, 0.0])
 def test_gradient_is_rescaled_to_norm_one(small, tmp_path, monkeypatch, clip_norm):
     """The optimizer sees g * 1/||g|| when ||g|| > 1 (and the raw g with clipping off), g of the GroundHog cost."""
-    import nmtkit.train as train_mod
+    import nmtkit.train.trainer as train_mod
 
     seen_ids = []
 
@@ -523,7 +524,7 @@ def test_gradient_is_rescaled_to_norm_one(small, tmp_path, monkeypatch, clip_nor
 
 def _batches_per_epoch(data_dir, batch_size: int, pool_batches: int) -> int:
     """Minibatches in an epoch of the pooled schedule: full pools give pool_batches, the rest ceil(rest / size)."""
-    from nmtkit.manifest import PreparedData
+    from nmtkit.data.manifest import PreparedData
 
     data = PreparedData.open(data_dir)
     src, tgt = data.corpus("train", "en"), data.corpus("train", "fr")
@@ -819,9 +820,9 @@ def test_resume_without_a_checkpoint(small, tmp_path):
 # -- checkpoints of a run --------------------------------------------------------------------------------------------
 
 def test_checkpoints_are_self_contained_and_rotated(small, raw, tmp_path):
-    from nmtkit.manifest import PreparedData
+    from nmtkit.data.manifest import PreparedData
     from nmtkit.models import get_config
-    from nmtkit.text import Preprocessor, TextConfig
+    from nmtkit.data.text import Preprocessor, TextConfig
 
     run = tmp_path / "run"
     trainer = Trainer(_cfg(small, run, max_updates=8, valid_every=2, keep_last=2, log_every=2))
@@ -904,7 +905,7 @@ def test_early_stopping_with_patience(small, tmp_path):
 
 
 def test_max_epochs_stops_the_run(small, tmp_path):
-    from nmtkit.manifest import PreparedData
+    from nmtkit.data.manifest import PreparedData
 
     data = PreparedData.open(small)
     n = len(data.corpus("train", "en"))
@@ -938,7 +939,7 @@ def test_validation_bleu_by_beam_search_and_resume_warning(small, tmp_path, capl
     record = summary["history"][-1]
     assert record["valid_bleu_sentences"] == 8 and "(beam 3, Moses-tokenised)" in record["valid_bleu_signature"]
     assert 0.0 <= record["valid_bleu"] <= 100.0
-    with caplog.at_level(logging.WARNING, logger="nmtkit.train"):
+    with caplog.at_level(logging.WARNING, logger="nmtkit.train.trainer"):
         train(_cfg(small, tmp_path / "run", valid_every=2, max_updates=4, valid_bleu_sentences=0, resume=True,
                    batch_size=8))
     assert any("--batch-size" in r.getMessage() and "differ" in r.getMessage() for r in caplog.records)
@@ -996,8 +997,8 @@ def test_ema_is_the_moving_average_of_every_updates_weights(small, tmp_path):
     """With --ema-decay D the EMA is θ₀ then D·ema + (1 − D)·θ_u after every update (computed here by hand from the
     weights after each update); the checkpoint's "model" is it (and differs from the raw weights, which train
     keeps), and the validation loss and BLEU are those of the EMA weights."""
-    from nmtkit.manifest import PreparedData
-    from nmtkit.validation import validation_bleu, validation_loss
+    from nmtkit.data.manifest import PreparedData
+    from nmtkit.train.validation import validation_bleu, validation_loss
 
     run = tmp_path / "run"
     trainer = Trainer(_cfg(small, run, ema_decay=0.8, max_updates=6, valid_every=3, valid_bleu_sentences=8))
@@ -1041,8 +1042,8 @@ def test_average_last_is_the_mean_of_the_last_validations_raw_weights(small, tmp
     """With --average-last 3 the "model" of each checkpoint is the mean of the raw weights ("train"."raw_model") of
     the last three validations' checkpoints, fewer at the start -- fairseq's average_checkpoints, online; validation
     runs on it."""
-    from nmtkit.manifest import PreparedData
-    from nmtkit.validation import validation_loss
+    from nmtkit.data.manifest import PreparedData
+    from nmtkit.train.validation import validation_loss
 
     run = tmp_path / "run"
     summary = train(_cfg(small, run, average_last=3, keep_last=3, valid_every=2, max_updates=10,
@@ -1175,7 +1176,7 @@ def test_resuming_an_old_checkpoint_with_ema_starts_it_from_the_weights(small, t
     for k in ("lr_scheduler", "warmup_updates", "lr_decay", "lr_patience", "min_lr", "ema_decay", "average_last"):
         del old["train"]["config"][k]
     checkpoint.save(old, run / "checkpoint_last.pt")
-    with caplog.at_level(logging.WARNING, logger="nmtkit.train"):
+    with caplog.at_level(logging.WARNING, logger="nmtkit.train.trainer"):
         trainer = Trainer(_cfg(small, run, max_updates=4, valid_bleu_sentences=0, resume=True, ema_decay=0.5))
     assert any("--ema-decay 0.0 -> 0.5" in r.getMessage() for r in caplog.records)
     assert any("holds no EMA" in r.getMessage() for r in caplog.records)
@@ -1186,8 +1187,8 @@ def test_resuming_an_old_checkpoint_with_ema_starts_it_from_the_weights(small, t
 # -- recipes, initialisation and label smoothing ---------------------------------------------------------------------
 
 def test_recipes_resolve_to_train_configs(small, tmp_path):
-    from nmtkit.recipes import RECIPES, default_recipe, recipe_settings
-    from nmtkit.trainconfig import train_config
+    from nmtkit.train.recipes import RECIPES, default_recipe, recipe_settings
+    from nmtkit.train.config import train_config
 
     assert [default_recipe(a) for a in ("rnnsearch-small", "rnnencdec-small", "rnnsearch-tiny", "rnnencdec-tiny",
                                         "rnnsearch", "rnnencdec", "rnnsearch-50", "rnnencdec-30")] == \
@@ -1269,7 +1270,7 @@ def test_paper_recipe_changes_nothing(small, tmp_path):
     """--recipe paper, and no recipe on a tiny preset, train to the very weights of a TrainConfig of the defaults
     (the settings from before recipes existed).  That run too in a process of its own: BLAS's sums may be ordered
     otherwise inside pytest's process (differences of 1e-9)."""
-    code = ("import sys; from nmtkit.train import TrainConfig, train; train(TrainConfig(data=sys.argv[1], "
+    code = ("import sys; from nmtkit.train.trainer import TrainConfig, train; train(TrainConfig(data=sys.argv[1], "
             "arch='rnnsearch-tiny', save_dir=sys.argv[2], batch_size=16, pool_batches=2, valid_every=4, "
             "valid_bleu_sentences=0, valid_batch_size=20, log_every=1, threads=1, max_updates=3))")
     res = subprocess.run([sys.executable, "-c", code, str(small), str(tmp_path / "old")], capture_output=True,
@@ -1301,7 +1302,7 @@ def test_paper_recipe_changes_nothing(small, tmp_path):
 
 
 def _smoothed_loss_per_token(model, src_corpus, tgt_corpus, eps) -> float:
-    from nmtkit.batching import eval_batches
+    from nmtkit.data.batching import eval_batches
 
     model.eval()
     loss, ntok = 0.0, 0
@@ -1314,8 +1315,8 @@ def _smoothed_loss_per_token(model, src_corpus, tgt_corpus, eps) -> float:
 
 
 def test_label_smoothing_changes_the_updates_not_the_logged_losses(small, tmp_path):
-    from nmtkit.manifest import PreparedData
-    from nmtkit.validation import validation_loss
+    from nmtkit.data.manifest import PreparedData
+    from nmtkit.train.validation import validation_loss
 
     common = dict(max_updates=4, valid_every=4, valid_bleu_sentences=0, optimizer="adam", lr=1e-3, init="xavier")
     train(_cfg(small, tmp_path / "plain", **common))
@@ -1393,7 +1394,7 @@ def test_progress_lines_report_the_log_windows_mean_like_the_json_records(small,
     import logging
     import re
 
-    with caplog.at_level(logging.INFO, logger="nmtkit.train"):
+    with caplog.at_level(logging.INFO, logger="nmtkit.train.trainer"):
         train(_cfg(small, tmp_path / "run", max_updates=8, log_every=3, valid_every=6, valid_bleu_sentences=0))
     lines = [r.getMessage() for r in caplog.records if re.match(r"update \d+ epoch", r.getMessage())]
     records = {r["update"]: r for r in map(json.loads, (tmp_path / "run" / "train.jsonl").read_text().splitlines())
@@ -1418,7 +1419,7 @@ def test_bf16_where_it_is_emulated_is_warned_about(small, tmp_path, caplog, monk
     for is_native in (False, True):
         monkeypatch.setattr(device, "bf16_is_native", lambda d, v=is_native: v)
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="nmtkit.train"):
+        with caplog.at_level(logging.WARNING, logger="nmtkit.train.trainer"):
             Trainer(_cfg(small, tmp_path / f"run{is_native}", bf16=True)).rundir.unlock()
         warned = [r.getMessage() for r in caplog.records if "--bf16 on this CPU" in r.getMessage()]
         assert len(warned) == (0 if is_native else 1)

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from nmtkit import checkpoint
+from nmtkit.data import checkpoint
 from nmtkit.errors import InputError
 from nmtkit.prepare import PrepareConfig, prepare
-from nmtkit.train import TrainConfig, Trainer, train
+from nmtkit.train.trainer import TrainConfig, Trainer, train
 
 
 def _lines(src, dst, start: int, stop: int) -> None:
@@ -82,7 +82,7 @@ def test_update_freq_makes_the_update_of_one_batch_n_times_as_large(first, tmp_p
 
 
 def test_update_freq_counts_updates_and_resumes_exactly(first, tmp_path):
-    from nmtkit.manifest import PreparedData
+    from nmtkit.data.manifest import PreparedData
 
     pairs = len(PreparedData.open(first).corpus("train", "en"))
     batches = pairs // 32 * 2 + -(-(pairs % 32) // 16)  # an epoch: pools of 2 batches of 16

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from nmtkit import checkpoint
-from nmtkit.batching import collate_source
+from nmtkit.data import checkpoint
+from nmtkit.data.batching import collate_source
 from nmtkit.models import build_from_checkpoint, build_model
-from nmtkit.search import beam_search, beam_search_reference, greedy
-from nmtkit.text import TextConfig
-from nmtkit.vocab import BOS, EOS, UNK
+from nmtkit.translate.search import beam_search, beam_search_reference, greedy
+from nmtkit.data.text import TextConfig
+from nmtkit.data.vocab import BOS, EOS, UNK
 
 from conftest import REPO, lines_of as _lines
 
@@ -83,8 +83,8 @@ def test_batch_and_window_sizes_do_not_change_the_output(trained, data_dir):
 
 
 def _real_batch(data_dir, model_payload, n=12):
-    from nmtkit.text import Preprocessor
-    from nmtkit.vocab import Vocabulary
+    from nmtkit.data.text import Preprocessor
+    from nmtkit.data.vocab import Vocabulary
 
     _, payload = model_payload
     pre = Preprocessor(TextConfig.from_dict(payload["preprocessing"]["src"]))
@@ -105,10 +105,10 @@ def test_beam_1_equals_greedy(model, data_dir):
 
 @pytest.mark.parametrize("block", [None, 7])  # the search's top-k: plain topk (V = 800 is narrow), and blocked
 def test_batched_beam_equals_the_reference_search(model, data_dir, block, monkeypatch):
-    import nmtkit.search
+    import nmtkit.translate.search
 
     if block is not None:
-        monkeypatch.setattr(nmtkit.search, "BLOCK", block)
+        monkeypatch.setattr(nmtkit.translate.search, "BLOCK", block)
     m, _ = model
     sents = _real_batch(data_dir, model)
     src, lens = _batch(sents)
@@ -140,7 +140,7 @@ def test_blocked_top_k_equals_topk(shape):
     """search.top_k (block maxima, best blocks, top-k among their values) = torch.topk: values and indices, for
     widths that BLOCK divides and that it does not, with -inf entries (masked words, dead hypotheses) and values
     repeated within a block (neither promises an order among equal values: there the same set of indices)."""
-    from nmtkit.search import top_k
+    from nmtkit.translate.search import top_k
 
     g = torch.Generator().manual_seed(sum(shape))
     x = torch.randn(shape, generator=g) * 3
@@ -299,7 +299,7 @@ def test_worker_processes_stop_with_the_translator_and_a_dead_one_is_an_error(tr
     import signal
 
     from nmtkit.errors import WorkerError
-    from nmtkit.translate import Translator
+    from nmtkit.translate.translator import Translator
 
     _, ckpt = trained
     lines = list(enumerate(_lines(data_dir / "multi30k" / "val.en", 30), start=1))
@@ -323,14 +323,14 @@ def test_automatic_workers_that_fail_leave_the_translation_to_this_process(train
     import logging
     import signal
 
-    from nmtkit import decodepool
-    from nmtkit.translate import Translator
+    from nmtkit.translate import pool as decodepool
+    from nmtkit.translate.translator import Translator
 
     _, ckpt = trained
     lines = list(enumerate(_lines(data_dir / "multi30k" / "val.en", 40), start=1))
     with Translator([ckpt], beam=2, batch_size=4, window=8, workers=1) as alone:
         expected = [t.text for t in alone.translate(lines)]
-    with caplog.at_level(logging.WARNING, logger="nmtkit.translate"):
+    with caplog.at_level(logging.WARNING, logger="nmtkit.translate.translator"):
         with Translator([ckpt], beam=2, batch_size=4, window=8, workers=0, threads=2) as tr:
             stream = tr.translate(lines)
             got = [next(stream).text]
@@ -346,7 +346,7 @@ def test_automatic_workers_that_fail_leave_the_translation_to_this_process(train
         raise OSError(11, "Resource temporarily unavailable")
 
     monkeypatch.setattr(decodepool.DecodePool, "__init__", cannot_start)
-    with caplog.at_level(logging.WARNING, logger="nmtkit.translate"):
+    with caplog.at_level(logging.WARNING, logger="nmtkit.translate.translator"):
         with Translator([ckpt], beam=2, batch_size=4, window=8, workers=0, threads=2) as tr:
             assert [t.text for t in tr.translate(lines)] == expected
     assert "Resource temporarily unavailable); translating on in this process" in caplog.text

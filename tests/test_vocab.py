@@ -1,4 +1,4 @@
-"""nmtkit.vocab: shortlist building, encode/decode, coverage and the vocabulary file format."""
+"""nmtkit.data.vocab: shortlist building, encode/decode, coverage and the vocabulary file format."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from nmtkit.errors import InputError
-from nmtkit.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocabulary, count_tokens
+from nmtkit.data.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocabulary, count_tokens
 
 SPECIALS_LIST = ["<pad>", "<unk>", "<s>", "</s>"]
 

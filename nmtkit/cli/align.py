@@ -84,7 +84,7 @@ def _align(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir,
            force, gold, gold_format, gold_order, beam, batch_size, device, as_json, quiet):
     from nmtkit.align import Aligner, align_files
     from nmtkit.files import atomic_file, check_distinct
-    from nmtkit.wordalign import pharaoh as pharaoh_line
+    from nmtkit.translate.wordalign import pharaoh as pharaoh_line
 
     if plot_sentences is not None and plot_dir is None:
         from nmtkit.errors import InputError

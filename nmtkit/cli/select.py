@@ -49,7 +49,7 @@ def main(source_lang, target_lang, in_domain, general, top_words, top_pairs, thr
       nmt-select -s en -t fr --in-domain data/news --general data/europarl --general data/un \\
           --top-words 348000000 -o data/selected --workers 2
     """
-    from nmtkit.select import SelectConfig, select
+    from nmtkit.select.selection import SelectConfig, select
 
     setup_logging(quiet)
     cfg = SelectConfig(

@@ -52,8 +52,8 @@ def _list_archs(ctx, param, value):
               help="Override a model setting, e.g. -o hidden_dim=512 -o dropout=0.2. Repeatable.")
 @click.option("--recipe", type=click.Choice(["paper", "fast"]),
               help="Training recipe: the paper's (Adadelta, Appendix B.1 init) or 'fast', which learns within a CPU "
-                   "budget (Glorot init, Adam 1e-3; see nmtkit/recipes.py). Options given explicitly win over it. "
-                   "[fast for rnnsearch-small/rnnencdec-small, else paper]")
+                   "budget (Glorot init, Adam 1e-3; see nmtkit/train/recipes.py). Options given explicitly win over "
+                   "it. [fast for rnnsearch-small/rnnencdec-small, else paper]")
 @click.option("--init", type=click.Choice(["paper", "xavier", "xavier-flat"]), default="paper", show_default=True,
               help="Weight initialisation: the paper's Appendix B.1, or Glorot-uniform for every non-recurrent "
                    "matrix (recurrent ones orthogonal in both); xavier-flat: xavier with v_a = 0, so α starts uniform.")
@@ -136,9 +136,9 @@ def main(data, arch, save_dir, model_options, quiet, recipe, **options):
     Data parallel on 2 processes (same result as one with the same total batch):
       torchrun --nproc_per_node 2 $(which nmt-train) data-bin/small --arch rnnsearch-small --save-dir runs/dp
     """
-    from nmtkit.recipes import default_recipe, recipe_settings
-    from nmtkit.trainconfig import train_config
-    from nmtkit.train import train
+    from nmtkit.train.recipes import default_recipe, recipe_settings
+    from nmtkit.train.config import train_config
+    from nmtkit.train.trainer import train
 
     setup_logging(quiet)
     tune_malloc()

@@ -1,7 +1,7 @@
 """Fused CPU kernels in C, for training speed: compiled on first use, called through ctypes.
 
 Some of a training step's work is a chain of elementwise operations over arrays far larger than the caches.  As
-torch ops, each operation is one more pass over memory, or over a cache-sized block (nmtkit/adadelta.py).  In C
+torch ops, each operation is one more pass over memory, or over a cache-sized block (nmtkit/train/adadelta.py).  In C
 the chain becomes one loop.  And some copies -- casts of transposed matrices -- torch does with a slow strided loop:
 
 - ``adadelta``: the optimizer's update (adadelta.c): about 12 torch ops per parameter block become one pass that

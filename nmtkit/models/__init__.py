@@ -38,7 +38,7 @@ from nmtkit.models.rnnsearch import (
     RNNsearchConfig,
 )
 from nmtkit.models.params import count_weights, load_paper_parameters, paper_parameters
-from nmtkit.vocab import BOS, EOS, PAD, UNK  # the token conventions the models follow
+from nmtkit.data.vocab import BOS, EOS, PAD, UNK  # the token conventions the models follow
 
 __all__ = [
     "BACKENDS",

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmtkit.models.params import paper_weights
-from nmtkit.vocab import BOS, PAD
+from nmtkit.data.vocab import BOS, PAD
 
 P = dict[str, Tensor]  # paper_weights(model)
 

@@ -106,8 +106,9 @@ def model_class(arch: str) -> type:
 
 
 def build_from_checkpoint(payload: dict) -> nn.Module:
-    """The model of a loaded checkpoint (:func:`nmtkit.checkpoint.load`'s payload: ``arch``, ``config``, ``model``),
-    weights restored, on CPU (move it with ``.to(device)``).  Weights that do not fit the config -> ValueError."""
+    """The model of a loaded checkpoint (:func:`nmtkit.data.checkpoint.load`'s payload: ``arch``, ``config``,
+    ``model``), weights restored, on CPU (move it with ``.to(device)``).  Weights that do not fit the config ->
+    ValueError."""
     model = build_model(payload["arch"], **payload["config"])
     try:
         model.load_state_dict(payload["model"])

@@ -1,6 +1,6 @@
 """RNNsearch and RNNencdec (Bahdanau, Cho & Bengio, ICLR 2015; the equations of arXiv v7, Appendix A).
 
-Token conventions (fixed by the data format, :mod:`nmtkit.vocab`): ``PAD, UNK, BOS, EOS = 0, 1, 2, 3``.
+Token conventions (fixed by the data format, :mod:`nmtkit.data.vocab`): ``PAD, UNK, BOS, EOS = 0, 1, 2, 3``.
 - Source: the encoder reads the source ids FOLLOWED BY ``</s>`` (as Cho et al.'s encoder reads the end-of-sentence
   symbol); the caller (batching) appends it and ``src_lens`` counts it.  The model itself adds nothing.
 - Target: the decoder input is ``<s> y_1 … y_T`` and the output to predict ``y_1 … y_T </s>``.
@@ -72,7 +72,7 @@ from nmtkit.models.output import check_label_smoothing, linear_cross_entropy, li
 from nmtkit.models.packed import Packing, packing, unpack
 from nmtkit.models.stepweights import StepWeights, step_weights
 from nmtkit.models.stepweights import usable as usable_step_weights
-from nmtkit.vocab import BOS, PAD
+from nmtkit.data.vocab import BOS, PAD
 
 
 # ---------------------------------------------------------------------------------------------------------- configs

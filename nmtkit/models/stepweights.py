@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmtkit.models.matmul import padded_vocab
-from nmtkit.vocab import BOS
+from nmtkit.data.vocab import BOS
 
 TABLE_MAX_ELEMENTS = 32 * 2**20  # 128 MB of float32
 

@@ -48,7 +48,7 @@ def run(checkout: Path, prep: Path, runs: Path, name: str, precision: str) -> fl
                         "--save-dir", d, "--max-updates", WARMUP + UPDATES, "--log-every", 1,
                         "--valid-every", 10 ** 9, "--valid-bleu-sentences", 0, "--seed", 1, "--force",
                         "--keep-last", 1] + (["--bf16"] if precision == "bf16" else []),
-                       env=peers.quiet_env(), log_path=runs / f"{name}.log")
+                       env={**peers.quiet_env(), **peers.checkout_env(checkout)}, log_path=runs / f"{name}.log")
     tok_s = peers.nmtkit_tokens_per_s(d / "train.jsonl", WARMUP)["tok_s"]
     shutil.rmtree(d, ignore_errors=True)
     return tok_s

@@ -33,7 +33,7 @@ def trainer_schedule(trainer):
     """The first epoch's schedule as the trainer makes it (with dropout: pools sorted by the epoch's segmentations)."""
     import numpy as np
 
-    from nmtkit.batching import EpochSchedule
+    from nmtkit.data.batching import EpochSchedule
 
     for view in trainer.train_views:
         if hasattr(view, "epoch"):
@@ -60,7 +60,7 @@ def _timed_updates(trainer, updates: int) -> float:
 def _collate_ms(trainer, count: int) -> tuple[float, float, float]:
     """(mean ms to make a batch: reading it from a fresh schedule, whose first batch of a pool segments the pool,
     and collating it; mean real target tokens; mean padded target positions per batch), over ``count`` batches."""
-    from nmtkit.batching import collate
+    from nmtkit.data.batching import collate
 
     schedule = trainer_schedule(trainer)
     times, real, padded = [], [], []
@@ -82,8 +82,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from nmtkit.prepare import PrepareConfig, prepare
-    from nmtkit.trainconfig import train_config
-    from nmtkit.train import Trainer
+    from nmtkit.train.config import train_config
+    from nmtkit.train.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from nmtkit.models import build_model  # noqa: E402
-from nmtkit.search import beam_search  # noqa: E402
+from nmtkit.translate.search import beam_search  # noqa: E402
 
 
 def train_speed(arch: str, V: int, bf16: bool, B: int = 80, T: int = 30, updates: int = 10) -> tuple[float, float]:

@@ -6,8 +6,8 @@
 1. Output-layer products with V not a multiple of 8 against V padded to one (``nmtkit.models.matmul.padded_vocab``):
    a beam-12 step of the small model (960 hypotheses × 128 → V = 7,897, one thread) and the paper-size training
    forward product (1,511 targets × 500 → V = 30,004, torch's default threads).
-2. ``nmtkit.search.top_k`` against ``torch.topk`` over beam search's candidates (80 sentences × 12 · 7,897, k = 24,
-   one thread).
+2. ``nmtkit.translate.search.top_k`` against ``torch.topk`` over beam search's candidates (80 sentences × 12 · 7,897,
+   k = 24, one thread).
 3. The paper-size training backward products whose result is m = 620 or l = 500 wide, against the same with the
    dimension padded to 624 / 504 (``nmtkit.models.matmul.aligned_linear`` and the fused loss; the "now" column
    includes slicing the result back): ∂L/∂x and ∂L/∂W_stack of the encoder's input projections (3,000 source
@@ -23,7 +23,7 @@
    forwards and backwards, and in bf16 too.
 6. One Adadelta update of rnnsearch-50's 80M weights (30k vocabularies), with random gradients everywhere and with
    the embeddings' gradients zero outside ``USED_WORDS`` rows, as a minibatch leaves them: ``torch.optim.Adadelta``
-   against ``nmtkit.adadelta.Adadelta`` with torch's operations block by block (``NMTKIT_KERNELS=0``; rows without
+   against ``nmtkit.train.adadelta.Adadelta`` with torch's operations block by block (``NMTKIT_KERNELS=0``; rows without
    gradient only decayed; the same values bit for bit), and that against its compiled kernel (``nmtkit.kernels``,
    adadelta.c; the same values to float32 rounding).
 
@@ -83,7 +83,7 @@ def main() -> int:
 
     from nmtkit.runtime import tune_malloc
     from nmtkit.models.matmul import padded_vocab, round_up
-    from nmtkit.search import top_k
+    from nmtkit.translate.search import top_k
 
     tune_malloc()
     t0 = time.time()
@@ -237,7 +237,7 @@ def adadelta_case(rows: list, threads: int) -> None:
     import torch
 
     from nmtkit import kernels
-    from nmtkit.adadelta import Adadelta
+    from nmtkit.train.adadelta import Adadelta
     from nmtkit.models import build_model
 
     torch.manual_seed(0)

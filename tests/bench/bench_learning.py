@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# the tools it runs import this checkout's nmtkit (bin/ has no sys.path of its own)
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
 
 # name -> (what it changes, nmt-train options).  "base" is the issue's measurement: B.1 init, Adam 1e-3, clip 1.
@@ -92,7 +94,7 @@ def alignment_quality(ckpt: str, trial: Path) -> dict:
     """AER on the trial set's gold links (recased to the model's vocabulary) and the mean attention entropy."""
     import numpy as np
 
-    from nmtkit import checkpoint
+    from nmtkit.data import checkpoint
     from nmtkit.align import Aligner, alignment_error, hard_links, load_gold, read_text
 
     payload = checkpoint.load(ckpt)
@@ -115,7 +117,7 @@ def alignment_quality(ckpt: str, trial: Path) -> dict:
 def test_bleu(ckpt: str, sources: list[str], refs: list[str], beam: int) -> float:
     import sacrebleu
 
-    from nmtkit.translate import Translator
+    from nmtkit.translate.translator import Translator
 
     tr = Translator([ckpt], beam=beam, batch_size=80, workers=1)
     try:

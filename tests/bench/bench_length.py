@@ -31,6 +31,8 @@ import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
+# the tools it runs import this checkout's nmtkit (bin/ has no sys.path of its own)
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
 TESTS = {"newstest2014": ("wmt14/newstest2014.en", "wmt14/newstest2014.fr"),
          "hansards-test": ("hansards/test.en", "hansards/test.fr")}
@@ -38,9 +40,9 @@ TESTS = {"newstest2014": ("wmt14/newstest2014.en", "wmt14/newstest2014.fr"),
 
 @torch.no_grad()
 def measure(data: str, model_path: str, limit: int) -> list[str]:
-    from nmtkit import checkpoint
-    from nmtkit.batching import collate
-    from nmtkit.manifest import PreparedData
+    from nmtkit.data import checkpoint
+    from nmtkit.data.batching import collate
+    from nmtkit.data.manifest import PreparedData
     from nmtkit.models import build_from_checkpoint
 
     model = build_from_checkpoint(checkpoint.load(model_path)).eval()

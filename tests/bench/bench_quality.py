@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# the tools it runs import this checkout's nmtkit (bin/ has no sys.path of its own)
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
 PEERS = REPO.parent / "shared" / "peers"
 TEST_SETS = {"hansards-test": ("hansards/test.en", "hansards/test.fr"),
@@ -80,8 +82,8 @@ def diagnostics(hyp_path: Path, ref_path: Path) -> dict:
 
 
 def _preprocessor(data: Path, lang: str):
-    from nmtkit.manifest import PreparedData
-    from nmtkit.text import Preprocessor
+    from nmtkit.data.manifest import PreparedData
+    from nmtkit.data.text import Preprocessor
 
     return Preprocessor(PreparedData.open(str(data)).text_config(lang))
 

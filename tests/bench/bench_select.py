@@ -108,8 +108,8 @@ def lm_scale(path: str, lines: int | None) -> dict:
 
     import numpy as np
 
-    from nmtkit.lm import LMVocab, NgramLM
-    from nmtkit.lm_count import NgramCounter
+    from nmtkit.select.lm import LMVocab, NgramLM
+    from nmtkit.select.lm_count import NgramCounter
 
     def sentences():
         with gzip.open(path, "rt", encoding="utf-8", newline="\n") as f:

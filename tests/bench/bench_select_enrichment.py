@@ -68,7 +68,7 @@ def _select(tree: Path, work: Path, in_domain, general, limit: list[str], out: P
     for p in general:
         cmd += ["--general", p]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tree)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)})
     if proc.returncode != 0:
         raise SystemExit(f"bench_select_enrichment: {proc.stderr[-800:]}")
     wall = time.perf_counter() - t0

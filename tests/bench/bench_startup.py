@@ -32,7 +32,7 @@ LINE = "The committee will report to the House before the end of the month."
 
 
 def _wall(cmd: list[str], stdin: bytes, cwd: Path) -> tuple[float, bytes]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {**os.environ, "PYTHONPATH": str(cwd)}  # (the tree's own nmtkit: bin/ has no sys.path of its own)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, input=stdin, capture_output=True, cwd=cwd, env=env, timeout=1800)
     wall = time.perf_counter() - t0

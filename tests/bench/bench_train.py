@@ -152,8 +152,8 @@ def scheduled_lengths(prep: Path, arch: str, first: int, count: int, batch_size:
     """The (source, target) lengths incl. </s> of nmt-train's minibatches first+1 … first+count (its schedule)."""
     import numpy as np
 
-    from nmtkit.batching import epoch_schedule
-    from nmtkit.manifest import PreparedData
+    from nmtkit.data.batching import epoch_schedule
+    from nmtkit.data.manifest import PreparedData
     from nmtkit.models import get_config
 
     data = PreparedData.open(str(prep))
@@ -269,7 +269,7 @@ class Session:
 def small_part(s: Session, out: list[str], ceilings: dict) -> list[Goal]:
     import torch  # noqa: F401  (nmtkit.models needs it)
 
-    from nmtkit.manifest import PreparedData
+    from nmtkit.data.manifest import PreparedData
     from nmtkit.models import build_model, get_config
 
     a = s.a
@@ -363,7 +363,7 @@ def small_part(s: Session, out: list[str], ceilings: dict) -> list[Goal]:
 
 
 def paper_part(s: Session, out: list[str], ceilings: dict) -> list[Goal]:
-    from nmtkit.manifest import PreparedData
+    from nmtkit.data.manifest import PreparedData
     from nmtkit.models import count_weights, get_config
 
     a = s.a

@@ -34,7 +34,7 @@ Parts:
 ``batch``  Throughput against batch size (1, 16, 64, 128) for the trained small model at beam 12, on the first 300
     sentences of the synthetic test set.
 ``refcheck``  nmtkit's batched beam-12 output (batch 80, from the ``peer`` part) equals its unoptimised reference
-    decoding (``nmtkit.search.beam_search_reference``, one sentence at a time) on the first 20 sentences: same
+    decoding (``nmtkit.translate.search.beam_search_reference``, one sentence at a time) on the first 20 sentences: same
     tokens, same scores (to 1e-3).
 """
 
@@ -106,7 +106,7 @@ def worker(spec: dict) -> None:
 
     tune_malloc()  # as nmt-translate does before it decodes (it keeps freed buffers instead of page-faulting them in)
     if spec["mode"] == "decode":
-        from nmtkit.translate import Translator
+        from nmtkit.translate.translator import Translator
 
         t0 = time.perf_counter()
         tr = Translator([spec["checkpoint"]], beam=spec["beam"], batch_size=spec["batch_size"], tokenized=True,
@@ -129,8 +129,8 @@ def worker(spec: dict) -> None:
             "out_tokens": sum(len(r.target_words) for r in results),
             "src_tokens": sum(len(r.source_words) for r in results)}), flush=True)
     elif spec["mode"] == "refcheck":
-        from nmtkit.search import beam_search_reference
-        from nmtkit.translate import Translator
+        from nmtkit.translate.search import beam_search_reference
+        from nmtkit.translate.translator import Translator
 
         tr = Translator([spec["checkpoint"]], beam=spec["beam"], batch_size=spec["batch_size"], tokenized=True)
         lines = peers.read_lines(Path(spec["input"]), spec["limit"])
@@ -153,8 +153,8 @@ def worker(spec: dict) -> None:
         print("RESULT " + json.dumps({"checked": len(lines), "same": same, "max_score_diff": max_diff,
                                       "diffs": diffs[:5], "seconds": time.perf_counter() - t0}), flush=True)
     elif spec["mode"] == "random-checkpoint":
-        from nmtkit import checkpoint
-        from nmtkit.train import TrainConfig, Trainer
+        from nmtkit.data import checkpoint
+        from nmtkit.train.trainer import TrainConfig, Trainer
 
         with tempfile.TemporaryDirectory() as tmp:
             trainer = Trainer(TrainConfig(data=spec["data"], arch=spec["arch"], save_dir=tmp, seed=1))
@@ -394,7 +394,7 @@ def refcheck_part(s: Session, out: list[str]) -> list[Goal]:
                           "batched": str(batched), "beam": 12, "batch_size": a.batch_size,
                           "limit": a.refcheck_sentences}, s.logs / "refcheck.log")
     out += ["", "Part refcheck: batched beam search (beam 12, batch 80, length-sorted window) against "
-                "nmtkit.search.beam_search_reference", "-" * 100,
+                "nmtkit.translate.search.beam_search_reference", "-" * 100,
             f"{res['same']} of {res['checked']} sentences identical (same tokens, score within 1e-3); largest score "
             f"difference {res['max_score_diff']:.2e}; reference decoding took {res['seconds']:.0f} s."]
     for d in res["diffs"]:

@@ -53,6 +53,14 @@ REAL_VOCAB = 30000  # the paper's shortlists
 
 if str(REPO) not in sys.path:  # the benchmarks use this checkout's nmtkit, installed or not
     sys.path.insert(0, str(REPO))
+# ... and so do the tools they run (bin/ has no sys.path of its own)
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+
+
+def checkout_env(checkout: str | Path) -> dict:
+    """The environment that makes a checkout's bin/ tools import that checkout's nmtkit (a git worktree's, for the
+    A/B benchmarks), not the installed one."""
+    return {"PYTHONPATH": str(checkout)}
 
 
 class BenchError(RuntimeError):
@@ -295,7 +303,7 @@ def _prepared_ok(dest: Path) -> bool:
     if not (dest / "manifest.json").is_file():
         return False
     try:
-        from nmtkit.manifest import PreparedData
+        from nmtkit.data.manifest import PreparedData
 
         PreparedData.open(str(dest))
         return True

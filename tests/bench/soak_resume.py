@@ -62,7 +62,7 @@ def _compare(a_path: Path, b_path: Path) -> list[str]:
     """What differs between two checkpoints: weights, optimizer state, run state (empty: identical)."""
     import torch
 
-    from nmtkit import checkpoint
+    from nmtkit.data import checkpoint
 
     a, b = checkpoint.load(a_path), checkpoint.load(b_path)
     diffs = [k for k in a["model"] if not torch.equal(a["model"][k], b["model"][k])]
@@ -158,7 +158,7 @@ def main(argv=None) -> None:
 def _update_of(path: Path):
     if not path.exists():
         return None
-    from nmtkit import checkpoint
+    from nmtkit.data import checkpoint
 
     return checkpoint.load(path)["train"]["state"]["update"]
 

@@ -30,7 +30,7 @@ import os
 
 import torch
 
-from nmtkit import checkpoint
+from nmtkit.data import checkpoint
 
 log = logging.getLogger("nmtkit.train")
 

@@ -14,7 +14,7 @@ A checkpoint is one self-contained file holding only tensors and plain container
     }
 
 ``"model"`` holds the weights to translate with: with ``--ema-decay`` or ``--average-last`` the averaged ones, and
-then ``"train"`` also holds the raw training weights as ``"raw_model"`` (nmtkit/averaging.py); else the raw ones.
+then ``"train"`` also holds the raw training weights as ``"raw_model"`` (nmtkit/train/averaging.py); else the raw ones.
 
 Version 2 stores each vocabulary as one string (version 1, still read, as a list of strings): torch's
 weights-only unpickler is slow over tens of thousands of small strings, and that is start-up time of every
@@ -132,7 +132,7 @@ def _check_structure(payload: dict, path: str) -> None:
     """Every field a tool reads, of the type it expects: a malformed body is one line naming the field."""
     import torch
 
-    from nmtkit.text import TextConfig, bpe_codes_problem, spm_processor
+    from nmtkit.data.text import TextConfig, bpe_codes_problem, spm_processor
 
     def bad(field: str, problem: str):
         return InputError(f"malformed checkpoint: {field} {problem}", path)

@@ -3,7 +3,7 @@
 Axelrod, He & Gao (2011), "Domain adaptation via pseudo in-domain data selection", bilingual form; Moore & Lewis
 (2010) with one side only. The paper reduced 850M words of WMT'14 English–French to 348M this way. Per language:
 
-1. **In-domain LM** (:mod:`nmtkit.lm`): order-N interpolated modified Kneser–Ney on the in-domain text, every
+1. **In-domain LM** (:mod:`nmtkit.select.lm`): order-N interpolated modified Kneser–Ney on the in-domain text, every
    ``heldout_every``-th pair held out to report perplexities. The vocabulary is the in-domain words seen at least
    ``min_count`` times (Moore & Lewis), shared by both models of the language; other words are ``<unk>``.
 2. **General LMs, cross-fitted**: the general pairs are cut into two folds by a hash of their scored text
@@ -19,9 +19,9 @@ Axelrod, He & Gao (2011), "Domain adaptation via pseudo in-domain data selection
    in monolingual mode) or ``top_pairs`` pairs, or every pair with score < ``threshold``; written as the original
    lines, in their original order, with a scores file and a JSON report.
 
-The scores file and the scoring workers are in :mod:`nmtkit.select_scores`.
+The scores file and the scoring workers are in :mod:`nmtkit.select.scores`.
 
-Text goes through :class:`nmtkit.text.Preprocessor` as in ``nmt-prepare``. The general corpus is streamed four
+Text goes through :class:`nmtkit.data.text.Preprocessor` as in ``nmt-prepare``. The general corpus is streamed four
 times (count and validate, sample, score, write); memory is bounded by the models and a few numbers per general
 pair. ``workers`` tokenise and score in parallel processes (:class:`nmtkit.parallel.Mapper`) with the same
 results as one. Outputs are written atomically, all at the end: an error leaves none behind.
@@ -46,12 +46,12 @@ import numpy as np
 from nmtkit import __version__
 from nmtkit.errors import InputError
 from nmtkit.files import atomic_file, read_parallel, read_segments, resolve_prefix
-from nmtkit.lm import LMVocab, NgramLM
-from nmtkit.lm_arpa import write_arpa
-from nmtkit.lm_count import NgramCounter
+from nmtkit.select.lm import LMVocab, NgramLM
+from nmtkit.select.lm_arpa import write_arpa
+from nmtkit.select.lm_count import NgramCounter
 from nmtkit.parallel import Mapper
-from nmtkit.select_scores import init_worker, score_pairs, tokenize_chunk, write_scores
-from nmtkit.text import TextConfig
+from nmtkit.select.scores import init_worker, score_pairs, tokenize_chunk, write_scores
+from nmtkit.data.text import TextConfig
 
 log = logging.getLogger("nmtkit.select")
 SIDES = ("both", "source", "target")

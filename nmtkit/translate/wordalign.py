@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from nmtkit.text import words_of
+from nmtkit.data.text import words_of
 
 
 def word_matrix(src_tokens: Sequence[str], tgt_tokens: Sequence[str], alpha: np.ndarray,
@@ -17,7 +17,7 @@ def word_matrix(src_tokens: Sequence[str], tgt_tokens: Sequence[str], alpha: np.
     """Token attention (len(tgt)+1, len(src)+1), ``</s>`` last on both axes → word attention with ``</s>`` kept:
     source subword columns summed, target subword rows averaged (rows still sum to 1). ``sep`` says how tokens
     join into words: the BPE separator, or a function tokens → (words, word index of each token) such as
-    :meth:`nmtkit.text.Preprocessor.words_of`; ``tgt_sep`` the same for the target (default: ``sep``)."""
+    :meth:`nmtkit.data.text.Preprocessor.words_of`; ``tgt_sep`` the same for the target (default: ``sep``)."""
     def merge(tokens, how):
         return how(list(tokens)) if callable(how) else words_of(list(tokens), how)
 

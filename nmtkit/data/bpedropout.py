@@ -24,8 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from nmtkit.errors import InputError
-from nmtkit.text import BPE_SEPARATOR, bpe_codes_problem
-from nmtkit.vocab import Vocabulary
+from nmtkit.data.text import BPE_SEPARATOR, bpe_codes_problem
+from nmtkit.data.vocab import Vocabulary
 
 _END = "</w>"
 

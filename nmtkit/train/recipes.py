@@ -14,8 +14,8 @@
   tests/bench/results/bench_quality.txt, runs 3 and 4.
 
 Batches of 80 sentences, the pools of 1,600 sorted by length and the gradient clipped at L2 norm 1 are the paper's
-in both.  A setting given explicitly (``--lr 0.002`` or ``TrainConfig(lr=…)`` through :func:`nmtkit.trainconfig.train_config`) wins over
-the recipe's.
+in both.  A setting given explicitly (``--lr 0.002`` or ``TrainConfig(lr=…)`` through
+:func:`nmtkit.train.config.train_config`) wins over the recipe's.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ from typing import Any
 from nmtkit.errors import InputError
 from nmtkit.models.init import INIT_SCHEMES
 from nmtkit.models.registry import BACKENDS, default_backend
-from nmtkit.recipes import RECIPES, default_recipe, recipe_settings
-from nmtkit.schedule import BUDGETED, SCHEDULERS
+from nmtkit.train.recipes import RECIPES, default_recipe, recipe_settings
+from nmtkit.train.schedule import BUDGETED, SCHEDULERS
 
 OPTIMIZERS = ("adadelta", "adam", "sgd")
 METRICS = ("bleu", "loss")
@@ -26,11 +26,11 @@ class TrainConfig:
     arch: str
     save_dir: str
     model_options: dict = field(default_factory=dict)  # overrides of the model config (emb_dim=…, dropout=…)
-    recipe: str = "paper"  # the recipe the settings came from (nmtkit.recipes; recorded, the fields rule)
+    recipe: str = "paper"  # the recipe the settings came from (nmtkit.train.recipes; recorded, the fields rule)
     init: str = "paper"  # weight initialisation (nmtkit.models.init.INIT_SCHEMES): Appendix B.1 or Glorot
     label_smoothing: float = 0.0  # ε: train on the cross-entropy against (1 − ε)·onehot(y) + ε/V; 0 = the paper's
     bpe_dropout: float | None = None  # skip each BPE merge of the training pairs with this probability
-    #   (nmtkit.bpedropout); None = the prepared corpus's (nmt-prepare --bpe-dropout), 0 when it has none
+    #   (nmtkit.data.bpedropout); None = the prepared corpus's (nmt-prepare --bpe-dropout), 0 when it has none
     seed: int = 1
     batch_size: int = 80
     pool_batches: int = 20  # minibatches per length-sorted pool (the paper: 20, i.e. 1,600 pairs)
@@ -39,7 +39,7 @@ class TrainConfig:
     init_from: str | None = None  # a checkpoint whose weights start a new run (not --resume: a fresh optimizer)
     optimizer: str = "adadelta"
     lr: float = 1.0
-    lr_scheduler: str = "constant"  # nmtkit.schedule: constant, inverse-sqrt, linear, cosine or plateau
+    lr_scheduler: str = "constant"  # nmtkit.train.schedule: constant, inverse-sqrt, linear, cosine or plateau
     warmup_updates: int = 0  # linear warm-up over the first N updates (lr·u/N), with every scheduler
     lr_decay: float = 0.5  # plateau: the factor of each decay
     lr_patience: int = 1  # plateau: decay after this many validations without improvement
@@ -158,8 +158,8 @@ class TrainState:
 
 
 def train_config(data: str, arch: str, save_dir: str, recipe: str | None = None, **settings: Any) -> TrainConfig:
-    """A :class:`TrainConfig` with a recipe's settings (default: :func:`nmtkit.recipes.default_recipe` of ``arch``),
-    overridden by those given here."""
+    """A :class:`TrainConfig` with a recipe's settings (default: :func:`nmtkit.train.recipes.default_recipe` of
+    ``arch``), overridden by those given here."""
     name = default_recipe(arch) if recipe is None else recipe
     return TrainConfig(data=data, arch=arch, save_dir=save_dir, recipe=name,
                        **{**recipe_settings(name), **settings})

@@ -24,7 +24,7 @@ import json
 import os
 import re
 
-from nmtkit import checkpoint
+from nmtkit.data import checkpoint
 from nmtkit.errors import InputError
 
 PID_FILE = ".nmt-train.pid"

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from nmtkit.corpus import Corpus
-from nmtkit.vocab import BOS, EOS, PAD
+from nmtkit.data.corpus import Corpus
+from nmtkit.data.vocab import BOS, EOS, PAD
 
 
 @dataclass

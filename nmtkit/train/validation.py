@@ -16,12 +16,12 @@ import math
 import numpy as np
 import torch
 
-from nmtkit.batching import collate, collate_source, eval_batches
-from nmtkit.corpus import Corpus
-from nmtkit.manifest import PreparedData
-from nmtkit.search import beam_search, greedy
-from nmtkit.text import Preprocessor
-from nmtkit.vocab import Vocabulary
+from nmtkit.data.batching import collate, collate_source, eval_batches
+from nmtkit.data.corpus import Corpus
+from nmtkit.data.manifest import PreparedData
+from nmtkit.translate.search import beam_search, greedy
+from nmtkit.data.text import Preprocessor
+from nmtkit.data.vocab import Vocabulary
 
 
 @torch.no_grad()

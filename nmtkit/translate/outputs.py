@@ -1,5 +1,6 @@
-"""The per-line output formats of ``nmt-translate``, as text: one call per :class:`nmtkit.translate.Translation`,
-each ending in a newline, so that line i of every output file belongs to input line i.
+"""The per-line output formats of ``nmt-translate``, as text: one call per
+:class:`nmtkit.translate.translator.Translation`, each ending in a newline, so that line i of every output file belongs
+to input line i.
 
 - :func:`nbest_entries`: Moses' n-best list, ``i ||| text ||| logprob= L length= N ||| score`` per hypothesis, with
   i the 0-based input line, L the log-probability, N the output tokens and ``</s>``, and the score the search
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from nmtkit.wordalign import pharaoh
+from nmtkit.translate.wordalign import pharaoh
 
 
 def nbest_entries(t) -> str:

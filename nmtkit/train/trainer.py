@@ -2,7 +2,7 @@
 
 Defaults follow Section 4.2 and Appendix B.2: Adadelta (ε = 10⁻⁶, ρ = 0.95), minibatches of 80 sentence pairs,
 the gradient rescaled to L2 norm 1 whenever it is larger, and every 20 updates a pool of 1,600 pairs sorted by
-length and split into 20 minibatches (:mod:`nmtkit.batching`). The cost of a minibatch is the negative
+length and split into 20 minibatches (:mod:`nmtkit.data.batching`). The cost of a minibatch is the negative
 log-likelihood of its target sentences (summed over tokens) averaged over sentences, as GroundHog computes it.
 
 Every ``valid_every`` updates: validation cross-entropy and perplexity, and BLEU of greedy decoding on a subset of
@@ -10,8 +10,9 @@ the validation set (tokenised BLEU on Moses tokens, labelled so); a checkpoint i
 chosen metric) is kept as ``checkpoint_best.pt``, the last ``keep_last`` numbered ones are kept, and
 ``checkpoint_last.pt`` always names the newest. Early stopping after ``patience`` validations without improvement.
 
-Options beyond the paper: learning-rate schedules with warm-up (:mod:`nmtkit.schedule`), and validating and
-saving an exponential moving average of the weights or the mean of the last N validations' (:mod:`nmtkit.averaging`).
+Options beyond the paper: learning-rate schedules with warm-up (:mod:`nmtkit.train.schedule`), and validating and
+saving an exponential moving average of the weights or the mean of the last N validations'
+(:mod:`nmtkit.train.averaging`).
 
 Resuming restores weights, optimizer state, RNG states, data position, update count, elapsed time, the metrics
 history, the schedule's state and the averaged weights, so a resumed run reaches the same weights as an
@@ -36,22 +37,22 @@ import time
 import numpy as np
 import torch
 
-from nmtkit import averaging, resume, rundir
-from nmtkit.adadelta import Adadelta
+from nmtkit.train import averaging, resume, rundir
+from nmtkit.train.adadelta import Adadelta
 # (every nmtkit module the run needs is imported when it starts, none at its first validation: a package upgraded
 # under a long run must not meet the run's already-loaded modules halfway)
-from nmtkit.batching import EpochSchedule, collate
+from nmtkit.data.batching import EpochSchedule, collate
 from nmtkit.device import resolve_device, warn_if_slow_bf16
 from nmtkit.errors import DivergedError, InputError
-from nmtkit.gradients import clip_grad_norm_, grad_norm_and_scale
-from nmtkit.manifest import PreparedData
+from nmtkit.train.gradients import clip_grad_norm_, grad_norm_and_scale
+from nmtkit.data.manifest import PreparedData
 from nmtkit.progress import Progress
 from nmtkit.models import build_from_checkpoint, build_model, set_backend
 from nmtkit.models.init import initialize
-from nmtkit.schedule import LRSchedule
-from nmtkit.trainconfig import TRAINING_DEFAULTS, TrainConfig, TrainState  # (TrainConfig: re-exported)
-from nmtkit.validation import describe as describe_validation
-from nmtkit.validation import validation_bleu, validation_loss
+from nmtkit.train.schedule import LRSchedule
+from nmtkit.train.config import TRAINING_DEFAULTS, TrainConfig, TrainState  # (TrainConfig: re-exported)
+from nmtkit.train.validation import describe as describe_validation
+from nmtkit.train.validation import validation_bleu, validation_loss
 
 log = logging.getLogger("nmtkit.train")
 
@@ -122,8 +123,8 @@ class Trainer:
         return lambda ids: (of_view(src, self.train_src.sizes, ids), of_view(tgt, self.train_tgt.sizes, ids))
 
     def _dropout_views(self) -> tuple:
-        """The training pairs segmented anew in every epoch with BPE-dropout (nmtkit.bpedropout)."""
-        from nmtkit.bpedropout import DropoutCorpus
+        """The training pairs segmented anew in every epoch with BPE-dropout (nmtkit.data.bpedropout)."""
+        from nmtkit.data.bpedropout import DropoutCorpus
 
         src, tgt = self.data.source_lang, self.data.target_lang
         codes = self.data.text_config(src).bpe_codes
@@ -183,7 +184,7 @@ class Trainer:
                                    cfg.min_lr, cfg.horizon)
         self.lr = cfg.lr  # the rate of the latest update
         self.averager = averaging.make(self.model, cfg.ema_decay, cfg.average_last)
-        self.tensorboard = None  # nmtkit.tblog.TensorBoardLog with --tensorboard, opened by train()
+        self.tensorboard = None  # nmtkit.train.tblog.TensorBoardLog with --tensorboard, opened by train()
         if payload is not None:
             train = payload["train"]
             self.optimizer.load_state_dict(train["optimizer"])
@@ -209,7 +210,7 @@ class Trainer:
 
     def payload(self, weights: dict | None = None) -> dict:
         """The checkpoint of the run as it is; ``weights``: what ``"model"`` holds when averaging (default: the
-        averaged weights now), the raw weights going into the train section (nmtkit/averaging.py)."""
+        averaged weights now), the raw weights going into the train section (nmtkit/train/averaging.py)."""
         src, tgt = self.data.source_lang, self.data.target_lang
         raw = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
         if weights is None and self.averager is not None:
@@ -268,7 +269,8 @@ class Trainer:
         # the norm before rescaling; with clipping off (0) an infinite threshold leaves the gradient as is.  nmtkit's
         # Adadelta takes the factor and rescales block by block (one pass less over the gradients)
         max_norm = self.cfg.clip_norm or math.inf
-        self.lr = self.schedule.lr(self.state.update + 1)  # (nmtkit/schedule.py: every optimizer reads group["lr"])
+        # (nmtkit/train/schedule.py: every optimizer reads group["lr"])
+        self.lr = self.schedule.lr(self.state.update + 1)
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr
         if isinstance(self.optimizer, Adadelta):
@@ -321,7 +323,7 @@ class Trainer:
 
     def validate(self) -> dict:
         """Validation NLL per token and perplexity; BLEU of greedy (or beam) decoding on the first
-        ``valid_bleu_sentences`` sentences (nmtkit/validation.py)."""
+        ``valid_bleu_sentences`` sentences (nmtkit/train/validation.py)."""
         cfg = self.cfg
         vsrc, vtgt = self.valid
         result = {"update": self.state.update,
@@ -355,7 +357,7 @@ class Trainer:
         except OSError as e:
             raise InputError(f"cannot write the training log: {e.strerror}", log_path) from None
         if lead and cfg.tensorboard:
-            from nmtkit.tblog import TensorBoardLog
+            from nmtkit.train.tblog import TensorBoardLog
 
             try:
                 self.tensorboard = TensorBoardLog(cfg.tensorboard, resumed_at=st.update if cfg.resume else None)

@@ -1,9 +1,9 @@
 """Decoding batches of source ids with loaded models: the part of translation that runs in every decoding process
-(this one, or a worker of :mod:`nmtkit.decodepool`), below :mod:`nmtkit.translate`'s line handling.
+(this one, or a worker of :mod:`nmtkit.translate.pool`), below :mod:`nmtkit.translate.translator`'s line handling.
 
 :func:`load_checkpoints` and :func:`build_models` turn checkpoint files into models in eval mode (an ensemble's
-vocabularies and preprocessing must match); :func:`decode_batch` runs beam search (:mod:`nmtkit.search`) or
-sampling (:mod:`nmtkit.sampling`) over one batch, optionally forced through target prefixes.
+vocabularies and preprocessing must match); :func:`decode_batch` runs beam search (:mod:`nmtkit.translate.search`) or
+sampling (:mod:`nmtkit.translate.sampling`) over one batch, optionally forced through target prefixes.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from nmtkit import checkpoint
-from nmtkit.batching import collate_source
+from nmtkit.data import checkpoint
+from nmtkit.data.batching import collate_source
 from nmtkit.errors import InputError
 from nmtkit.models import build_from_checkpoint, set_backend
-from nmtkit.sampling import Sampling, sample
-from nmtkit.search import Hypothesis, beam_search
-from nmtkit.vocab import PAD
+from nmtkit.translate.sampling import Sampling, sample
+from nmtkit.translate.search import Hypothesis, beam_search
+from nmtkit.data.vocab import PAD
 
 
 def load_checkpoints(paths: list[str]) -> list[dict]:
@@ -33,7 +33,8 @@ def load_checkpoints(paths: list[str]) -> list[dict]:
 
 def build_models(paths: list[str], device: str = "cpu", payloads: list[dict] | None = None,
                  backend: str | None = None) -> list:
-    """The checkpoints' models, in eval mode on ``device``, on ``backend`` (None: :func:`nmtkit.models.default_backend`)."""
+    """The checkpoints' models, in eval mode on ``device``, on ``backend`` (None:
+    :func:`nmtkit.models.default_backend`)."""
     payloads = payloads if payloads is not None else load_checkpoints(paths)
     try:
         return [set_backend(build_from_checkpoint(p), backend).to(torch.device(device)).eval() for p in payloads]
@@ -57,9 +58,9 @@ def collate_prefixes(prefixes: list[np.ndarray | None]) -> tuple[torch.Tensor, t
 def decode_batch(models: list, sources: list[np.ndarray], device, bf16: bool = False,
                  prefixes: list[np.ndarray | None] | None = None, keys: list | None = None,
                  sampling: dict | None = None, seed: int = 0, **search) -> list[list[Hypothesis]]:
-    """Beam search (``nmtkit.search.beam_search(**search)``) over source id arrays (without ``</s>``), or with
-    ``sampling`` (:class:`nmtkit.sampling.Sampling`'s fields) ``nbest`` samples per sentence drawn with the keys
-    ``(seed, *keys[k])``: each sentence's hypotheses, with attention (if asked for) as float32 numpy arrays
+    """Beam search (``nmtkit.translate.search.beam_search(**search)``) over source id arrays (without ``</s>``), or with
+    ``sampling`` (:class:`nmtkit.translate.sampling.Sampling`'s fields) ``nbest`` samples per sentence drawn with the
+    keys ``(seed, *keys[k])``: each sentence's hypotheses, with attention (if asked for) as float32 numpy arrays
     (len(tokens) + 1, Tx)."""
     device = torch.device(device)
     src, lens = collate_source(sources)

@@ -4,10 +4,10 @@ The pieces, each a plain function or class:
 
 - :class:`LMVocab`: the words a model knows, with ids 0 ``<unk>``, 1 ``<s>``, 2 ``</s>``; every other word maps to
   ``<unk>``, which is an ordinary word class of the model (it has counts, n-grams and probabilities);
-- :class:`nmtkit.lm_count.NgramCounter`: n-gram counts from streamed sentences of ids, in sorted key arrays;
+- :class:`nmtkit.select.lm_count.NgramCounter`: n-gram counts from streamed sentences of ids, in sorted key arrays;
 - :meth:`NgramLM.estimate`: counts → probabilities and backoff weights of every n-gram seen, as arrays;
 - :meth:`NgramLM.score_ids` / :meth:`NgramLM.sentence_logprobs`: log10 P(sentence) with ``<s>``/``</s>``, batched;
-- :func:`nmtkit.lm_arpa.write_arpa`: the model as an ARPA file, the format SRILM, KenLM and Moses read.
+- :func:`nmtkit.select.lm_arpa.write_arpa`: the model as an ARPA file, the format SRILM, KenLM and Moses read.
 
 The estimate, for an n-gram ``h w`` of order k (context h, its suffix h' without the first word)::
 
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nmtkit.lm_count import BOS, EOS, UNK, NgramCounts, find, flatten, ngram_ids
+from nmtkit.select.lm_count import BOS, EOS, UNK, NgramCounts, find, flatten, ngram_ids
 
 SPECIALS = ("<unk>", "<s>", "</s>")
 FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)
@@ -78,7 +78,7 @@ class LMVocab:
 class NgramLM:
     """An interpolated modified Kneser–Ney model of order N as arrays (see the module docstring).
 
-    For order k (index 0 unused): ``keys[k]`` the sorted n-gram keys (:mod:`nmtkit.lm_count`; order 1 is dense,
+    For order k (index 0 unused): ``keys[k]`` the sorted n-gram keys (:mod:`nmtkit.select.lm_count`; order 1 is dense,
     index = word id), ``logp[k]`` log10 p(w | h) of each n-gram, ``backoff[k]`` (k < N) log10 γ of each n-gram as a
     context (0 where it never is one). ``discounts[k]`` = (D_1, D_2, D_3+).
     """

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 BPE_SEPARATOR = "@@"
 SPM_SPACE = "\u2581"  # "▁": SentencePiece's mark on the unit that begins a word
 _SPM_ESCAPE = "\ue001"  # stands for a literal "▁" inside a word while SentencePiece sees it
-UNK_TOKEN = "<unk>"  # how the unknown-word token is written in text (nmtkit.vocab.SPECIALS[1])
+UNK_TOKEN = "<unk>"  # how the unknown-word token is written in text (nmtkit.data.vocab.SPECIALS[1])
 _UNK_PLACEHOLDER = "\ue000"  # a private-use character: Moses keeps it as a token of its own
 
 

@@ -8,13 +8,13 @@ must match) and turns raw lines into translations, **one result per input line, 
 - empty lines give empty translations without decoding; a line of more than ``max_source_len`` model tokens is
   cut at word boundaries into pieces that are translated separately and joined (a warning says so);
 - lines are read in windows of ``window`` lines, sorted by length into batches of ``batch_size`` within the window,
-  decoded with batched beam search (:mod:`nmtkit.search`), and the results given back in input order, window by
-  window, so memory does not grow with the input;
+  decoded with batched beam search (:mod:`nmtkit.translate.search`), and the results given back in input order, window
+  by window, so memory does not grow with the input;
 - the output undoes the preprocessing (BPE merge, Moses detokenisation) unless ``tokenized``;
 - with ``prefixes`` (one target line per input line, preprocessed as the target side is), each translation starts
-  with its line's prefix: the search is forced through it (:mod:`nmtkit.search`) and the prefix's own words are
-  written back; an empty source line with a prefix gives the prefix itself;
-- with ``sampling``, translations are drawn from the model (:mod:`nmtkit.sampling`) instead of searched for,
+  with its line's prefix: the search is forced through it (:mod:`nmtkit.translate.search`) and the prefix's own
+  words are written back; an empty source line with a prefix gives the prefix itself;
+- with ``sampling``, translations are drawn from the model (:mod:`nmtkit.translate.sampling`) instead of searched for,
   ``nbest`` samples per line, reproducibly from ``seed``, the line number and the piece.
 
 With ``workers=0`` on a CPU the decoding processes start only once the input fills a first window: a few lines
@@ -23,8 +23,9 @@ that each load torch and the model.  Automatic workers that cannot start, or tha
 but a warning: this process, which kept its models, decodes the windows they did not give back and the rest.
 
 Alignments (Pharaoh ``i-j``, source-target, 0-based) are on Moses-tokenised words, computed as ``nmt-align``
-computes them (:func:`nmtkit.wordalign.word_matrix`, :func:`nmtkit.wordalign.hard_links`): a target word's attention is
-the mean over its subwords' rows, a source word's the sum over its subwords' columns, argmax per target word.
+computes them (:func:`nmtkit.translate.wordalign.word_matrix`, :func:`nmtkit.translate.wordalign.hard_links`): a target
+word's attention is the mean over its subwords' rows, a source word's the sum over its subwords' columns, argmax per
+target word.
 """
 
 from __future__ import annotations
@@ -39,14 +40,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from nmtkit.decoding import build_models, decode_batch, load_checkpoints  # noqa: F401  (also the library's names here)
+# (also the library's names here)
+from nmtkit.translate.decoding import build_models, decode_batch, load_checkpoints  # noqa: F401
 from nmtkit.errors import InputError, WorkerError
-from nmtkit.sampling import Sampling
-from nmtkit.search import Hypothesis
+from nmtkit.translate.sampling import Sampling
+from nmtkit.translate.search import Hypothesis
 from nmtkit.streaming import windows
-from nmtkit.text import Preprocessor, TextConfig
-from nmtkit.vocab import SPECIALS, UNK, Vocabulary
-from nmtkit.wordalign import hard_links, word_matrix
+from nmtkit.data.text import Preprocessor, TextConfig
+from nmtkit.data.vocab import SPECIALS, UNK, Vocabulary
+from nmtkit.translate.wordalign import hard_links, word_matrix
 
 log = logging.getLogger("nmtkit.translate")
 MAX_AUTO_WORKERS = 4  # workers=0 starts min(threads, this) processes on a CPU
@@ -153,7 +155,7 @@ class Translator:
             self._options.update(sampling=dataclasses.asdict(sampling), seed=seed)
         threads = threads or torch.get_num_threads()
         self._lazy_pool = workers == 0  # automatic: start processes only for an input that fills a window
-        if workers == 0:  # processes rather than threads on a CPU (see nmtkit.decodepool)
+        if workers == 0:  # processes rather than threads on a CPU (see nmtkit.translate.pool)
             workers = min(threads, MAX_AUTO_WORKERS) if self.device.type == "cpu" else 1
         if workers > 1 and self.device.type != "cpu":
             raise InputError(f"--workers {workers} needs --device cpu (one process drives a {self.device.type} device)")
@@ -163,7 +165,7 @@ class Translator:
             self._start_pool()
 
     def _start_pool(self) -> None:
-        from nmtkit.decodepool import DecodePool
+        from nmtkit.translate.pool import DecodePool
 
         self._pool = DecodePool(self._checkpoints, self.workers, max(1, self._threads // self.workers), self.device,
                                 self._options, self.backend)

@@ -29,7 +29,7 @@ from typing import TextIO
 import numpy as np
 
 from nmtkit import __version__
-from nmtkit.lm import NgramLM
+from nmtkit.select.lm import NgramLM
 
 ROWS = 100_000  # n-grams formatted per batch
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nmtkit.vocab import BOS, EOS, PAD, UNK
+from nmtkit.data.vocab import BOS, EOS, PAD, UNK
 
 
 @dataclass

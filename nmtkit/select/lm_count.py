@@ -1,4 +1,4 @@
-"""N-gram counting from streamed sentences of token ids, in numpy arrays (the counting half of :mod:`nmtkit.lm`).
+"""N-gram counting from streamed sentences of token ids, in numpy arrays (the counting half of :mod:`nmtkit.select.lm`).
 
 The n-grams of each order are kept as a trie flattened into sorted arrays, as KenLM's trie does:
 

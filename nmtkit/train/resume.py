@@ -15,7 +15,7 @@ import zlib
 
 import numpy as np
 
-from nmtkit import checkpoint
+from nmtkit.data import checkpoint
 from nmtkit.errors import InputError
 
 log = logging.getLogger("nmtkit.train")

@@ -5,7 +5,7 @@ At every step the next token is drawn from the model's distribution ``p(y_i | y_
 :class:`Sampling`: divided by a ``temperature`` T in the log domain (``p^(1/T)``, renormalised), then cut to the
 ``topk`` most probable tokens, or to the smallest set whose probability reaches ``topp`` (nucleus sampling, Holtzman
 et al. 2020), and renormalised. ``<pad>`` and ``<s>`` are never drawn, ``<unk>`` not with ``no_unk``; a prefix is
-forced and the length limit applies as in :mod:`nmtkit.search`.
+forced and the length limit applies as in :mod:`nmtkit.translate.search`.
 
 **Reproducible**: the draws of sample s of a sentence are a function of that sentence's key (nmt-translate uses
 the seed, the line number and the piece) and s only, through their own generator: the same seed gives the same
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from nmtkit.search import Hypothesis, _limits, one_token_at_a_time
+from nmtkit.translate.search import Hypothesis, _limits, one_token_at_a_time
 
 
 @dataclass(frozen=True)

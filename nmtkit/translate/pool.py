@@ -10,7 +10,7 @@ nothing inherited from the parent's torch thread pools, and no re-import of the 
 multiprocessing's ``spawn`` would do; ``nmtkit.parallel.Mapper``, which serves nmt-prepare and nmt-select, forks,
 which is not safe once torch's thread pools run); each loads the checkpoints itself. The parent submits batches (source id
 arrays) and collects each batch's hypotheses by ticket, so the caller decides the order:
-:class:`nmtkit.translate.Translator` submits whole windows ahead and gives results back in input order. Each
+:class:`nmtkit.translate.translator.Translator` submits whole windows ahead and gives results back in input order. Each
 worker gets at most ``DEPTH`` batches at a time, so a fast worker takes more of them.
 
 Protocol: length-prefixed pickles over the worker's stdin and a duplicate of its stdout (its own stdout and
@@ -77,7 +77,7 @@ def worker_main() -> None:
     import torch
 
     from nmtkit.runtime import tune_malloc
-    from nmtkit.decoding import build_models, decode_batch
+    from nmtkit.translate.decoding import build_models, decode_batch
 
     tune_malloc()
     try:
@@ -129,7 +129,7 @@ def worker_main() -> None:
 class _Worker:
     def __init__(self, rank: int, setup: dict):
         package_root = str(Path(__file__).resolve().parent.parent)  # the same nmtkit as the parent's
-        code = f"import sys; sys.path.insert(0, {package_root!r}); import nmtkit.decodepool as d; d.worker_main()"
+        code = f"import sys; sys.path.insert(0, {package_root!r}); import nmtkit.translate.pool as d; d.worker_main()"
         self.name = f"decoding worker {rank}"
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      start_new_session=True)
@@ -145,7 +145,7 @@ class _Worker:
 
 class DecodePool:
     """``workers`` processes of ``threads`` torch threads each, decoding batches with
-    ``nmtkit.decoding.decode_batch(models, sources, device, **options)``."""
+    ``nmtkit.translate.decoding.decode_batch(models, sources, device, **options)``."""
 
     def __init__(self, checkpoints: list[str], workers: int, threads: int, device: str, options: dict[str, Any],
                  backend: str | None = None):

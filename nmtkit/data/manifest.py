@@ -3,10 +3,10 @@
 ``nmt-prepare`` writes a directory ``DIR`` holding::
 
     manifest.json              this format's description of everything below (see :func:`load`)
-    vocab.<src>, vocab.<tgt>   the shortlists (nmtkit.vocab format)
+    vocab.<src>, vocab.<tgt>   the shortlists (nmtkit.data.vocab format)
     bpe.codes                  subword-nmt codes, when BPE is used (shared by both languages)
     spm.model                  the SentencePiece model, when SentencePiece is used (shared by both languages)
-    <split>.<lang>.idx/.bin    the binarized corpus of each split (nmtkit.corpus format)
+    <split>.<lang>.idx/.bin    the binarized corpus of each split (nmtkit.data.corpus format)
     <split>.tok.<lang>         Moses-tokenised words of every input line of the split, for scoring and inspection
     train.kept                 for each training pair that passed the filters, its 1-based input line number
 
@@ -20,10 +20,10 @@ import json
 import os
 from dataclasses import dataclass
 
-from nmtkit.corpus import Corpus
+from nmtkit.data.corpus import Corpus
 from nmtkit.errors import InputError
-from nmtkit.text import TextConfig
-from nmtkit.vocab import Vocabulary
+from nmtkit.data.text import TextConfig
+from nmtkit.data.vocab import Vocabulary
 
 FORMAT_NAME = "nmtkit-prepared-corpus"
 FORMAT_VERSION = 1
