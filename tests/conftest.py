@@ -6,6 +6,7 @@ tests that need it are skipped with the reason, except under CI (``CI=true``), w
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from pathlib import Path
@@ -97,18 +98,18 @@ def kenlm():
 
 
 @pytest.fixture(autouse=True)
-def _speed_paths_at_every_size(monkeypatch):
-    """The oneDNN per-step products (matmul.Multiplier), the attention's row groups (fused._row_groups) and its
-    recomputed σ (fused.RECOMPUTE_MIN_ELEMENTS) and Adadelta's shortcut for rows without gradient
-    (adadelta._update_rows) start at the paper's sizes; the tests' tiny models take them too, so that every test --
-    training on real files, resuming -- exercises them (the tests of the other paths set them back)."""
-    from nmtkit.train import adadelta
-    from nmtkit.models import fused, matmul
+def speed_policy():
+    """The fast paths' speed policy (nmtkit/models/fast/policy.py) with every path taken at every size: the oneDNN
+    per-step products, the attention's row groups and its recomputed σ, and Adadelta's shortcut for rows without
+    gradient start at the paper's sizes, and the tests' tiny models take them too, so that every test -- training on
+    real files, resuming -- exercises them.  A test changes the policy for its remaining part by calling the fixture
+    (``speed_policy(attention_kernel=False)``); it is set back after the test."""
+    from nmtkit.models.fast.policy import override
 
-    monkeypatch.setattr(matmul, "ONEDNN_MIN_WEIGHT", 0)
-    monkeypatch.setattr(fused, "GROUP_MIN_ELEMENTS", 0)
-    monkeypatch.setattr(fused, "RECOMPUTE_MIN_ELEMENTS", 0)
-    monkeypatch.setattr(adadelta, "SPARSE_MIN_ROWS", 0)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(override(onednn_min_weight=0, group_min_elements=0, recompute_min_elements=0,
+                                     sparse_min_rows=0))
+        yield lambda **changes: stack.enter_context(override(**changes))
 
 
 @pytest.fixture(scope="session")

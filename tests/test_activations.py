@@ -1,11 +1,11 @@
-"""nmtkit.models.activations: tanh through the sigmoid, and the maxout's pairwise maximum with its own backward."""
+"""nmtkit.models.fast.activations: tanh through the sigmoid, and the maxout's pairwise maximum with its own backward."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from nmtkit.models.activations import pairwise_max, tanh_
+from nmtkit.models.fast.activations import pairwise_max, tanh_
 
 
 def test_tanh_through_the_sigmoid_is_within_float32_rounding_of_tanh():

@@ -1,4 +1,4 @@
-"""The library's layers run one way (docs/design.rst): cli → tools → models → kernels → data → runtime.
+"""The library's layers run one way (docs/design.rst): cli → tools → models → fast paths → kernels → data → runtime.
 
 Parsed from the source, every import counted (at module level and inside functions alike: a deferred import is
 still a dependency): a module imports only modules of its own layer or below, no two modules import each other
@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("data", ["nmtkit.data", "nmtkit.data.*", "nmtkit.datasets", "nmtkit.datasets.catalogue",
               "nmtkit.datasets.download", "nmtkit.datasets.fetch", "nmtkit.datasets.hansards"]),
     ("kernels", ["nmtkit.kernels", "nmtkit.kernels.*"]),
+    ("fast paths", ["nmtkit.models.fast", "nmtkit.models.fast.*"]),
     ("models", ["nmtkit.models", "nmtkit.models.*"]),
     ("tools", ["nmtkit.prepare", "nmtkit.select", "nmtkit.select.*", "nmtkit.train", "nmtkit.train.*",
                "nmtkit.translate", "nmtkit.translate.*", "nmtkit.align", "nmtkit.score", "nmtkit.plots"]),

@@ -1,4 +1,4 @@
-"""nmtkit.models.matmul.Multiplier: per-step products through oneDNN on CPU, equal to torch's own."""
+"""nmtkit.models.fast.matmul.Multiplier: per-step products through oneDNN on CPU, equal to torch's own."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from nmtkit import kernels
-from nmtkit.models import build_model, matmul
-from nmtkit.models.matmul import Multiplier
+from nmtkit.models import build_model
+from nmtkit.models.fast import matmul
+from nmtkit.models.fast.matmul import Multiplier
+from nmtkit.models.fast.policy import SpeedPolicy
 
 
 def _rand(*shape, seed=0):
@@ -46,15 +48,15 @@ def test_onednn_route_is_taken_for_per_step_products_only():
     assert rows and max(rows) <= B
 
 
-def test_small_weights_stay_with_torch(monkeypatch):
+def test_small_weights_stay_with_torch(speed_policy):
     """Below matmul.ONEDNN_MIN_WEIGHT elements (the small preset's sizes) a Multiplier uses torch's products."""
-    monkeypatch.setattr(matmul, "ONEDNN_MIN_WEIGHT", 1 << 18)  # (as outside the tests)
+    speed_policy(onednn_min_weight=SpeedPolicy.onednn_min_weight)  # (as outside the tests)
     assert Multiplier(_rand(256, 512)).packed is None
     assert Multiplier(_rand(1000, 1000)).packed is not None or not matmul.onednn(torch.zeros(1))
 
 
 def test_switched_off_by_the_environment():
-    code = "import torch; from nmtkit.models.matmul import onednn; print(onednn(torch.zeros(1)))"
+    code = "import torch; from nmtkit.models.fast.matmul import onednn; print(onednn(torch.zeros(1)))"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "NMTKIT_ONEDNN": "0"},
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+from nmtkit.models.fast.policy import SpeedPolicy
 import torch.nn.functional as F
 from torch.func import functional_call
 
@@ -73,13 +75,12 @@ def test_fused_and_reference_agree_with_gradients(arch):
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("sigma", ["recomputed", "kept"])
-def test_gradcheck(arch, sigma, monkeypatch):
+def test_gradcheck(arch, sigma, speed_policy):
     """float64 gradcheck of the whole model (the fused path, with its hand-written backward) w.r.t. every parameter;
     with the attention's σ recomputed in the backward (paper size) and kept from the forward (smaller sizes)."""
-    import nmtkit.models.fused as fused
 
     if sigma == "kept":
-        monkeypatch.setattr(fused, "RECOMPUTE_MIN_ELEMENTS", 1 << 62)
+        speed_policy(recompute_min_elements=1 << 62)
     torch.manual_seed(5)
     extra = {"attn_dim": 2} if arch == "rnnsearch" else {}
     model = build_model(arch, 6, 5, emb_dim=2, hidden_dim=3, maxout_dim=2, **extra)
@@ -102,17 +103,16 @@ def _source_mask(lens):
     return torch.arange(max(lens)).unsqueeze(0) < torch.tensor(lens).unsqueeze(1)
 
 
-def test_row_groups(monkeypatch):
+def test_row_groups(speed_policy):
     """fused._row_groups: equal-size groups of a batch sorted by source length, each over its longest source;
     groups of the same length merged; one group for an unsorted or small batch, or too little attention work."""
-    import nmtkit.models.fused as fused
-    from nmtkit.models.fused import _row_groups
+    from nmtkit.models.fast.fused import _row_groups
 
     assert _row_groups(_source_mask([9, 9, 8, 7, 7, 5, 3, 3, 2, 1]), 1) == [(0, 2, 9), (2, 5, 8), (5, 8, 5), (8, 10, 2)]
     assert _row_groups(_source_mask([6, 6, 6, 6, 6, 6, 4, 4]), 1) == [(0, 6, 6), (6, 8, 4)]  # three merged
     assert _row_groups(_source_mask([5, 6, 4, 4, 3, 3, 2, 1]), 1) == [(0, 8, 6)]  # not sorted
     assert _row_groups(_source_mask([6, 5, 4, 3, 2, 1, 1]), 1) == [(0, 7, 6)]  # fewer than 2 rows per group
-    monkeypatch.setattr(fused, "GROUP_MIN_ELEMENTS", 1 << 21)  # (as outside the tests)
+    speed_policy(group_min_elements=SpeedPolicy.group_min_elements)  # (as outside the tests)
     assert _row_groups(_source_mask([9, 9, 8, 7, 7, 5, 3, 3, 2, 1]), 1000) == [(0, 10, 9)]  # 90,000 elements
     assert len(_row_groups(_source_mask([50] * 20 + [30] * 60), 1000)) == 2  # 80 × 50 × 1,000: the paper's
 
@@ -124,7 +124,7 @@ def test_attention_groups_equal_one_group(monkeypatch):
     """A batch sorted by source length runs its attention in four groups (fused._row_groups): the logits, the
     attention weights (exactly zero at padding) and every gradient, with a loss on α as well, equal those of one
     group over all positions (float64)."""
-    import nmtkit.models.fused as fused
+    import nmtkit.models.fast.fused as fused
 
     assert len(fused._row_groups(_source_mask(GROUP_SRC), 1)) == 4
     model = randomize_(tiny("rnnsearch")).double()
@@ -150,14 +150,13 @@ def test_attention_groups_equal_one_group(monkeypatch):
 
 @pytest.mark.parametrize("unit", ["paper", "torch"])  # packed encoder (C_stack h_j at the real positions) or not
 @pytest.mark.parametrize("bf16", [False, True])
-def test_attention_kernel_equals_torch_ops(native_kernels, monkeypatch, bf16, unit):
+def test_attention_kernel_equals_torch_ops(native_kernels, monkeypatch, bf16, unit, speed_policy):
     """The fused decoder's attention step through the C kernel (nmtkit/kernels/attention.c) and through torch ops
     (row groups, σ recomputed) give the same loss, logits, attention weights (exactly 0 at padding) and
     gradients of every parameter, with a loss on α as well: in float32 within float32 rounding of each other and
     of the float64 reference path; under bf16 autocast, where a last-bit difference can flip a bf16 rounding,
     within 1e-2 of each tensor's largest value (measured: 7e-4 with the packed encoder, 3.5e-3 with
     torch.nn.GRU's).  A spy checks which path ran, and that under bf16 the kernel reads C_stack h_j in bf16."""
-    import nmtkit.models.fused as fused
 
     calls, ch_dtypes = [], set()
     for name, ch_arg in (("attend_forward", 5), ("attend_backward", 6)):  # (CH's position)
@@ -173,7 +172,7 @@ def test_attention_kernel_equals_torch_ops(native_kernels, monkeypatch, bf16, un
     src, lens, tgt_in, tgt_out = make_batch(GROUP_SRC, GROUP_TGT)
     results = []
     for kernel in (True, False) if bf16 else (True, False, None):  # None: the float64 reference
-        monkeypatch.setattr(fused, "ATTENTION_KERNEL", bool(kernel))
+        speed_policy(attention_kernel=bool(kernel))
         m = model.double() if kernel is None else model.float()
         m.fused = kernel is not None
         m.zero_grad()
@@ -203,10 +202,10 @@ def test_attention_kernel_equals_torch_ops(native_kernels, monkeypatch, bf16, un
 
 
 def test_attention_kernel_without_gradients_and_with_a_mask_that_is_not_right_padding(native_kernels,
-                                                                                     monkeypatch):
+                                                                                     monkeypatch, speed_policy):
     """Without autograd (validation, alignment) the kernel gives the torch ops' α; a source mask that is not
     right padding (the kernel reads each row's first positions) goes to the torch ops, with their values."""
-    import nmtkit.models.fused as fused
+    import nmtkit.models.fast.fused as fused
 
     calls = []
     real = native_kernels.attend_forward
@@ -215,7 +214,7 @@ def test_attention_kernel_without_gradients_and_with_a_mask_that_is_not_right_pa
     src, lens, tgt_in, _ = make_batch(GROUP_SRC, GROUP_TGT)
     alphas = []
     for kernel in (True, False):
-        monkeypatch.setattr(fused, "ATTENTION_KERNEL", kernel)
+        speed_policy(attention_kernel=kernel)
         with torch.no_grad():
             alphas.append(model(src, lens, tgt_in, return_attention=True)[1])
     assert calls
@@ -228,7 +227,7 @@ def test_attention_kernel_without_gradients_and_with_a_mask_that_is_not_right_pa
             torch.randn(m), torch.randn(2 * n, n), torch.randn(n, n), torch.randn(3 * n, 2 * n))
     outs = []
     for kernel in (True, False):
-        monkeypatch.setattr(fused, "ATTENTION_KERNEL", kernel)
+        speed_policy(attention_kernel=kernel)
         calls.clear()
         outs.append(fused.attentive_decoder(*args))
         assert not calls
@@ -247,15 +246,14 @@ class _NLL(torch.nn.Module):
 
 
 @pytest.mark.parametrize("sigma", ["recomputed", "kept"])
-def test_nll_sorts_its_batch_and_gradchecks_in_groups(sigma, monkeypatch):
+def test_nll_sorts_its_batch_and_gradchecks_in_groups(sigma, speed_policy):
     """nll takes the sentences longest source first, so that the attention runs in groups: the loss of a batch
     in any order is the sum of its sentences' losses, and its float64 gradcheck (fused path, four groups; the
     attention's σ recomputed or kept) holds."""
-    import nmtkit.models.fused as fused
-    from nmtkit.models.fused import _row_groups, by_source_length
+    from nmtkit.models.fast.fused import _row_groups, by_source_length
 
     if sigma == "kept":
-        monkeypatch.setattr(fused, "RECOMPUTE_MIN_ELEMENTS", 1 << 62)
+        speed_policy(recompute_min_elements=1 << 62)
 
     torch.manual_seed(5)
     model = randomize_(build_model("rnnsearch", 6, 5, emb_dim=2, hidden_dim=3, maxout_dim=2, attn_dim=2),
@@ -303,13 +301,12 @@ def test_decode_step_with_k_states_per_sentence(arch):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("table", [True, False])
 @pytest.mark.parametrize("tgt_vocab", [V_TGT, 32])
-def test_search_step_weights_give_the_plain_step(arch, table, tgt_vocab, monkeypatch):
+def test_search_step_weights_give_the_plain_step(arch, table, tgt_vocab, speed_policy):
     """Without autograd in eval mode decode_step uses stepweights.py ([W_a; U_z; U_r; U_o] s as one product, the
     input side looked up from a per-word table or one product, W_o padded to a multiple of 8): the same logits,
     states and attention as the plain step that training's autograd path uses."""
-    import nmtkit.models.stepweights as sw
 
-    monkeypatch.setattr(sw, "TABLE_MAX_ELEMENTS", sw.TABLE_MAX_ELEMENTS if table else 0)
+    speed_policy(table_max_elements=SpeedPolicy.table_max_elements if table else 0)
     torch.manual_seed(0)
     model = randomize_(build_model(f"{arch}-tiny", V_SRC, tgt_vocab)).eval()
     src, lens, tgt_in, _ = make_batch([4, 6, 2], [5, 3, 4])

@@ -7,8 +7,8 @@ import torch
 
 from nmtkit.models import paper_parameters
 from nmtkit.models.gru import PaperGRU, gru_recurrence
-from nmtkit.models.fused import gru_sequence
-from nmtkit.models.packed import gru_packed, packing, unpack
+from nmtkit.models.fast.fused import gru_sequence
+from nmtkit.models.fast.packed import gru_packed, packing, unpack
 
 from conftest import ARCHS, make_batch, randomize_, tiny  # the shared tiny models and batches
 

@@ -17,7 +17,7 @@ from conftest import ARCHS, V_SRC, V_TGT, make_batch, randomize_, tiny  # the sh
 def test_nll_equals_cross_entropy_of_logits_with_gradients(arch, chunk_rows, monkeypatch):
     """model.nll (output layer only at real positions, fused with softmax and gradient, in row chunks) gives the
     value and every parameter's gradient of plain cross-entropy on forward()'s logits (float64)."""
-    import nmtkit.models.output as output
+    import nmtkit.models.fast.output as output
 
     monkeypatch.setattr(output, "CHUNK_ELEMENTS", chunk_rows * V_TGT)
     monkeypatch.setattr(output, "MIN_CHUNK_ROWS", 1)
@@ -45,7 +45,7 @@ def test_nll_equals_cross_entropy_of_logits_with_gradients(arch, chunk_rows, mon
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("block_rows", [2, 1000])
 def test_nll_under_bf16_autocast(arch, block_rows, monkeypatch):
-    import nmtkit.models.output as output
+    import nmtkit.models.fast.output as output
 
     monkeypatch.setattr(output, "BLOCK_ELEMENTS", block_rows * V_TGT)
     model = randomize_(tiny(arch), std=0.1)
@@ -66,7 +66,7 @@ def test_loss_gradients_under_bf16_autocast(chunk_rows, eps, monkeypatch):
     """Under bf16 autocast the loss's gradients come back in float32 and scaled by the incoming gradient, within
     bf16 rounding of float64's, whether ∂L/∂W_o is one chunk's bf16 product or a float32 sum over chunks; with
     label smoothing too (value and gradients of F.cross_entropy(…, label_smoothing=ε))."""
-    import nmtkit.models.output as output
+    import nmtkit.models.fast.output as output
 
     monkeypatch.setattr(output, "CHUNK_ELEMENTS", chunk_rows * 56)
     monkeypatch.setattr(output, "MIN_CHUNK_ROWS", 1)
@@ -93,7 +93,7 @@ def test_loss_gradients_under_bf16_autocast(chunk_rows, eps, monkeypatch):
 def test_linear_cross_entropy_for_any_vocabulary_size(V, l):
     """The fused loss rounds the vocabulary and the maxout size up to multiples of 8 for speed (matmul.py): the
     padding must add nothing to the value or the gradients."""
-    from nmtkit.models.output import linear_cross_entropy
+    from nmtkit.models.fast.output import linear_cross_entropy
 
     g = torch.Generator().manual_seed(3)
     t = torch.randn(7, l, generator=g, dtype=torch.float64, requires_grad=True)
@@ -119,8 +119,8 @@ def test_linear_cross_entropy_when_the_reference_word_underflows(bf16, block_row
     """−log p(y) comes from the softmax's p(y); where p(y) underflows in float32 (a reference word 150 nats below
     the best) it is recomputed from the logits: finite and exact, in float32 and under bf16 autocast, also when
     the softmax runs in blocks of rows, and with label smoothing (whose extra term needs no log p)."""
-    import nmtkit.models.output as output
-    from nmtkit.models.output import linear_cross_entropy
+    import nmtkit.models.fast.output as output
+    from nmtkit.models.fast.output import linear_cross_entropy
 
     monkeypatch.setattr(output, "BLOCK_ELEMENTS", block_rows * 16)  # V' = 16
 
@@ -148,7 +148,7 @@ def test_linear_cross_entropy_with_label_smoothing(dtype, chunk_rows, eps, monke
     """With label smoothing ε the fused loss is F.cross_entropy(…, label_smoothing=ε) -- the cross-entropy against
     (1 − ε) onehot(y) + ε/V over the real vocabulary, V = 29 padded to 32 inside -- in value and in the gradients
     of t, W and b, in one chunk of rows or several; the second result is the plain −Σ log p(y), detached."""
-    import nmtkit.models.output as output
+    import nmtkit.models.fast.output as output
 
     V, l, N = 29, 5, 37  # V' = 32, l' = 8, N' = 40
     monkeypatch.setattr(output, "CHUNK_ELEMENTS", chunk_rows * 32)
@@ -182,7 +182,7 @@ def test_linear_cross_entropy_with_label_smoothing(dtype, chunk_rows, eps, monke
 def test_linear_cross_entropy_without_label_smoothing_is_unchanged(bf16, chunk_rows, monkeypatch):
     """ε = 0 is the plain loss, bit for bit: the value, its gradients and the returned −Σ log p(y) are those of
     linear_cross_entropy(t, W, b, y) without the option."""
-    import nmtkit.models.output as output
+    import nmtkit.models.fast.output as output
 
     monkeypatch.setattr(output, "CHUNK_ELEMENTS", chunk_rows * 32)
     monkeypatch.setattr(output, "MIN_CHUNK_ROWS", 1)
@@ -209,7 +209,7 @@ def test_linear_cross_entropy_without_label_smoothing_is_unchanged(bf16, chunk_r
 
 @pytest.mark.parametrize("bad", [-0.1, 1.0, 1.5, float("nan"), True, "0.1", None])
 def test_label_smoothing_out_of_range_raises(bad):
-    from nmtkit.models.output import linear_cross_entropy, linear_cross_entropy_with_nll
+    from nmtkit.models.fast.output import linear_cross_entropy, linear_cross_entropy_with_nll
 
     t, W, b, y = torch.randn(3, 4), torch.randn(5, 4), torch.zeros(5), torch.tensor([0, 1, 4])
     for f in (linear_cross_entropy, linear_cross_entropy_with_nll):
@@ -228,7 +228,7 @@ def test_training_loss_equals_smoothed_cross_entropy_of_logits(arch, fused, eps,
     F.cross_entropy(forward()'s logits, label_smoothing=ε, ignore_index=PAD, reduction="sum") (float64, the
     fused output layer in several chunks), on the fused and the reference recurrences; its second result is
     model.nll's value, detached."""
-    import nmtkit.models.output as output
+    import nmtkit.models.fast.output as output
 
     monkeypatch.setattr(output, "CHUNK_ELEMENTS", 3 * V_TGT)
     monkeypatch.setattr(output, "MIN_CHUNK_ROWS", 1)
@@ -276,7 +276,7 @@ def test_training_loss_under_bf16_autocast(arch):
 @pytest.mark.parametrize("K", [5, 16])
 def test_aligned_linear_is_linear(K):
     """matmul.aligned_linear pads the reduced dimension to a multiple of 8: F.linear's values and gradients."""
-    from nmtkit.models.matmul import aligned_linear
+    from nmtkit.models.fast.matmul import aligned_linear
 
     g = torch.Generator().manual_seed(4)
     x = torch.randn(3, 4, K, generator=g, dtype=torch.float64, requires_grad=True)

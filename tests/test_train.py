@@ -291,11 +291,11 @@ def test_adadelta_is_torchs(opts, update_path, monkeypatch):
     assert float(s_ours["state"][0]["step"]) == 5 and float(s_ours["state"][3]["step"]) == 3
 
 
-def test_adadelta_rows_without_gradient_are_torchs(update_path, monkeypatch):
+def test_adadelta_rows_without_gradient_are_torchs(update_path, monkeypatch, speed_policy):
     """An embedding-like parameter whose gradient is zero in most rows (a minibatch uses few words) takes the
     rows shortcut -- and ends with torch's parameters and state (see ``update_path``), through sparse and dense
     steps."""
-    monkeypatch.setattr(adadelta, "SPARSE_MIN_ROWS", 16)
+    speed_policy(sparse_min_rows=16)
     monkeypatch.setattr(adadelta, "BLOCK", 64)
     taken = []
     real_rows = adadelta._update_rows
@@ -372,13 +372,13 @@ def test_adadelta_takes_row_sparse_gradients(update_path, monkeypatch):
 @pytest.mark.parametrize("extra, update_path",
                          [({}, "blocked"), ({}, "kernel"), ({"weight_decay": 0.01}, "torch-step")],
                          indirect=["update_path"])
-def test_adadelta_grad_scale_equals_clipping_first(monkeypatch, extra, update_path):
+def test_adadelta_grad_scale_equals_clipping_first(monkeypatch, extra, update_path, speed_policy):
     """step(grad_scale=s) -- the trainer's clipping folded into the update -- gives bit for bit the parameters and
     state of clipping the gradients in place and then stepping, on every path: dense (blocked or compiled), the
     rows shortcut, row-sparse gradients (and torch's own step, for options ours does not cover)."""
     from nmtkit.train.gradients import clip_grad_norm_, grad_norm_and_scale
 
-    monkeypatch.setattr(adadelta, "SPARSE_MIN_ROWS", 16)
+    speed_policy(sparse_min_rows=16)
     monkeypatch.setattr(adadelta, "BLOCK", 64)
     torch.manual_seed(0)
     shapes = [(40, 7), (40, 7), (8, 3)]  # row-sparse, rows shortcut (dense, few rows used), dense
@@ -580,7 +580,7 @@ def test_resume_equals_uninterrupted(small, tmp_path, stop, total, options):
                          ids=["adadelta", "adam", "sgd"])
 def test_an_update_moves_every_weights_version(small, tmp_path, recipe):
     """After each update every parameter's version counter has moved -- torch's fused Adam and the compiled Adadelta
-    kernel write without moving it -- so that the search's cached weights (models/stepweights.py) are rebuilt for
+    kernel write without moving it -- so that the search's cached weights (models/fast/stepweights.py) are rebuilt for
     the next validation's BLEU instead of decoding with the weights of an earlier one."""
     trainer = Trainer(_cfg(small, tmp_path / "run", max_updates=2, valid_every=100, valid_bleu_sentences=0,
                            **recipe))

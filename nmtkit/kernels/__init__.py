@@ -7,10 +7,10 @@ the chain becomes one loop.  And some copies -- casts of transposed matrices -- 
 - ``adadelta``: the optimizer's update (adadelta.c): about 12 torch ops per parameter block become one pass that
   reads θ, g, E[g²], E[Δθ²] and writes three of them once;
 - ``attend_forward`` / ``attend_backward``: one step of the RNNsearch attention (attention.c), the chain of
-  torch ops over (B, Tx, n') of models/fused.py in one visit of each sentence's real source positions;
+  torch ops over (B, Tx, n') of models/fast/fused.py in one visit of each sentence's real source positions;
 - ``to_bf16``: a float32 matrix with any strides cast to bfloat16 (cast.c), in tiles that stay in the cache --
   the backward pass's transposed weights, which torch casts with a slow strided copy, and W_o cast straight into
-  its padded copy (models/matmul.py).
+  its padded copy (models/fast/matmul.py).
 
 **Build.**  The C files are compiled by the system's C compiler (``$CC``, else ``cc``) with
 ``-O3 -march=native -fopenmp`` into ``$NMTKIT_CACHE/kernels/`` (``~/.cache/nmtkit`` by default; when that is not

@@ -6,7 +6,7 @@
  *     e_ij = Σ_k v2_k σ(keys2_jk + q_k),     α_ij = softmax_j(e_ij) over the real positions j < len,
  *     g_i  = gx_i + Σ_j α_ij CH_j            (CH_j = C_stack h_j: the decoder's context term C_stack c_i).
  *
- * As torch ops (nmtkit/models/fused.py), one step is a chain of passes over (B, Tx, n'): the sum, σ, the product
+ * As torch ops (nmtkit/models/fast/fused.py), one step is a chain of passes over (B, Tx, n'): the sum, σ, the product
  * with v2, masking, softmax, and backwards the recomputed σ, its derivative, two reductions and an accumulation.
  * Here each sentence's positions are visited once per direction, only the real ones (no padding, so no row
  * groups), with σ computed in registers and never stored.  Rows go to the threads round robin (schedule(static,

@@ -19,8 +19,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmtkit.models.gru import PaperGRU
 from nmtkit.models.init import normal_, orthogonal_blocks_, zeros_
-from nmtkit.models.matmul import aligned_linear
-from nmtkit.models.packed import Packing, gru_packed, unpack
+from nmtkit.models.fast.matmul import aligned_linear
+from nmtkit.models.fast.packed import Packing, gru_packed, unpack
 
 GRU_UNITS = ("paper", "torch")
 

@@ -29,9 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmtkit.models.fused import gru_sequence
+from nmtkit.models.fast.fused import gru_sequence
 from nmtkit.models.init import normal_, orthogonal_blocks_, zeros_
-from nmtkit.models.matmul import aligned_linear
+from nmtkit.models.fast.matmul import aligned_linear
 
 
 def gru_step(gx: Tensor, s: Tensor, U_zr: Tensor, U: Tensor) -> Tensor:

@@ -61,17 +61,17 @@ from torch import Tensor, nn
 
 from nmtkit.models import reference
 from nmtkit.models.registry import default_backend, register_model, register_preset
-from nmtkit.models.activations import pairwise_max
+from nmtkit.models.fast.activations import pairwise_max
 from nmtkit.models.attention import AdditiveAttention, alignment
 from nmtkit.models.encoder import GRU_UNITS, EncoderStates, SourceEncoder
-from nmtkit.models.fused import attentive_decoder, by_source_length, gru_sequence
+from nmtkit.models.fast.fused import attentive_decoder, by_source_length, gru_sequence
 from nmtkit.models.gru import ConditionalGRU, gru_update
 from nmtkit.models.init import PAPER_STD, normal_, zeros_
-from nmtkit.models.matmul import aligned_linear
-from nmtkit.models.output import check_label_smoothing, linear_cross_entropy, linear_cross_entropy_with_nll
-from nmtkit.models.packed import Packing, packing, unpack
-from nmtkit.models.stepweights import StepWeights, step_weights
-from nmtkit.models.stepweights import usable as usable_step_weights
+from nmtkit.models.fast.matmul import aligned_linear
+from nmtkit.models.fast.output import check_label_smoothing, linear_cross_entropy, linear_cross_entropy_with_nll
+from nmtkit.models.fast.packed import Packing, packing, unpack
+from nmtkit.models.fast.stepweights import StepWeights, step_weights
+from nmtkit.models.fast.stepweights import usable as usable_step_weights
 from nmtkit.data.vocab import BOS, PAD
 
 

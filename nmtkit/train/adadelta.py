@@ -25,7 +25,7 @@ Anything else (CUDA, weight decay, ``maximize``, ...) goes to torch's own step.
 **Rows without gradient.**  A minibatch uses a few hundred of the 30,000 words, so most rows of the embedding
 matrices' (dense) gradients are zero.  For such a row the update above reduces exactly to E[g²] ← ρ E[g²],
 E[Δθ²] ← ρ E[Δθ²], θ unchanged (g = 0 makes Δθ = 0 and adds exact zeros), which needs no square roots.  For 2-D
-parameters of at least ``SPARSE_MIN_ROWS`` rows, when at most half the rows have a nonzero gradient, ``Adadelta``
+parameters of at least the speed policy's ``sparse_min_rows`` rows, when at most half the rows have a nonzero gradient, ``Adadelta``
 scales the two averages of every row by ρ and runs the full update on the other rows only (gathered into a compact
 copy and written back): the same values as the full update (tests compare), in a fraction of its time.  A
 row-sparse gradient (a COO tensor, as the models give for their embeddings on request, gradients.py) names its
@@ -37,9 +37,9 @@ from __future__ import annotations
 import torch
 
 from nmtkit import kernels
+from nmtkit.models.fast.policy import policy
 
 BLOCK = 1 << 19  # elements per block (2 MB of float32 per array; 2^18 … 2^21 measure alike here, 2^15 gains nothing)
-SPARSE_MIN_ROWS = 4096  # 2-D parameters with this many rows (vocabulary-sized) are checked for rows without gradient
 
 
 class Adadelta(torch.optim.Adadelta):
@@ -96,7 +96,7 @@ class Adadelta(torch.optim.Adadelta):
                 if g.is_sparse:
                     g = g.coalesce()  # (k rows, C) values at distinct rows
                     _update_at(p, g._indices()[0], g._values(), sq, acc, *hyper)
-                elif not (p.dim() == 2 and p.shape[0] >= SPARSE_MIN_ROWS and _update_rows(p, g, sq, acc, *hyper)):
+                elif not (p.dim() == 2 and p.shape[0] >= policy().sparse_min_rows and _update_rows(p, g, sq, acc, *hyper)):
                     _update(p, g, sq, acc, *hyper)
         return loss
 

@@ -43,7 +43,7 @@ def raw_weights(payload: dict) -> dict:
 @contextlib.contextmanager
 def using_weights(model: torch.nn.Module, weights: dict | None):
     """The model with ``weights`` (a state dict) copied into its tensors for the duration, then its own restored
-    bit for bit (copies, so that the version counters move and weight caches (models/stepweights.py) are
+    bit for bit (copies, so that the version counters move and weight caches (models/fast/stepweights.py) are
     rebuilt); ``None``: the model as it is."""
     if weights is None:
         yield model

@@ -282,7 +282,7 @@ class Trainer:
             self._check_finite(nll_sum, norm)
             self.optimizer.step()
         # torch's fused Adam and nmtkit's compiled Adadelta write the weights without moving their version counters,
-        # on which caches of derived weights are keyed (models/stepweights.py: the search's, in validation BLEU)
+        # on which caches of derived weights are keyed (models/fast/stepweights.py: the search's, in validation BLEU)
         for p in self.model.parameters():
             torch.autograd.graph.increment_version(p)
         if self.averager is not None:

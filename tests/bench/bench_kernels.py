@@ -3,22 +3,22 @@
 
     python tests/bench/bench_kernels.py        # writes tests/bench/results/bench_kernels.txt
 
-1. Output-layer products with V not a multiple of 8 against V padded to one (``nmtkit.models.matmul.padded_vocab``):
+1. Output-layer products with V not a multiple of 8 against V padded to one (``nmtkit.models.fast.matmul.padded_vocab``):
    a beam-12 step of the small model (960 hypotheses × 128 → V = 7,897, one thread) and the paper-size training
    forward product (1,511 targets × 500 → V = 30,004, torch's default threads).
 2. ``nmtkit.translate.search.top_k`` against ``torch.topk`` over beam search's candidates (80 sentences × 12 · 7,897,
    k = 24, one thread).
 3. The paper-size training backward products whose result is m = 620 or l = 500 wide, against the same with the
-   dimension padded to 624 / 504 (``nmtkit.models.matmul.aligned_linear`` and the fused loss; the "now" column
+   dimension padded to 624 / 504 (``nmtkit.models.fast.matmul.aligned_linear`` and the fused loss; the "now" column
    includes slicing the result back): ∂L/∂x and ∂L/∂W_stack of the encoder's input projections (3,000 source
    positions, both directions: 6n = 6,000), ∂L/∂t and ∂L/∂W_o of the output layer (1,511 targets, V = 30,008).
 4. The paper-size encoder (m = 620, n = 1000, both directions; forward and backward) over the real source lengths
    of ``bench_train.py``'s first measured paper-size minibatches (the prepared Hansards of its paper part, made
    and cached in the work directory when missing): padded to each batch's longest sentence, as before
-   (``SourceEncoder.forward``), against packed (``forward_packed``, ``nmtkit.models.packed``); with the share of
+   (``SourceEncoder.forward``), against packed (``forward_packed``, ``nmtkit.models.fast.packed``); with the share of
    the padded source positions that are padding.
 
-5. The recurrences' per-step products through oneDNN (``nmtkit.models.matmul.Multiplier``, the weight reordered
+5. The recurrences' per-step products through oneDNN (``nmtkit.models.fast.matmul.Multiplier``, the weight reordered
    once) against torch's default GEMM (``torch.mm``, MKL in this wheel): the decoder's at the paper's batch of 80,
    forwards and backwards, and in bf16 too.
 6. One Adadelta update of rnnsearch-50's 80M weights (30k vocabularies), with random gradients everywhere and with
@@ -27,19 +27,19 @@
    gradient only decayed; the same values bit for bit), and that against its compiled kernel (``nmtkit.kernels``,
    adadelta.c; the same values to float32 rounding).
 
-7. The bf16 training loss's three products (``nmtkit.models.output``: logits t W_oᵀ, ∂L/∂t = (p − y) W_o,
+7. The bf16 training loss's three products (``nmtkit.models.fast.output``: logits t W_oᵀ, ∂L/∂t = (p − y) W_o,
    ∂L/∂W_o = (p − y)ᵀ t, with V' = 30,008 and l' = 504) at N target rows, against N rounded up to a multiple
    of 8 with zero rows (as the loss now does; the extra rows' results are not used), for token counts of real
    Hansards minibatches.
-8. Stop 17's smaller items, each against the torch code it replaced (``nmtkit.models.activations``,
+8. Stop 17's smaller items, each against the torch code it replaced (``nmtkit.models.fast.activations``,
    ``nmtkit.kernels.to_bf16``): the GRUs' candidate tanh over a packed step's (2, 80, 1,000) block, ``tanh_``
    (2σ(2x) − 1) against torch's tanh; the maxout over a paper-size batch (1,511 × 2l = 1,000, forward and
    backward), ``pairwise_max`` against ``amax`` over pairs; the bf16 copy of a backward pass's transposed weight
    (Wcatᵀ, 1,000 × 3,000 from a float32 3,000 × 1,000), the C kernel against torch's cast and contiguous copy;
    W_o (30,004 × 500) cast into its padded bf16 copy (30,008 × 504), the kernel against torch's copy.
-9. The paper-size attentive decoder (``nmtkit.models.fused.attentive_decoder``, forward and backward, bf16
+9. The paper-size attentive decoder (``nmtkit.models.fast.fused.attentive_decoder``, forward and backward, bf16
    autocast and float32) over ``bench_train.py``'s first measured paper-size minibatches (the encoder part's):
-   each step's attention as torch ops in row groups (``ATTENTION_KERNEL = False``) against the C kernel
+   each step's attention as torch ops in row groups (the speed policy's ``attention_kernel`` off) against the C kernel
    (nmtkit/kernels/attention.c).
 
 Each figure is the median of interleaved repeats (milliseconds per call); the machine should be quiet.
@@ -82,7 +82,7 @@ def main() -> int:
     import torch
 
     from nmtkit.runtime import tune_malloc
-    from nmtkit.models.matmul import padded_vocab, round_up
+    from nmtkit.models.fast.matmul import padded_vocab, round_up
     from nmtkit.translate.search import top_k
 
     tune_malloc()
@@ -172,7 +172,7 @@ def encoder_case(rows: list, threads: int) -> None:
 
     from bench_train import scheduled_lengths
     from nmtkit.models.encoder import SourceEncoder
-    from nmtkit.models.packed import packing
+    from nmtkit.models.fast.packed import packing
 
     prep = peers.prepare_real(peers.DEFAULT_WORK)
     lengths = [torch.tensor(src) for src, _ in scheduled_lengths(prep, "rnnsearch-50", 3, ENCODER_BATCHES)]
@@ -213,7 +213,7 @@ def encoder_case(rows: list, threads: int) -> None:
 def onednn_cases(rows: list, g, threads: int) -> None:
     import torch
 
-    from nmtkit.models.matmul import Multiplier, onednn
+    from nmtkit.models.fast.matmul import Multiplier, onednn
 
     if not onednn(torch.zeros(1)):
         peers.log("no oneDNN products in this torch build: part 5 skipped")
@@ -285,8 +285,8 @@ def small_items_cases(rows: list, g, threads: int) -> None:
     import torch
 
     from nmtkit import kernels
-    from nmtkit.models import matmul
-    from nmtkit.models.activations import pairwise_max, tanh_
+    from nmtkit.models.fast import matmul
+    from nmtkit.models.fast.activations import pairwise_max, tanh_
 
     x = torch.randn(2, 80, 1000, generator=g) * 2
     h = torch.empty_like(x)
@@ -339,8 +339,9 @@ def attention_case(rows: list, threads: int) -> None:
     import torch
 
     from bench_train import scheduled_lengths
-    from nmtkit.models import fused
-    from nmtkit.models.packed import packing
+    from nmtkit.models.fast import fused
+    from nmtkit.models.fast.packed import packing
+    from nmtkit.models.fast.policy import override
 
     prep = peers.prepare_real(peers.DEFAULT_WORK)
     lengths = scheduled_lengths(prep, "rnnsearch-50", 3, ENCODER_BATCHES)
@@ -359,26 +360,23 @@ def attention_case(rows: list, threads: int) -> None:
                       torch.randn(Ty, B, n, generator=g), torch.randn(Ty, B, 2 * n, generator=g)))
 
     def run(kernel: bool, bf16: bool):
-        fused.ATTENTION_KERNEL = kernel
-        for args, real, wS, wC in cases:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                S, CTX, _ = fused.attentive_decoder(*args, *weights, real=real)
-            ((S * wS).sum() + (CTX * wC).sum()).backward()
+        with override(attention_kernel=kernel):
+            for args, real, wS, wC in cases:
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    S, CTX, _ = fused.attentive_decoder(*args, *weights, real=real)
+                ((S * wS).sum() + (CTX * wC).sum()).backward()
 
-    try:
-        for bf16 in (True, False):
-            name = "bf16" if bf16 else "float32"
-            peers.log(f"attentive decoder ({name}) over {ENCODER_BATCHES} Hansards minibatches: torch against C")
-            times: dict[str, list[float]] = {"torch": [], "now": []}
-            for _ in range(3):
-                times["torch"] += timed(lambda: run(False, bf16), repeats=1)
-                times["now"] += timed(lambda: run(True, bf16), repeats=1)
-            t = {k: statistics.median(v) for k, v in times.items()}
-            rows.append([f"attentive decoder fwd+bwd ({name}), {ENCODER_BATCHES} Hansards batches of 80",
-                         f"{threads}", f"torch ops: {t['torch']:.0f}", f"attention.c: {t['now']:.0f}",
-                         f"{t['torch'] / t['now']:.2f}×"])
-    finally:
-        fused.ATTENTION_KERNEL = True
+    for bf16 in (True, False):
+        name = "bf16" if bf16 else "float32"
+        peers.log(f"attentive decoder ({name}) over {ENCODER_BATCHES} Hansards minibatches: torch against C")
+        times: dict[str, list[float]] = {"torch": [], "now": []}
+        for _ in range(3):
+            times["torch"] += timed(lambda: run(False, bf16), repeats=1)
+            times["now"] += timed(lambda: run(True, bf16), repeats=1)
+        t = {k: statistics.median(v) for k, v in times.items()}
+        rows.append([f"attentive decoder fwd+bwd ({name}), {ENCODER_BATCHES} Hansards batches of 80",
+                     f"{threads}", f"torch ops: {t['torch']:.0f}", f"attention.c: {t['now']:.0f}",
+                     f"{t['torch'] / t['now']:.2f}×"])
 
 
 if __name__ == "__main__":

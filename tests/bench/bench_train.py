@@ -170,11 +170,11 @@ def scheduled_lengths(prep: Path, arch: str, first: int, count: int, batch_size:
 
 def matmul_gflops(n: int, dtype_name: str, reps: int = 8) -> dict:
     """Best and median GFLOP/s of two n×n matrices multiplied (2n³ FLOPs per call), by torch.matmul and by
-    nmtkit's oneDNN route (``nmtkit.models.matmul.Multiplier``, which training's per-step products take on CPU):
+    nmtkit's oneDNN route (``nmtkit.models.fast.matmul.Multiplier``, which training's per-step products take on CPU):
     the faster of the two."""
     import torch
 
-    from nmtkit.models.matmul import Multiplier
+    from nmtkit.models.fast.matmul import Multiplier
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
     g = torch.Generator().manual_seed(0)

@@ -6,7 +6,7 @@ such thin products poorly on this CPU (AMD EPYC, AVX-512); oneDNN, which the sam
 (``torch.ops.mkldnn``), runs them faster when the weight is reordered once into its blocked layout
 (tests/bench/results/bench_kernels.txt, rows "per step").  ``Multiplier(W)`` does
 that: W reordered once per forward (or backward) pass, then ``product(x)`` / ``add_product(bias, x, out)`` at
-every step (weights of at least ``ONEDNN_MIN_WEIGHT`` elements: the paper's sizes, not the small preset's).  The
+every step (weights of at least the policy's ``onednn_min_weight`` elements: the paper's sizes, not the small preset's).  The
 values are float32 GEMM results like torch's, only summed in another order (tests compare).  Elsewhere -- CUDA,
 float64, float16 autocast, a torch build without oneDNN, or ``NMTKIT_ONEDNN=0`` in the environment --
 ``Multiplier`` calls torch's products.
@@ -35,19 +35,16 @@ returned in float32 -- how the hand-written recurrences keep states and accumula
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from nmtkit import kernels
+from nmtkit.models.fast.policy import policy
 
 ALIGN = 8
 ROWS_HINT = 80  # the batch size oneDNN's weight layout is chosen for (the paper's minibatch); any row count works
-# weights smaller than this (elements) stay with torch's products: at the small preset's sizes (n = 256) the route
-# measured no faster, end to end (tests run the route at every size)
-ONEDNN_MIN_WEIGHT = 1 << 18
 
 
 def round_up(k: int) -> int:
@@ -60,8 +57,6 @@ def _onednn_works(dtype: torch.dtype = torch.float32) -> bool:
     """Whether this torch build's oneDNN product with a reordered weight is there, runs in ``dtype`` on this CPU and
     agrees with torch's (checked once per dtype).  bf16 needs CPU support that float32 does not (oneDNN's bf16
     reorder asks for AVX512-BW or AVX-NE-CONVERT): on an AVX2-only CPU the float32 route works, the bf16 one raises."""
-    if os.environ.get("NMTKIT_ONEDNN", "1") == "0":
-        return False
     try:  # (its own generator: the probe runs inside a caller's first product and must not move the global RNG)
         g = torch.Generator().manual_seed(0)
         a, w = torch.randn(5, 11, generator=g).to(dtype), torch.randn(7, 11, generator=g).to(dtype)
@@ -77,7 +72,8 @@ def onednn(t: Tensor, dtype: torch.dtype | None = None) -> bool:
     """Whether products with t, run in ``dtype`` (default t's), go through oneDNN: CPU, float32 or bfloat16, and
     oneDNN usable in that dtype here."""
     dtype = t.dtype if dtype is None else dtype
-    return t.device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and _onednn_works(dtype)
+    return (t.device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and policy().onednn
+            and _onednn_works(dtype))
 
 
 def autocast_dtype(t: Tensor):
@@ -125,7 +121,7 @@ class Multiplier:
     def __init__(self, W: Tensor, lowp=None):
         self.lowp = lowp
         # the route is chosen on the dtype the products run in (float16 autocast: torch's products)
-        if onednn(W, lowp or W.dtype) and W.numel() >= ONEDNN_MIN_WEIGHT:
+        if onednn(W, lowp or W.dtype) and W.numel() >= policy().onednn_min_weight:
             W = contiguous_in_lowp(W, lowp)
             self.packed = torch.ops.mkldnn._reorder_linear_weight(W, ROWS_HINT)
         else:

@@ -12,7 +12,7 @@ A step of search reads s_{i-1} through four matrices and y_{i-1} through two (Ap
 - ``y_table`` = [W_stack E y + b_stack; V_o E y + b_o] for every target word y (V, 3n + 2l): E y_{i-1} takes only
   V values, so the whole input side of a step becomes a row lookup instead of two matmuls (a sixth of the small
   model's multiply-adds per hypothesis).  Row ``<s>`` is built from E y_0 = 0 (the model's first-word convention).  The table
-  costs V × (3n + 2l) floats: it is built when that is at most ``TABLE_MAX_ELEMENTS`` (the small preset's 8,000 ×
+  costs V × (3n + 2l) floats: it is built when that is at most the policy's ``table_max_elements`` (the small preset's 8,000 ×
   1,024 is; the paper's 30,000 × 4,000 = 480 MB is not, and there the input side is a tenth of the work); otherwise
   ``y_stack`` = [W_stack; V_o] (3n + 2l, m) and ``y_bias`` give the same values from one matmul;
 - ``W_o``, ``b_y`` padded to a vocabulary size that is a multiple of 8 (``matmul.padded_vocab``: much faster
@@ -32,10 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from nmtkit.models.matmul import padded_vocab
+from nmtkit.models.fast.matmul import padded_vocab
+from nmtkit.models.fast.policy import policy
 from nmtkit.data.vocab import BOS
 
-TABLE_MAX_ELEMENTS = 32 * 2**20  # 128 MB of float32
 
 
 class StepWeights(NamedTuple):
@@ -72,7 +72,7 @@ def step_weights(model) -> StepWeights:
         y_stack = torch.cat([W_stack, V_o])  # (3n + 2l, m)
         y_bias = torch.cat([b_stack, b_o])  # (3n + 2l,)
         table = None
-        if E.shape[0] * y_stack.shape[0] <= TABLE_MAX_ELEMENTS:
+        if E.shape[0] * y_stack.shape[0] <= policy().table_max_elements:
             table = F.linear(E, y_stack, y_bias)  # (V, 3n + 2l)
             table[BOS] = y_bias  # E y_0 = 0
         W_o, b_y = padded_vocab(W_o, b_y, 0.0)

@@ -22,15 +22,16 @@ no autograd graph inside the time loop, and rearrange the work so that the loop 
   (kernels/attention.c) that visits each sentence's real source positions once per direction, σ(…) computed in
   registers and recomputed in the backward from the stored 2 W_a s_{i-1} (faster than the torch ops:
   tests/bench/results/bench_kernels.txt, rows "attentive decoder fwd+bwd"; bench_ab_train-attention.txt).
-  Where a row has no real source position, its α is 0 (the torch ops give NaN).  The torch ops below remain the path elsewhere (CUDA, float64, no compiler, a source mask that is not
-  right padding; ``ATTENTION_KERNEL = False``);
+  Where a row has no real source position, its α is 0 (the torch ops give NaN).  The torch ops below remain the
+  path elsewhere (CUDA, float64, no compiler, a source mask that is not right padding; the policy's
+  ``attention_kernel`` off);
 - torch ops, on CPU and at the paper's sizes: a batch sorted by source length (``nll`` sorts it) attends in
   ``ATTENTION_GROUPS`` row groups, each over its own longest source only: the attention's elementwise work
   covers ~1.12× the real source positions instead of ~1.5× on the Hansards (``_row_groups``);
 - backwards, the attention's v_a is applied after the sums over positions and steps (one pass less per step);
 - torch ops, at paper size: the attention's σ(2 (W_a s_{i-1} + U_a h_j)) over (b, T, n') is recomputed in the
   backward from the stored 2 W_a s_{i-1} (B, n' per step) instead of being stored for every step (the kernel
-  recomputes it at every size; ``RECOMPUTE_MIN_ELEMENTS``):
+  recomputes it at every size; the policy's ``recompute_min_elements``):
   stored, it is the pass's largest tensor (~340 MB), written to and read back from memory, whereas one step's
   stays in the cache (a one-off measurement of 20 Hansards updates interleaved in one process found it faster in
   bf16, the same in float32, and slower at the small preset's size, so there σ is kept: tests/bench/README.md);
@@ -49,8 +50,9 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from nmtkit import kernels
-from nmtkit.models.activations import tanh_
-from nmtkit.models.matmul import Multiplier, autocast_dtype, mm
+from nmtkit.models.fast.activations import tanh_
+from nmtkit.models.fast.matmul import Multiplier, autocast_dtype, mm
+from nmtkit.models.fast.policy import policy
 
 
 def _gru_forward_step(gx_t, s, by_U_zr, by_U, zr_out, h_out, rs_out, s_out, pre_zr=None) -> None:
@@ -132,16 +134,9 @@ def gru_sequence(gx: Tensor, U_zr: Tensor, U: Tensor, s0: Tensor | None = None) 
         return _GRUSequence.apply(lowp, gx.float(), U_zr.float(), U.float(), s0.float())
 
 
-# the attention's step through the C kernel when usable (else, and on CUDA, the torch ops below); a switch for
-# tests and benchmarks
-ATTENTION_KERNEL = True
+# (the C kernel for the attention's step, the row groups and the recomputed σ start where the speed policy says:
+# nmtkit/models/fast/policy.py)
 ATTENTION_GROUPS = 4  # row groups of a batch sorted by source length (on CPU; see _row_groups)
-# below this many (B · Tx · n') attention elements per step, one group: the small preset (n' = 256) measured no
-# faster in groups, end to end (tests run groups at every size)
-GROUP_MIN_ELEMENTS = 1 << 21
-# from this many attention elements per step (covered positions · n'), σ(…) is recomputed in the backward rather
-# than kept for every step: at paper size (~1.5M) it measured faster, at the small preset's (~0.5M) slower
-RECOMPUTE_MIN_ELEMENTS = 1 << 20
 
 
 def _row_groups(src_mask: Tensor, n_a: int) -> list[tuple[int, int, int]]:
@@ -149,10 +144,10 @@ def _row_groups(src_mask: Tensor, n_a: int) -> list[tuple[int, int, int]]:
     group's longest source: ``ATTENTION_GROUPS`` groups of equal size when the source lengths do not increase
     down the rows (``nll`` sorts its batch so), on CPU, where the attention's elementwise work is proportional to
     the positions it covers (a Hansards minibatch's source side is ~1.5× its real length when padded to the
-    longest, ~1.12× in four groups) and large enough (``GROUP_MIN_ELEMENTS``, n' the attention's size); else one
+    longest, ~1.12× in four groups) and large enough (the policy's ``group_min_elements``, n' the attention's size); else one
     group, (0, B, Tx)."""
     B, Tx = src_mask.shape
-    if src_mask.device.type != "cpu" or B < 2 * ATTENTION_GROUPS or B * Tx * n_a < GROUP_MIN_ELEMENTS:
+    if src_mask.device.type != "cpu" or B < 2 * ATTENTION_GROUPS or B * Tx * n_a < policy().group_min_elements:
         return [(0, B, Tx)]
     lens = src_mask.sum(1).tolist()
     if any(a < b for a, b in zip(lens, lens[1:])):
@@ -188,8 +183,8 @@ def _group_views(groups, flat: Tensor):
 
 def _kernel_usable(*tensors: Tensor) -> bool:
     """Whether the attention runs through the C kernel (nmtkit/kernels/attention.c): float32 CPU tensors, the
-    kernels built, and ``ATTENTION_KERNEL`` on."""
-    return ATTENTION_KERNEL and kernels.usable(*tensors)
+    kernels built, and the policy's ``attention_kernel`` on."""
+    return policy().attention_kernel and kernels.usable(*tensors)
 
 
 def _scores_sigmoid(keys2: Tensor, q: Tensor, r0: int, r1: int, T: int, out: Tensor) -> Tensor:
@@ -228,7 +223,7 @@ class _AttentiveDecoder(torch.autograd.Function):
         else:
             groups = _row_groups(src_mask, n_a)
             covered = sum((r1 - r0) * T for r0, r1, T in groups)  # source positions the attention runs over
-            recompute = keep and covered * n_a >= RECOMPUTE_MIN_ELEMENTS
+            recompute = keep and covered * n_a >= policy().recompute_min_elements
         S = gx.new_empty(Ty, B, n)  # (Ty, B, n)    s_{i-1}
         # torch ops: σ(2 (W_a s_{i-1} + U_a h_j)) at each step's covered positions, group by group:
         # (Ty, Σ_g b_g·T_g, n'), kept for the backward -- unless a step's is large (paper size): then only one

@@ -27,8 +27,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from nmtkit.models.activations import tanh_
-from nmtkit.models.matmul import Multiplier, autocast_dtype, mm
+from nmtkit.models.fast.activations import tanh_
+from nmtkit.models.fast.matmul import Multiplier, autocast_dtype, mm
 
 
 class Packing(NamedTuple):

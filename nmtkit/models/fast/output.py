@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from nmtkit.models.matmul import ALIGN, autocast_dtype, in_lowp, padded_vocab, round_up
+from nmtkit.models.fast.matmul import ALIGN, autocast_dtype, in_lowp, padded_vocab, round_up
 
 CHUNK_ELEMENTS = 1 << 26  # logits per chunk (256 MB in float32): one chunk for a paper-size batch of ~2,000 targets
 MIN_CHUNK_ROWS = 64  # fewer rows make inefficient matmuls

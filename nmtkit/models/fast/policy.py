@@ -1,0 +1,61 @@
+"""Which fast path runs at which size: the speed policy of the fast backend, in one object.
+
+Each threshold below is where a path measured faster than the plain one it replaces, end to end (the results
+rows cited in ``tests/bench/README.md``); below it the plain path runs.  Every path computes the same thing either
+way, so the policy changes speed only, never what a model computes beyond float rounding.  It is read from the
+environment once (``NMTKIT_ONEDNN=0`` turns the oneDNN products off; ``NMTKIT_KERNELS=0``, read by
+:mod:`nmtkit.kernels` itself, the C kernels), and the tests set it with :func:`override` to run every path at
+their tiny sizes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterator, Mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedPolicy:
+    # the attention's step through the C kernel (nmtkit/kernels/attention.c) when it is usable; else torch ops
+    attention_kernel: bool = True
+    # below this many (B · Tx · n') attention elements per step, one row group: the small preset (n' = 256)
+    # measured no faster in groups
+    group_min_elements: int = 1 << 21
+    # from this many attention elements per step (covered positions · n'), σ(…) is recomputed in the backward
+    # rather than kept for every step: faster at paper size (~1.5M), slower at the small preset's (~0.5M)
+    recompute_min_elements: int = 1 << 20
+    # the per-step products through oneDNN with reordered weights (matmul.Multiplier) ...
+    onednn: bool = True
+    # ... for weights of at least this many elements: at the small preset's sizes (n = 256) no faster
+    onednn_min_weight: int = 1 << 18
+    # the search's table of E y + b for every target word (stepweights): built when it has at most this many
+    # elements (128 MB of float32)
+    table_max_elements: int = 32 * 2**20
+    # Adadelta checks 2-D parameters of at least this many rows (vocabulary-sized) for rows without gradient
+    sparse_min_rows: int = 4096
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] = os.environ) -> SpeedPolicy:
+        return cls(onednn=environ.get("NMTKIT_ONEDNN", "1") != "0")
+
+
+_current = SpeedPolicy.from_environment()
+
+
+def policy() -> SpeedPolicy:
+    """The policy in force."""
+    return _current
+
+
+@contextlib.contextmanager
+def override(**changes) -> Iterator[SpeedPolicy]:
+    """The policy with some fields changed, for the ``with`` block (tests, benchmarks)."""
+    global _current
+    saved = _current
+    _current = dataclasses.replace(saved, **changes)
+    try:
+        yield _current
+    finally:
+        _current = saved
