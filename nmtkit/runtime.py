@@ -29,3 +29,17 @@ def tune_malloc() -> None:
         libc.mallopt(-1, -1)  # M_TRIM_THRESHOLD = -1: never hand freed heap back (see above)
     except (OSError, AttributeError, TypeError):
         pass
+
+
+def lazy_names(package: str, names: dict[str, str]):
+    """A package's public names looked up in its modules on first use (``names``: name -> module of the package), so
+    that importing one submodule does not import the others: ``__all__, __getattr__ = lazy_names(__name__, {...})``
+    in the package's ``__init__``."""
+    import importlib
+
+    def __getattr__(name: str):
+        if name in names:
+            return getattr(importlib.import_module(f"{package}.{names[name]}"), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return list(names), __getattr__

@@ -3,21 +3,12 @@ corpus (``corpus``), the prepared directory's manifest (``manifest``), training 
 (``bpedropout``) and the checkpoint format (``checkpoint``).  The bottom of the library with ``nmtkit.runtime``:
 it imports no model and no tool (docs/design.rst).
 
-The public names below are importable from the package itself (``from nmtkit.data import PreparedData``); each
-is looked up in its module on first use, so importing one submodule does not import the others.
+Its public names are importable from the package itself (``from nmtkit.data import PreparedData``), each looked up
+in its module on first use.
 """
 
-from __future__ import annotations
+from nmtkit.runtime import lazy_names
 
-import importlib
-
-_PUBLIC = {
-    "PreparedData": "manifest",
-}
-__all__ = list(_PUBLIC)
-
-
-def __getattr__(name: str):
-    if name in _PUBLIC:
-        return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__, __getattr__ = lazy_names(__name__, {
+    "PreparedData": "manifest"
+})

@@ -2,23 +2,12 @@
 worker processes (``pool``), beam search (``search``), sampling (``sampling``), and the per-line outputs: word
 alignments (``wordalign``) and the other formats (``outputs``).
 
-The public names below are importable from the package itself (``from nmtkit.translate import Translator``); each
-is looked up in its module on first use, so importing one submodule does not import the others.
+Its public names are importable from the package itself (``from nmtkit.translate import Translator``), each looked
+up in its module on first use.
 """
 
-from __future__ import annotations
+from nmtkit.runtime import lazy_names
 
-import importlib
-
-_PUBLIC = {
-    "Translator": "translator",
-    "Translation": "translator",
-    "load_unk_dict": "translator",
-}
-__all__ = list(_PUBLIC)
-
-
-def __getattr__(name: str):
-    if name in _PUBLIC:
-        return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__, __getattr__ = lazy_names(__name__, {
+    "Translator": "translator", "Translation": "translator", "load_unk_dict": "translator"
+})
