@@ -119,6 +119,7 @@ def onmt(a, work: Path) -> dict:
     if not model.is_file():
         _run([bin_ / "onmt_build_vocab", "-config", w / "config.yaml", "-n_sample", "-1"], log, env)
         result["train_wall_s"] = round(_run([bin_ / "onmt_train", "-config", w / "config.yaml"], log, env), 1)
+        result["updates"] = a.updates
         result_path.write_text(json.dumps(result, indent=1))
     src_pre, tgt_pre = _preprocessor(data, "en"), _preprocessor(data, "fr")
     for name, (src, ref) in TEST_SETS.items():
@@ -149,10 +150,24 @@ def nmtkit(a, work: Path) -> dict:
     model = w / "model" / "checkpoint_last.pt"
     options = a.nmtkit_options.split()
     if result.get("options") != options or not model.is_file():
+        start, before = "--force", {}
+        if a.extend_from:  # go on from another run's model (its WORK), resumed exactly, to --updates
+            base = Path(a.extend_from) / "nmtkit"
+            before = json.loads((base / "result.json").read_text())
+            if before.get("options") != options:
+                raise SystemExit(f"bench_quality: {base} trained with {before.get('options')}, not {options}")
+            shutil.rmtree(w / "model", ignore_errors=True)
+            shutil.copytree(base / "model", w / "model")
+            start = "--resume"
         cmd = [sys.executable, REPO / "bin" / "nmt-train", a.data, "--arch", "rnnsearch-small", "--batch-size", "80",
                "--clip-norm", "1", *options, "--max-updates", a.updates, "--valid-every", a.updates,
-               "--valid-bleu-sentences", "0", "--threads", a.threads, "--save-dir", w / "model", "--force", "-q"]
-        result = {"options": options, "train_wall_s": round(_run(cmd, log), 1)}
+               "--valid-bleu-sentences", "0", "--threads", a.threads, "--save-dir", w / "model", start, "-q"]
+        wall = _run(cmd, log)
+        result = {"options": options, "updates": a.updates,
+                  "train_wall_s": round(before.get("train_wall_s", 0) + wall, 1)}
+        if before:
+            result["extended_from"] = {"work": str(a.extend_from), "train_wall_s": before["train_wall_s"],
+                                       "resumed_wall_s": round(wall, 1)}
         result_path.write_text(json.dumps(result, indent=1))
     for name, (src, ref) in TEST_SETS.items():
         if name in result.get("tests", {}):
@@ -176,11 +191,24 @@ def nmtkit(a, work: Path) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------------------- table
+def _updates(result: dict, name: str, a) -> int:
+    """The updates a toolkit's column was trained for (older results: its config, else --updates)."""
+    if "updates" in result:
+        return result["updates"]
+    cfg = Path(a.work) / name / "config.yaml"
+    m = re.search(r"(?m)^train_steps: (\d+)", cfg.read_text()) if name == "onmt" and cfg.is_file() else None
+    return int(m.group(1)) if m else a.updates
+
+
 def table(results: dict, a) -> str:
-    lines = [f"Hansards pairs of 1-30 tokens a side (722,304), 16,000-word vocabularies, batches of 80, clipping at 1, "
-             f"{a.updates:,} updates each; beam 12; sacreBLEU on detokenised output", ""]
     names = [n for n in ("onmt", "nmtkit") if n in results]
-    label = {"onmt": "OpenNMT-py 3.5.1", "nmtkit": f"nmtkit rnnsearch-small ({a.nmtkit_options})"}
+    ups = {n: _updates(results[n], n, a) for n in names}
+    each = (f"{next(iter(ups.values())):,} updates each" if len(set(ups.values())) == 1 else
+            ", ".join(f"{'OpenNMT-py' if n == 'onmt' else 'nmtkit'} {u:,} updates" for n, u in ups.items()))
+    lines = [f"Hansards pairs of 1-30 tokens a side (722,304), 16,000-word vocabularies, batches of 80, clipping at 1, "
+             f"{each}; beam 12; sacreBLEU on detokenised output", ""]
+    options = " ".join(results.get("nmtkit", {}).get("options", a.nmtkit_options.split()))
+    label = {"onmt": "OpenNMT-py 3.5.1", "nmtkit": f"nmtkit rnnsearch-small ({options})"}
     lines.append(f"{'test set':16} " + " ".join(f"{label[n]:>40}" for n in names))
     work = Path(a.work)
     for test, (_, ref) in TEST_SETS.items():
@@ -197,7 +225,7 @@ def table(results: dict, a) -> str:
         lines.append(f"{'':16} " + " ".join(shape))
     lines.append(f"{'train wall s':16} " + " ".join(
         f"{results[n].get('train_wall_s', '-'):>40}" for n in names))
-    per = [f"{results[n]['train_wall_s'] / a.updates:.3f}" if "train_wall_s" in results[n] else "-" for n in names]
+    per = [f"{results[n]['train_wall_s'] / ups[n]:.3f}" if "train_wall_s" in results[n] else "-" for n in names]
     lines.append(f"{'s per update':16} " + " ".join(f"{x:>40}" for x in per))
     if "alignment" in results.get("nmtkit", {}):
         al = results["nmtkit"]["alignment"]
@@ -221,13 +249,16 @@ def main(argv=None) -> None:
     p.add_argument("--updates", type=int, default=5000)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--nmtkit-options", default="--recipe fast")
+    p.add_argument("--extend-from", metavar="WORK",
+                   help="nmtkit: resume the model of an earlier run's WORK (same options) up to --updates instead of "
+                        "training from scratch: the comparison at equal wall-clock time; its wall time is added")
     p.add_argument("--plot-sentences", default="332,566,777,1019",
                    help="hansards/test lines whose attention nmtkit's model draws (WORK/nmtkit/figure3)")
     a = p.parse_args(argv)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     results = {}
-    for name in a.toolkits.split(","):
+    for name in filter(None, a.toolkits.split(",")):  # (none: print the table of what WORK holds)
         results[name] = {"onmt": onmt, "nmtkit": nmtkit}[name](a, work)
     for name in ("onmt", "nmtkit"):
         path = work / name / "result.json"
