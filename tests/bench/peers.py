@@ -247,7 +247,8 @@ def run_measured(cmd: list[str], *, cwd: str | Path | None = None, env: dict | N
 
 
 def nmtkit_tool(name: str) -> list[str]:
-    """The command of an nmtkit tool from this checkout (``bin/`` scripts run without installing)."""
+    """The command of an nmtkit tool from this checkout (its bin/ script; this module puts the checkout on
+    PYTHONPATH)."""
     return [sys.executable, str(REPO / "bin" / name)]
 
 
