@@ -19,7 +19,7 @@ from nmtkit.models import (
     register_model,
     register_preset,
 )
-from nmtkit.models.rnnsearch import RNNsearchConfig
+from nmtkit.models.config import RNNsearchConfig
 
 from conftest import ARCHS, V_TGT, make_batch, randomize_, tiny  # the shared tiny models and batches
 

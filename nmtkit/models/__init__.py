@@ -30,13 +30,8 @@ from nmtkit.models.registry import (
     resolve,
 )
 # The model modules register their architectures and presets when imported.
-from nmtkit.models.rnnsearch import (
-    EncoderOut,
-    RNNencdec,
-    RNNencdecConfig,
-    RNNsearch,
-    RNNsearchConfig,
-)
+from nmtkit.models.config import RNNencdecConfig, RNNsearchConfig
+from nmtkit.models.rnnsearch import EncoderOut, RNNencdec, RNNsearch
 from nmtkit.models.params import count_weights, load_paper_parameters, paper_parameters
 from nmtkit.data.vocab import BOS, EOS, PAD, UNK  # the token conventions the models follow
 
