@@ -37,9 +37,9 @@ def _batch(src_lens=(4, 7, 2, 5), tgt_lens=(5, 3, 6, 1)):
     return make_batch(list(src_lens), list(tgt_lens))
 
 
-def _run(model, batch, fused: bool, device: str):
+def _run(model, batch, backend: str, device: str):
     model = model.to(device)
-    model.fused = fused
+    model.backend = backend
     model.zero_grad(set_to_none=True)
     src, lens, tgt_in, tgt_out = (t.to(device) for t in batch)
     logits, alpha = model(src, lens, tgt_in, return_attention=True)
@@ -50,11 +50,11 @@ def _run(model, batch, fused: bool, device: str):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("fused", [True, False])
-def test_values_and_gradients_equal_the_cpu(arch, fused):
+@pytest.mark.parametrize("backend", ["fast", "reference"])
+def test_values_and_gradients_equal_the_cpu(arch, backend):
     batch = _batch()
-    cpu = _run(_model(arch), batch, fused, "cpu")
-    gpu = _run(_model(arch), batch, fused, "cuda")
+    cpu = _run(_model(arch), batch, backend, "cpu")
+    gpu = _run(_model(arch), batch, backend, "cuda")
     tol = dict(atol=2e-4, rtol=2e-4)
     torch.testing.assert_close(gpu[0], cpu[0], **tol)
     if arch == "rnnsearch":

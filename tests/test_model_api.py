@@ -57,11 +57,11 @@ def test_shapes(arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("fused", [True, False])
-def test_single_target_step_and_backward(arch, fused):
+@pytest.mark.parametrize("backend", ["fast", "reference"])
+def test_single_target_step_and_backward(arch, backend):
     """Ty = 1 (only <s> in, only </s> out) and one-token sources: the edge cases of the loops."""
     model = tiny(arch)
-    model.fused = fused
+    model.backend = backend
     src, lens, tgt_in, _ = make_batch([1, 3], [0, 0])
     logits = model(src, lens, tgt_in)
     assert logits.shape == (2, 1, V_TGT)
@@ -71,10 +71,10 @@ def test_single_target_step_and_backward(arch, fused):
 
 
 # ----------------------------------------------------------------------------------------------------------- masking
-@pytest.mark.parametrize("fused", [True, False])
-def test_attention_gives_padding_exactly_zero(fused):
+@pytest.mark.parametrize("backend", ["fast", "reference"])
+def test_attention_gives_padding_exactly_zero(backend):
     model = randomize_(tiny("rnnsearch"))
-    model.fused = fused
+    model.backend = backend
     src, src_lens, tgt_in, _ = make_batch([6, 2, 4], [3, 5, 1])
     _, alpha = model(src, src_lens, tgt_in, return_attention=True)
     pad = ~model.encode(src, src_lens).src_mask  # (B, Tx)
@@ -86,11 +86,11 @@ def test_attention_gives_padding_exactly_zero(fused):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("backend", ["fast", "reference"])
 @pytest.mark.parametrize("unit", ["paper", "torch"])
-def test_padded_batch_equals_sentences_alone(arch, fused, unit):
+def test_padded_batch_equals_sentences_alone(arch, backend, unit):
     model = randomize_(tiny(arch, encoder_gru=unit))
-    model.fused = fused
+    model.backend = backend
     src_lens, tgt_lens = [4, 7, 1, 5], [6, 2, 3, 1]
     src, lens, tgt_in, _ = make_batch(src_lens, tgt_lens)
     logp = F.log_softmax(model(src, lens, tgt_in), dim=-1)
@@ -166,12 +166,10 @@ def test_dropout_only_in_training():
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("fused", [True, False])
-def test_sparse_embedding_grads_are_the_dense_ones(arch, fused):
+def test_sparse_embedding_grads_are_the_dense_ones(arch):
     """model.sparse_embedding_grads: E_src and E_tgt get row-sparse gradients, at the rows the batch uses, with
     the dense gradients' values (the training loss, and forward's logits); the other parameters are unchanged."""
     model = randomize_(tiny(arch), std=0.1)
-    model.fused = fused
     src, lens, tgt_in, tgt_out = make_batch([4, 6, 2], [5, 3, 4])
     grads = []
     for sparse in (False, True):
@@ -189,12 +187,12 @@ def test_sparse_embedding_grads_are_the_dense_ones(arch, fused):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("fused", [True, False])
-def test_runs_under_bf16_autocast(arch, fused):
+@pytest.mark.parametrize("backend", ["fast", "reference"])
+def test_runs_under_bf16_autocast(arch, backend):
     """The trainer's --bf16 option: matmuls in bfloat16, the fused loops in float32; close to float32 results, and
-    on the fused path (training's) close to float32's gradients too."""
+    on the fast backend (training's) close to float32's gradients too."""
     model = randomize_(tiny(arch), std=0.1)
-    model.fused = fused
+    model.backend = backend
     src, lens, tgt_in, _ = make_batch([4, 6, 2], [5, 3, 4])
     expected = model(src, lens, tgt_in)
     (expected * expected).sum().backward()
@@ -204,7 +202,7 @@ def test_runs_under_bf16_autocast(arch, fused):
         logits = model(src, lens, tgt_in)
     (logits.float() * logits.float()).sum().backward()
     torch.testing.assert_close(logits.float(), expected, atol=0.05, rtol=0.05)
-    if not fused:  # (the op-by-op reference runs its elementwise work and gradients in bf16 too: not this close)
+    if backend == "reference":  # (the reference runs its elementwise work and gradients in bf16 too: not this close)
         return
     for k, p in model.named_parameters():  # bf16 rounding of the products' operands only: close to float32's
         if expected_grads[k] is None:

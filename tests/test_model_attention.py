@@ -17,13 +17,13 @@ from conftest import ARCHS, V_SRC, V_TGT, make_batch, randomize_, tiny  # the sh
 
 # ------------------------------------------------------------------------------------------------------- decoder
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("fused", [True, False])
-def test_decode_step_equals_forward(arch, fused):
+@pytest.mark.parametrize("backend", ["fast", "reference"])
+def test_decode_step_equals_forward(arch, backend):
     model = randomize_(tiny(arch))
-    model.fused = fused
+    model.backend = backend
     src, lens, tgt_in, _ = make_batch([4, 6, 2], [5, 3, 4])
     logits, alpha = model(src, lens, tgt_in, return_attention=True)
-    with torch.no_grad():  # the fused path keeps no per-step state then: same values
+    with torch.no_grad():  # the fast path keeps no per-step state then: same values
         no_grad_logits, no_grad_alpha = model(src, lens, tgt_in, return_attention=True)
     torch.testing.assert_close(no_grad_logits, logits, atol=0, rtol=0)
     if alpha is not None:
@@ -58,8 +58,8 @@ def test_fused_and_reference_agree_with_gradients(arch):
     model = randomize_(tiny(arch)).double()
     src, lens, tgt_in, tgt_out = make_batch([4, 6, 2], [5, 3, 4])
     grads, outs = [], []
-    for fused in (True, False):
-        model.fused = fused
+    for backend in ("fast", "reference"):
+        model.backend = backend
         model.zero_grad()
         logits, alpha = model(src, lens, tgt_in, return_attention=True)
         loss = F.cross_entropy(logits.reshape(-1, V_TGT), tgt_out.reshape(-1), ignore_index=PAD)
@@ -128,7 +128,6 @@ def test_attention_groups_equal_one_group(monkeypatch):
 
     assert len(fused._row_groups(_source_mask(GROUP_SRC), 1)) == 4
     model = randomize_(tiny("rnnsearch")).double()
-    model.fused = True
     src, lens, tgt_in, tgt_out = make_batch(GROUP_SRC, GROUP_TGT)
     results = []
     for grouped in (True, False):
@@ -174,7 +173,7 @@ def test_attention_kernel_equals_torch_ops(native_kernels, monkeypatch, bf16, un
     for kernel in (True, False) if bf16 else (True, False, None):  # None: the float64 reference
         speed_policy(attention_kernel=bool(kernel))
         m = model.double() if kernel is None else model.float()
-        m.fused = kernel is not None
+        m.backend = "fast" if kernel is not None else "reference"
         m.zero_grad()
         calls.clear()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):

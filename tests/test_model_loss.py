@@ -1,4 +1,5 @@
-"""The training loss: the fused output layer's cross-entropy, label smoothing, bf16, and training gradients against finite differences."""
+"""The training loss: the fused output layer's cross-entropy, label smoothing, bf16, and training gradients against
+finite differences."""
 
 from __future__ import annotations
 
@@ -221,19 +222,19 @@ def test_label_smoothing_out_of_range_raises(bad):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("backend", ["fast", "reference"])
 @pytest.mark.parametrize("eps", [0.0, 0.15])
-def test_training_loss_equals_smoothed_cross_entropy_of_logits(arch, fused, eps, monkeypatch):
+def test_training_loss_equals_smoothed_cross_entropy_of_logits(arch, backend, eps, monkeypatch):
     """model.training_loss gives the value and every parameter's gradient of
     F.cross_entropy(forward()'s logits, label_smoothing=ε, ignore_index=PAD, reduction="sum") (float64, the
-    fused output layer in several chunks), on the fused and the reference recurrences; its second result is
+    fused output layer in several chunks), on either backend (fast, reference); its second result is
     model.nll's value, detached."""
     import nmtkit.models.fast.output as output
 
     monkeypatch.setattr(output, "CHUNK_ELEMENTS", 3 * V_TGT)
     monkeypatch.setattr(output, "MIN_CHUNK_ROWS", 1)
     model = randomize_(tiny(arch)).double()
-    model.fused = fused
+    model.backend = backend
     src, lens, tgt_in, tgt_out = make_batch([4, 6, 2], [5, 3, 1])
     results = []
     for fused_loss in (True, False):
@@ -293,7 +294,7 @@ def test_aligned_linear_is_linear(K):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_training_gradients_match_finite_differences(arch, native_kernels, monkeypatch):
     """What training backpropagates -- the fused recurrences, the C attention kernel and the fused output loss, in
-    float32 and training mode -- against central differences of the float64 op-by-op reference model, for a few
+    float32 and training mode -- against central differences of the float64 model on the reference backend, for a few
     entries of every parameter (the entry with the largest gradient among them).  The weights are moved away from the
     initialisation first, so that no gradient is trivially zero (v_a = 0 would zero ∂L/∂W_a and ∂L/∂U_a)."""
     torch.manual_seed(0)
@@ -310,7 +311,7 @@ def test_training_gradients_match_finite_differences(arch, native_kernels, monke
     assert bool(calls) == (arch == "rnnsearch")  # (the C kernel's backward is what is checked)
     ref = build_model(f"{arch}-tiny", V_SRC, V_TGT).double()
     ref.load_state_dict({k: v.double() for k, v in model.state_dict().items()})
-    ref.fused = False
+    ref.backend = "reference"
     ref.train()
     g = torch.Generator().manual_seed(3)
     for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):

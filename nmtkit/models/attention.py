@@ -39,24 +39,6 @@ class AdditiveAttention(nn.Module):
         """U_a h_j for every source position, once per sentence: (B, Tx, ctx) -> (B, Tx, n')."""
         return F.linear(annotations, self.U_a)
 
-    def forward(
-        self, s_prev: Tensor, keys: Tensor, annotations: Tensor, src_mask: Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """s_{i-1} (B, n), keys U_a h (B, Tx, n'), h (B, Tx, ctx), src_mask (B, Tx) bool.
-
-        Returns c_i (B, ctx) and α_i (B, Tx)."""
-        query = F.linear(s_prev, self.W_a)  # (B, n')   W_a s_{i-1}
-        return attend(query, keys, self.v_a, annotations, src_mask)
-
-
-def attend(query: Tensor, keys: Tensor, v_a: Tensor, annotations: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor]:
-    """The scoring, masked softmax and weighted sum, given W_a s_{i-1} (B, n') already computed.
-
-    Returns c_i (B, ctx) and α_i (B, Tx); see ``alignment`` for how the scores are computed."""
-    alpha = alignment(query.unsqueeze(1), keys, v_a, src_mask).squeeze(1)  # (B, Tx)
-    c = torch.bmm(alpha.unsqueeze(1), annotations).squeeze(1)  # (B, ctx)   c_i = Σ_j α_ij h_j
-    return c, alpha
-
 
 def alignment(query: Tensor, keys: Tensor, v_a: Tensor, src_mask: Tensor) -> Tensor:
     """α for K decoder states per sentence: W_a s (A, K, n'), U_a h (A, Tx, n'), v_a (n'), src_mask (A, Tx) ->

@@ -76,22 +76,20 @@ class SourceEncoder(nn.Module):
             else:
                 zeros_(p)
 
-    def forward(self, x: Tensor, src_lens: Tensor, src_mask: Tensor, fused: bool = True) -> EncoderStates:
-        """x: embedded source, time-major (Tx, B, m); src_lens (B,) on x's device; src_mask (B, Tx) bool.
-
-        fused selects the paper unit's implementation (see ``PaperGRU.forward``); the values are the same.
-        """
+    def forward(self, x: Tensor, src_lens: Tensor, src_mask: Tensor) -> EncoderStates:
+        """x: embedded source, time-major (Tx, B, m); src_lens (B,) on x's device; src_mask (B, Tx) bool.  (The
+        models run the paper's unit over packed sentences, ``forward_packed``; this is the padded batch's.)"""
         if self.unit == "torch":
             return self._forward_torch(x, src_lens, src_mask)
         Tx, B, _ = x.shape
         mask = src_mask.t().unsqueeze(-1).to(x.dtype)  # (Tx, B, 1)
-        h_fwd = self.fwd(self.fwd.input_projections(x), fused=fused)  # (Tx, B, n)   →h_j
+        h_fwd = self.fwd(self.fwd.input_projections(x))  # (Tx, B, n)   →h_j
         last_forward = h_fwd[src_lens - 1, torch.arange(B, device=x.device)]  # (B, n)   →h_{T_x}
         if self.bwd is None:
             return EncoderStates((h_fwd * mask).transpose(0, 1).contiguous(), last_forward, None)
         rev = reversal_index(src_lens, Tx).t().unsqueeze(-1)  # (Tx, B, 1)
         x_rev = x.gather(0, rev.expand_as(x))  # (Tx, B, m)   each sentence read backwards
-        h_rev = self.bwd(self.bwd.input_projections(x_rev), fused=fused)  # (Tx, B, n)   in reading order
+        h_rev = self.bwd(self.bwd.input_projections(x_rev))  # (Tx, B, n)   in reading order
         h_bwd = h_rev.gather(0, rev.expand_as(h_rev))  # (Tx, B, n)   ←h_j, back in source order
         annotations = (torch.cat([h_fwd, h_bwd], dim=-1) * mask).transpose(0, 1).contiguous()  # (B, Tx, 2n)
         return EncoderStates(annotations, last_forward, h_bwd[0])

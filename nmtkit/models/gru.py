@@ -98,15 +98,10 @@ class PaperGRU(nn.Module):
         """x (T, B, in) -> (T, B, 3n): W_z x + b_z, W_r x + b_r, W x + b for all steps in one matmul."""
         return aligned_linear(x, self.W_stack, self.b_stack)  # (matmul.py: m = 620 is slow)
 
-    def forward(self, gx: Tensor, s0: Tensor | None = None, fused: bool = True) -> Tensor:
-        """gx (T, B, 3n) from ``input_projections`` -> states (T, B, n).
-
-        fused=True uses ``fused.gru_sequence`` (same values, hand-written backward: faster to train);
-        fused=False the op-by-op reference ``gru_recurrence``.
-        """
-        if fused:
-            return gru_sequence(gx, self.U_zr, self.U, s0)
-        return gru_recurrence(gx, self.U_zr, self.U, s0)
+    def forward(self, gx: Tensor, s0: Tensor | None = None) -> Tensor:
+        """gx (T, B, 3n) from ``input_projections`` -> states (T, B, n), through ``fast.fused.gru_sequence`` (the values
+        of ``gru_recurrence``, with a hand-written backward)."""
+        return gru_sequence(gx, self.U_zr, self.U, s0)
 
 
 class ConditionalGRU(nn.Module):
@@ -145,12 +140,3 @@ class ConditionalGRU(nn.Module):
     def context_projections(self, c: Tensor) -> Tensor:
         """c (..., ctx) -> C_stack c (..., 3n)."""
         return F.linear(c, self.C_stack)
-
-    def forward(self, gx: Tensor, s_prev: Tensor, c: Tensor | None = None) -> Tensor:
-        """One step: gx (B, 3n) from ``input_projections``, s_{i-1} (B, n), c_i (B, ctx) -> s_i (B, n).
-
-        Pass ``c=None`` when C_stack c_i is already included in gx (the RNNencdec, whose c is fixed).
-        """
-        if c is not None:
-            gx = torch.addmm(gx, c, self.C_stack.t())  # (B, 3n)  + [C_z; C_r; C] c_i
-        return gru_step(gx, s_prev, self.U_zr, self.U)

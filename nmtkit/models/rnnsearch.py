@@ -30,8 +30,7 @@ Speed: everything that does not depend on the recurrence is computed for all ste
 of encoder and decoder, U_a h, and the whole deep output after the loop); the loop does only the recurrent work.
 For teacher forcing (``forward``) the loops run through fused.py, whose hand-written backward batches the recurrent
 weights' gradients over time, and the encoder over packed sentences (packed.py: no work at source padding; U_a h_j
-and C_stack h_j at the real positions only); ``model.fused = False`` switches to the op-by-op code here
-and in gru.py / attention.py (same values).  ``model.backend = "reference"`` (``--backend reference``,
+and C_stack h_j at the real positions only).  ``model.backend = "reference"`` (``--backend reference``,
 ``$NMTKIT_BACKEND``) runs everything -- forward, the losses, encode and decode_step, so training and search -- on
 reference.py instead, Appendix A as its equations read; tests/test_reference.py holds every path to it.
 ``decode_step`` reads C_stack c_i and C_o c_i as Σ_j α_ij [C_stack; C_o] h_j from ``source_projections``, computed
@@ -110,11 +109,10 @@ class _RNNTranslator(nn.Module):
         self.W_o = nn.Parameter(torch.empty(config.tgt_vocab_size, l))
         self.b_y = nn.Parameter(torch.empty(config.tgt_vocab_size))
         self.dropout = nn.Dropout(config.dropout)
-        # Implementation switch, not a hyperparameter (not saved): True runs the teacher-forced recurrences through
-        # fused.py (hand-written backward, faster); False through the op-by-op code.  Same values.
-        self.fused = True
-        # The backend, a switch too: "fast" (everything above) or "reference", the paper's equations as they read
-        # (reference.py): forward, the losses, encode and decode_step then all run on it (training and search).
+        # The backend, an implementation switch (not a hyperparameter, not saved): "fast" (fast/: the teacher-forced
+        # recurrences with hand-written backward passes, the packed encoder, the fused output loss) or "reference",
+        # the paper's equations as they read (reference.py): forward, the losses, encode and decode_step then all
+        # run on it (training and search).  Same values.
         self.backend = default_backend()  # (registry.py: $NMTKIT_BACKEND, else "fast")
         # Also a switch: the embeddings' gradients as row-sparse COO tensors (the used rows only), for an update
         # that takes them (gradients.py, adadelta.py; the trainer decides).  The same values.
@@ -272,12 +270,12 @@ class _RNNTranslator(nn.Module):
         return EncoderOut(*(None if t is None else t.index_select(0, index) for t in enc))
 
     def _run_encoder(self, src: Tensor, src_lens: Tensor) -> tuple[EncoderStates, Tensor, Packing | None]:
-        """src (B, Tx), src_lens (B,) -> the encoder's states, the source mask (B, Tx) and, on the fused path with
-        the paper's unit, the packing the encoder ran over (packed.py: nothing computed at padding)."""
+        """src (B, Tx), src_lens (B,) -> the encoder's states, the source mask (B, Tx) and, with the paper's unit, the
+        packing the encoder ran over (packed.py: nothing computed at padding)."""
         src_lens = src_lens.to(src.device)
         src_mask = self._source_mask(src, src_lens)  # (B, Tx)
-        if not (self.fused and self.encoder.unit == "paper"):
-            return self.encoder(self.embed_source(src), src_lens, src_mask, fused=self.fused), src_mask, None
+        if self.encoder.unit != "paper":  # (torch.nn.GRU over the padded batch)
+            return self.encoder(self.embed_source(src), src_lens, src_mask), src_mask, None
         pack = packing(src_lens, src.shape[1])
         ids = src.flatten().index_select(0, pack.fwd_index)  # (N,)   at the real positions
         x = self.dropout(F.embedding(ids, self.E_src, sparse=self.sparse_embedding_grads))  # (N, m)
@@ -319,30 +317,12 @@ class RNNsearch(_RNNTranslator):
         enc, pack = self._encode(src, src_lens)
         Ey = self.embed_target(tgt_in)  # (B, Ty, m)   E y_{i-1}
         gx = self.decoder.input_projections(Ey.transpose(0, 1))  # (Ty, B, 3n)   W E y_{i-1} + b for all i
-        if self.fused:
-            dec, att = self.decoder, self.attention
-            s_prev, ctx, alpha = attentive_decoder(
-                gx, enc.init_state, enc.annotations, enc.keys, enc.src_mask, att.W_a, att.v_a, dec.U_zr, dec.U,
-                dec.C_stack, real=None if pack is None else pack.fwd_index,
-            )  # (Ty, B, n), (Ty, B, 2n), (Ty, B, Tx)
-            s_prev, ctx, alpha = s_prev.transpose(0, 1), ctx.transpose(0, 1), alpha.transpose(0, 1)
-        else:
-            s_prev, ctx, alpha = self._decoder_loop(gx, enc)
-        return s_prev, Ey, ctx, alpha
-
-    def _decoder_loop(self, gx: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, Tensor]:
-        """The reference loop, step by step as in the paper: s_{i-1} (B, Ty, n), c_i (B, Ty, 2n), α_i (B, Ty, Tx)."""
-        s = enc.init_state  # (B, n)   s_0
-        states, contexts, alphas = [], [], []
-        Ty = gx.shape[0]
-        for i, gx_i in enumerate(gx.unbind(0)):  # unbind, not gx[i]: indexing's backward fills zeros per step
-            c, alpha = self.attention(s, enc.keys, enc.annotations, enc.src_mask)  # (B, 2n), (B, Tx)
-            states.append(s)
-            contexts.append(c)
-            alphas.append(alpha)
-            if i + 1 < Ty:  # s_Ty is never used by the output
-                s = self.decoder(gx_i, s, c)  # (B, n)   s_i
-        return torch.stack(states, dim=1), torch.stack(contexts, dim=1), torch.stack(alphas, dim=1)
+        dec, att = self.decoder, self.attention
+        s_prev, ctx, alpha = attentive_decoder(
+            gx, enc.init_state, enc.annotations, enc.keys, enc.src_mask, att.W_a, att.v_a, dec.U_zr, dec.U,
+            dec.C_stack, real=None if pack is None else pack.fwd_index,
+        )  # (Ty, B, n), (Ty, B, 2n), (Ty, B, Tx)   s_{i-1}, c_i, α_i
+        return s_prev.transpose(0, 1), Ey, ctx.transpose(0, 1), alpha.transpose(0, 1)
 
     def decode_step(self, y_prev: Tensor, state: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, Tensor]:
         """y_{i-1} (B·K,) long, s_{i-1} (B·K, n) -> logits for y_i (B·K, V), s_i (B·K, n), α_i (B·K, Tx).
@@ -387,16 +367,9 @@ class RNNencdec(_RNNTranslator):
         Cc = self.decoder.context_projections(enc.context)  # (B, 3n)   [C_z; C_r; C] c, the same at every step
         gx = self.decoder.input_projections(Ey.transpose(0, 1)) + Cc  # (Ty, B, 3n)
         s0 = enc.init_state  # (B, n)
-        if self.fused:  # s_1 … s_{Ty-1}: the last state is never used by the output
-            s_rest = gru_sequence(gx[:-1], self.decoder.U_zr, self.decoder.U, s0)  # (Ty-1, B, n)
-            s_prev = torch.cat([s0.unsqueeze(0), s_rest]).transpose(0, 1)  # (B, Ty, n)
-        else:
-            states, s = [], s0
-            for i, gx_i in enumerate(gx.unbind(0)):
-                states.append(s)
-                if i + 1 < gx.shape[0]:
-                    s = self.decoder(gx_i, s)  # (B, n)
-            s_prev = torch.stack(states, dim=1)  # (B, Ty, n)
+        # s_1 … s_{Ty-1}: the last state is never used by the output
+        s_rest = gru_sequence(gx[:-1], self.decoder.U_zr, self.decoder.U, s0)  # (Ty-1, B, n)
+        s_prev = torch.cat([s0.unsqueeze(0), s_rest]).transpose(0, 1)  # (B, Ty, n)
         return s_prev, Ey, enc.context.unsqueeze(1), None
 
     def decode_step(self, y_prev: Tensor, state: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, None]:

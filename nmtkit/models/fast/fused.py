@@ -1,7 +1,7 @@
 """Recurrences with hand-written backward passes, for training speed.
 
-The readable implementations are ``gru.gru_recurrence`` (the paper's GRU over a sequence) and the step-by-step
-decoder loop in ``rnnsearch.RNNsearch`` (attention.py + gru.ConditionalGRU); autograd differentiates those op by op.
+The readable implementations are ``gru.gru_recurrence`` (the paper's GRU over a sequence) and the reference's
+step-by-step decoder (``reference.py``, Appendix A as it reads); autograd differentiates those op by op.
 The functions here compute the same values (tests compare them, and check the gradients with gradcheck), but record
 no autograd graph inside the time loop, and rearrange the work so that the loop does as little as possible:
 
