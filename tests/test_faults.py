@@ -286,7 +286,7 @@ def test_resume_refuses_other_data_with_the_same_vocabulary(small, other_pairs, 
 def test_resume_logs_the_settings_that_may_change(small, tmp_path, caplog):
     run = tmp_path / "run"
     train(_cfg(small, run, max_updates=2))
-    with caplog.at_level("INFO", logger="nmtkit.train.trainer"):
+    with caplog.at_level("INFO", logger="nmtkit.train"):
         train(_cfg(small, run, max_updates=4, patience=5, log_every=2, resume=True))
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("resuming with "))
     assert "--max-updates 2 -> 4" in line and "--patience 0 -> 5" in line and "--log-every 1 -> 2" in line

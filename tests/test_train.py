@@ -939,7 +939,7 @@ def test_validation_bleu_by_beam_search_and_resume_warning(small, tmp_path, capl
     record = summary["history"][-1]
     assert record["valid_bleu_sentences"] == 8 and "(beam 3, Moses-tokenised)" in record["valid_bleu_signature"]
     assert 0.0 <= record["valid_bleu"] <= 100.0
-    with caplog.at_level(logging.WARNING, logger="nmtkit.train.trainer"):
+    with caplog.at_level(logging.WARNING, logger="nmtkit.train"):
         train(_cfg(small, tmp_path / "run", valid_every=2, max_updates=4, valid_bleu_sentences=0, resume=True,
                    batch_size=8))
     assert any("--batch-size" in r.getMessage() and "differ" in r.getMessage() for r in caplog.records)
@@ -1176,7 +1176,7 @@ def test_resuming_an_old_checkpoint_with_ema_starts_it_from_the_weights(small, t
     for k in ("lr_scheduler", "warmup_updates", "lr_decay", "lr_patience", "min_lr", "ema_decay", "average_last"):
         del old["train"]["config"][k]
     checkpoint.save(old, run / "checkpoint_last.pt")
-    with caplog.at_level(logging.WARNING, logger="nmtkit.train.trainer"):
+    with caplog.at_level(logging.WARNING, logger="nmtkit.train"):
         trainer = Trainer(_cfg(small, run, max_updates=4, valid_bleu_sentences=0, resume=True, ema_decay=0.5))
     assert any("--ema-decay 0.0 -> 0.5" in r.getMessage() for r in caplog.records)
     assert any("holds no EMA" in r.getMessage() for r in caplog.records)
@@ -1394,7 +1394,7 @@ def test_progress_lines_report_the_log_windows_mean_like_the_json_records(small,
     import logging
     import re
 
-    with caplog.at_level(logging.INFO, logger="nmtkit.train.trainer"):
+    with caplog.at_level(logging.INFO, logger="nmtkit.train"):
         train(_cfg(small, tmp_path / "run", max_updates=8, log_every=3, valid_every=6, valid_bleu_sentences=0))
     lines = [r.getMessage() for r in caplog.records if re.match(r"update \d+ epoch", r.getMessage())]
     records = {r["update"]: r for r in map(json.loads, (tmp_path / "run" / "train.jsonl").read_text().splitlines())
@@ -1419,7 +1419,7 @@ def test_bf16_where_it_is_emulated_is_warned_about(small, tmp_path, caplog, monk
     for is_native in (False, True):
         monkeypatch.setattr(device, "bf16_is_native", lambda d, v=is_native: v)
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="nmtkit.train.trainer"):
+        with caplog.at_level(logging.WARNING, logger="nmtkit.train"):
             Trainer(_cfg(small, tmp_path / f"run{is_native}", bf16=True)).rundir.unlock()
         warned = [r.getMessage() for r in caplog.records if "--bf16 on this CPU" in r.getMessage()]
         assert len(warned) == (0 if is_native else 1)

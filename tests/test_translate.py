@@ -330,7 +330,7 @@ def test_automatic_workers_that_fail_leave_the_translation_to_this_process(train
     lines = list(enumerate(_lines(data_dir / "multi30k" / "val.en", 40), start=1))
     with Translator([ckpt], beam=2, batch_size=4, window=8, workers=1) as alone:
         expected = [t.text for t in alone.translate(lines)]
-    with caplog.at_level(logging.WARNING, logger="nmtkit.translate.translator"):
+    with caplog.at_level(logging.WARNING, logger="nmtkit.translate"):
         with Translator([ckpt], beam=2, batch_size=4, window=8, workers=0, threads=2) as tr:
             stream = tr.translate(lines)
             got = [next(stream).text]
@@ -346,7 +346,7 @@ def test_automatic_workers_that_fail_leave_the_translation_to_this_process(train
         raise OSError(11, "Resource temporarily unavailable")
 
     monkeypatch.setattr(decodepool.DecodePool, "__init__", cannot_start)
-    with caplog.at_level(logging.WARNING, logger="nmtkit.translate.translator"):
+    with caplog.at_level(logging.WARNING, logger="nmtkit.translate"):
         with Translator([ckpt], beam=2, batch_size=4, window=8, workers=0, threads=2) as tr:
             assert [t.text for t in tr.translate(lines)] == expected
     assert "Resource temporarily unavailable); translating on in this process" in caplog.text
