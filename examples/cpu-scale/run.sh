@@ -3,7 +3,7 @@
 # number of updates on pairs of at most 30 words of the Canadian Hansards (a random subset, shuffled) plus the
 # older WMT news sets, then evaluated on all sentence lengths of news-test-2014 and of the Hansards test sittings:
 # Table 1 (all sentences, no-UNK subset), Figure 2 (BLEU by length), Figure 3 (alignments) and AER on the Hansards
-# trial set. About an hour and a half of background time on 2 CPU cores; see README.md.
+# trial set. Under two hours of background time on 2 CPU cores; see README.md.
 #
 #   examples/cpu-scale/run.sh                   every stage, writing examples/cpu-scale/RESULTS.md at the end
 #   examples/cpu-scale/run.sh --stage NAME      one stage: data prepare train translate score align report
