@@ -23,13 +23,13 @@ interchange) and updates dense, contiguous float32 parameters on CPU in one of t
 Anything else (CUDA, weight decay, ``maximize``, ...) goes to torch's own step.
 
 **Rows without gradient.**  A minibatch uses a few hundred of the 30,000 words, so most rows of the embedding
-matrices' (dense) gradients are zero.  For such a row the update above reduces exactly to E[g²] ← ρ E[g²],
-E[Δθ²] ← ρ E[Δθ²], θ unchanged (g = 0 makes Δθ = 0 and adds exact zeros), which needs no square roots.  For 2-D
-parameters of at least the speed policy's ``sparse_min_rows`` rows, when at most half the rows have a nonzero gradient, ``Adadelta``
-scales the two averages of every row by ρ and runs the full update on the other rows only (gathered into a compact
-copy and written back): the same values as the full update (tests compare), in a fraction of its time.  A
-row-sparse gradient (a COO tensor, as the models give for their embeddings on request, gradients.py) names its
-rows itself and takes that path whatever their number; on torch's own step it is made dense first.
+matrices' (dense) gradients are zero.  For such a row the update above reduces exactly to E[g²] ← ρ E[g²], E[Δθ²] ← ρ
+E[Δθ²], θ unchanged (g = 0 makes Δθ = 0 and adds exact zeros), which needs no square roots.  For 2-D parameters of at
+least the speed policy's ``sparse_min_rows`` rows, when at most half the rows have a nonzero gradient, ``Adadelta``
+scales the two averages of every row by ρ and runs the full update on the other rows only (gathered into a compact copy
+and written back): the same values as the full update (tests compare), in a fraction of its time.  A row-sparse gradient
+(a COO tensor, as the models give for their embeddings on request, gradients.py) names its rows itself and takes that
+path whatever their number; on torch's own step it is made dense first.
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ class Adadelta(torch.optim.Adadelta):
                 if g.is_sparse:
                     g = g.coalesce()  # (k rows, C) values at distinct rows
                     _update_at(p, g._indices()[0], g._values(), sq, acc, *hyper)
-                elif not (p.dim() == 2 and p.shape[0] >= policy().sparse_min_rows and _update_rows(p, g, sq, acc, *hyper)):
+                elif not (p.dim() == 2 and p.shape[0] >= policy().sparse_min_rows
+                          and _update_rows(p, g, sq, acc, *hyper)):
                     _update(p, g, sq, acc, *hyper)
         return loss
 

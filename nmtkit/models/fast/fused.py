@@ -144,8 +144,8 @@ def _row_groups(src_mask: Tensor, n_a: int) -> list[tuple[int, int, int]]:
     group's longest source: ``ATTENTION_GROUPS`` groups of equal size when the source lengths do not increase
     down the rows (``nll`` sorts its batch so), on CPU, where the attention's elementwise work is proportional to
     the positions it covers (a Hansards minibatch's source side is ~1.5× its real length when padded to the
-    longest, ~1.12× in four groups) and large enough (the policy's ``group_min_elements``, n' the attention's size); else one
-    group, (0, B, Tx)."""
+    longest, ~1.12× in four groups) and large enough (the policy's ``group_min_elements``, n' the attention's
+    size); else one group, (0, B, Tx)."""
     B, Tx = src_mask.shape
     if src_mask.device.type != "cpu" or B < 2 * ATTENTION_GROUPS or B * Tx * n_a < policy().group_min_elements:
         return [(0, B, Tx)]

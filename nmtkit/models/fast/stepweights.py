@@ -9,12 +9,12 @@ A step of search reads s_{i-1} through four matrices and y_{i-1} through two (Ap
 
 - ``s_stack`` = [W_a; U_z; U_r; U_o] (n' + 2n + 2l, n), without W_a for the RNNencdec: one matmul with s_{i-1}
   instead of three (the GRU's U [r ∘ s] must wait for r, so U stays apart);
-- ``y_table`` = [W_stack E y + b_stack; V_o E y + b_o] for every target word y (V, 3n + 2l): E y_{i-1} takes only
-  V values, so the whole input side of a step becomes a row lookup instead of two matmuls (a sixth of the small
-  model's multiply-adds per hypothesis).  Row ``<s>`` is built from E y_0 = 0 (the model's first-word convention).  The table
-  costs V × (3n + 2l) floats: it is built when that is at most the policy's ``table_max_elements`` (the small preset's 8,000 ×
-  1,024 is; the paper's 30,000 × 4,000 = 480 MB is not, and there the input side is a tenth of the work); otherwise
-  ``y_stack`` = [W_stack; V_o] (3n + 2l, m) and ``y_bias`` give the same values from one matmul;
+- ``y_table`` = [W_stack E y + b_stack; V_o E y + b_o] for every target word y (V, 3n + 2l): E y_{i-1} takes only V
+  values, so the whole input side of a step becomes a row lookup instead of two matmuls (a sixth of the small model's
+  multiply-adds per hypothesis).  Row ``<s>`` is built from E y_0 = 0 (the model's first-word convention).  The table
+  costs V × (3n + 2l) floats: it is built when that is at most the policy's ``table_max_elements`` (the small preset's
+  8,000 × 1,024 is; the paper's 30,000 × 4,000 = 480 MB is not, and there the input side is a tenth of the work);
+  otherwise ``y_stack`` = [W_stack; V_o] (3n + 2l, m) and ``y_bias`` give the same values from one matmul;
 - ``W_o``, ``b_y`` padded to a vocabulary size that is a multiple of 8 (``matmul.padded_vocab``: much faster
   products when V is not, as with 7,897 words or the paper's 30,000 + 4 specials).
 
