@@ -758,6 +758,11 @@ def _bad_model_value(small, tmp, run, other):
     return [small, "--arch", "rnnsearch-tiny", "-o", "hidden_dim=-3", "--force"], ["hidden_dim", "-3"]
 
 
+def _bad_state_word(small, tmp, run, other):
+    return [small, "--arch", "rnnsearch-tiny", "-o", "state_word=next", "--force"], ["state_word", "'next'",
+                                                                                   "previous, current"]
+
+
 def _existing_checkpoints(small, tmp, run, other):
     return [small, "--arch", "rnnsearch-tiny"], [str(run), "--resume", "--force"]
 
@@ -783,6 +788,7 @@ BAD_INPUTS = {
     "unknown-preset": _unknown_preset,
     "unknown-model-option": _unknown_model_option,
     "bad-model-value": _bad_model_value,
+    "bad-state-word": _bad_state_word,
     "existing-checkpoints": _existing_checkpoints,
     "arch-mismatch": _arch_mismatch,
     "optimizer-mismatch": _optimizer_mismatch,

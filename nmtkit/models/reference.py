@@ -127,16 +127,46 @@ def decoder_step(P: P, y_prev: Tensor, s_prev: Tensor, H: Tensor, mask: Tensor, 
     return logits, s, alpha
 
 
+def decoder_step_current(P: P, y_prev: Tensor, state: Tensor, H: Tensor, mask: Tensor,
+                         context: Tensor | None = None, dropout=None) -> tuple[Tensor, Tensor, Tensor | None]:
+    """:func:`decoder_step` with the state reading the CURRENT word (``state_word="current"``; v6's equations and
+    the authors' GroundHog code): s_i = f(s_{i-1}, y_i, c_i), the rest as Appendix A.  So s_i waits for y_i, and a
+    step carries [s_{i-2}; c_{i-1}] (B, n + ctx) (at i = 1: [s_0; anything]):
+
+        s_{i-1} = f(s_{i-2}, y_{i-1}, c_{i-1})  (s_0 at i = 1, where y_0 = <s>),   α_i, c_i from s_{i-1},
+        logits of y_i from s_{i-1}, E y_{i-1}, c_i.
+
+    y_{i-1} (B,) -> the logits of y_i (B, V), [s_{i-1}; c_i] (B, n + ctx), α_i (B, Tx) or None (RNNencdec)."""
+    n = P["dec.U"].shape[0]
+    s_before, c_before = state[:, :n], state[:, n:]  # s_{i-2}, c_{i-1}
+    Ey = embed_target(P, y_prev)  # (B, m)   E y_{i-1}
+    Ey = dropout(Ey) if dropout is not None else Ey
+    first = (y_prev == BOS).unsqueeze(1)  # (B, 1)
+    s_prev = torch.where(first, s_before, gru_step(P, "dec.", Ey, s_before, c_before))  # (B, n)   s_{i-1}
+    if context is None:
+        alpha = alignment(P, s_prev, H, mask)  # (B, Tx)
+        c = (alpha.unsqueeze(-1) * H).sum(dim=1)  # (B, 2n)   c_i = Σ_j α_ij h_j
+    else:
+        alpha, c = None, context
+    return deep_output(P, s_prev, Ey, c, dropout), torch.cat([s_prev, c], dim=1), alpha
+
+
+def initial_carried(s0: Tensor, ctx_dim: int, state_word: str) -> Tensor:
+    """The state a first step reads: s_0 (B, n), or [s_0; 0] (B, n + ctx) for ``state_word="current"``."""
+    return s0 if state_word == "previous" else torch.cat([s0, s0.new_zeros(s0.shape[0], ctx_dim)], dim=1)
+
+
 def teacher_forced(P: P, src: Tensor, src_lens: Tensor, tgt_in: Tensor, attention: bool,
-                   dropout=None) -> tuple[Tensor, Tensor | None]:
+                   dropout=None, state_word: str = "previous") -> tuple[Tensor, Tensor | None]:
     """The whole model over a batch: tgt_in = ``<s>`` y_1 … (B, Ty) -> the logits (B, Ty, V) of y_1 … ``</s>``
     and α (B, Ty, Tx) (None for the RNNencdec, ``attention=False``)."""
     H, mask, summary = encode(P, src, src_lens, bidirectional=attention, dropout=dropout)
     context = None if attention else summary  # RNNencdec: c = →h_{T_x}
-    s = initial_state(P, summary)  # (B, n)   s_0
+    s = initial_carried(initial_state(P, summary), H.shape[-1], state_word)  # (B, n)   s_0
+    step = decoder_step if state_word == "previous" else decoder_step_current
     logits, alphas = [], []
     for i in range(tgt_in.shape[1]):
-        out, s, alpha = decoder_step(P, tgt_in[:, i], s, H, mask, context, dropout)
+        out, s, alpha = step(P, tgt_in[:, i], s, H, mask, context, dropout)
         logits.append(out)
         alphas.append(alpha)
     return torch.stack(logits, dim=1), (torch.stack(alphas, dim=1) if attention else None)
@@ -152,7 +182,7 @@ def _is_rnnsearch(model) -> bool:
 def model_forward(model, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor | None]:
     """:func:`teacher_forced` on a model's weights (and its dropout): logits (B, Ty, V), α (B, Ty, Tx) or None."""
     return teacher_forced(paper_weights(model), src, src_lens.to(src.device), tgt_in, _is_rnnsearch(model),
-                          model.dropout)
+                          model.dropout, model.config.state_word)
 
 
 def model_loss(model, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor,
@@ -182,5 +212,6 @@ def model_step(model, y_prev: Tensor, state: Tensor, H: Tensor, mask: Tensor,
     α_i (B·K, Tx) or None."""
     K = state.shape[0] // mask.shape[0]
     rows = torch.arange(mask.shape[0], device=state.device).repeat_interleave(K)  # (B·K,)   each state's sentence
-    return decoder_step(paper_weights(model), y_prev, state, H.index_select(0, rows), mask.index_select(0, rows),
-                        None if context is None else context.index_select(0, rows), model.dropout)
+    step = decoder_step if model.config.state_word == "previous" else decoder_step_current
+    return step(paper_weights(model), y_prev, state, H.index_select(0, rows), mask.index_select(0, rows),
+                None if context is None else context.index_select(0, rows), model.dropout)

@@ -15,6 +15,10 @@ deep output reads s_{i-1} (v7), E y_{i-1} and c_i:
     t̃_i = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i + b_o  (2l),   t_{i,j} = max(t̃_{i,2j-1}, t̃_{i,2j})  (l),
     logits_i = W_o t_i + b_y  (V).
 
+With ``state_word="current"`` (config.py; the small presets) s_i reads y_i instead of y_{i-1}, as the paper's v6
+and the authors' GroundHog code: s_{i-1} has then read y_{i-1} when step i attends and predicts.  Only the word fed
+to the state moves; in search a state waits for the word the search chooses (``init_decoder``).
+
 RNNencdec (our choices, following Cho et al. 2014 and the appendix's remark): a FORWARD-ONLY encoder (no backward
 GRU); the summary c = →h_{T_x}, the forward state at the sentence's own last token (its ``</s>``), is used as c_i at
 every step (n dims, so C, C_z, C_r, C_o have n columns); no attention; s_0 = tanh(W_s c + b_s).
@@ -42,9 +46,11 @@ API (used by training, search and alignment):
     nll(src, src_lens, tgt_in, tgt_out) -> summed −log p of the real targets (the training loss; output.py)
     training_loss(src, src_lens, tgt_in, tgt_out[, label_smoothing]) -> (the loss to backpropagate, label-smoothed
         when label_smoothing > 0; the detached summed −log p, as nll gives it)
-    encode(src, src_lens) -> EncoderOut;  init_decoder(enc) -> s_0 (B, n)
+    encode(src, src_lens) -> EncoderOut;  init_decoder(enc) -> the first state, s_0 (B, n)
     decode_step(y_prev, state, enc) -> logits (B·K, V), new state (B·K, n), α (B·K, Tx) or None, for K states per
-        sentence of enc (beam search); prepare_decoding(enc) precomputes what every step reads of the source
+        sentence of enc (beam search); prepare_decoding(enc) precomputes what every step reads of the source.
+        The state is the search's to carry and reorder, not to read: with ``state_word="current"`` (config.py) it
+        also holds the context that the next step's update of s reads, once y_i is chosen
     reorder_encoder_out(enc, index) -> EncoderOut
 """
 
@@ -160,33 +166,45 @@ class _RNNTranslator(nn.Module):
         """s_{i-1} (..., n), E y_{i-1} (..., m), C_o c_i (..., 2l) -> logits (..., V).  The maxout deep output."""
         return self.readout(self.maxout(s_prev, Ey, Cc))
 
-    def _step_products(self, y_prev: Tensor, state: Tensor) -> tuple[Tensor, Tensor, StepWeights | None]:
-        """What a decoding step multiplies (stepweights.py): y_{i-1} (N,), s_{i-1} (N, n) ->
-        [W_stack E y + b_stack; V_o E y + b_o] (N, 3n + 2l), [W_a; U_z; U_r; U_o] s (N, n' + 2n + 2l; no W_a rows
-        for the RNNencdec), and the step weights used (None with autograd or dropout: then from the parameters)."""
-        if usable_step_weights(self):
-            w = step_weights(self)
-            if w.y_table is not None:
-                ys = w.y_table.index_select(0, y_prev)  # (N, 3n + 2l)   a row lookup per hypothesis
-            else:
-                ys = torch.addmm(w.y_bias, self.embed_target(y_prev), w.y_stack.t())  # (N, 3n + 2l)
-            return ys, F.linear(state, w.s_stack), w
+    def _step_products(self, y_prev: Tensor, state: Tensor) -> tuple[Tensor, Tensor, Tensor, StepWeights | None]:
+        """What a decoding step multiplies (stepweights.py): y_{i-1} (N,), the carried state (``init_decoder``) ->
+        [W_stack E y + b_stack; V_o E y + b_o] (N, 3n + 2l), s_{i-1} (N, n), [W_a; U_z; U_r; U_o] s_{i-1} (N, n' +
+        2n + 2l; no W_a rows for the RNNencdec), and the step weights used (None with autograd or dropout: then
+        from the parameters)."""
         dec = self.decoder
-        Ey = self.embed_target(y_prev)  # (N, m)
-        ys = torch.cat([dec.input_projections(Ey), aligned_linear(Ey, self.V_o, self.b_o)], dim=1)
-        s_side = ([self.attention.W_a] if hasattr(self, "attention") else []) + [dec.U_zr, self.U_o]
-        return ys, F.linear(state, torch.cat(s_side)), None
+        w = step_weights(self) if usable_step_weights(self) else None
+        if w is None:
+            Ey = self.embed_target(y_prev)  # (N, m)
+            ys = torch.cat([dec.input_projections(Ey), aligned_linear(Ey, self.V_o, self.b_o)], dim=1)
+            s_stack = torch.cat(([self.attention.W_a] if hasattr(self, "attention") else []) + [dec.U_zr, self.U_o])
+        elif w.y_table is not None:
+            ys, s_stack = w.y_table.index_select(0, y_prev), w.s_stack  # (N, 3n + 2l)   a row lookup per hypothesis
+        else:
+            ys, s_stack = torch.addmm(w.y_bias, self.embed_target(y_prev), w.y_stack.t()), w.s_stack  # (N, 3n + 2l)
+        s_prev = state
+        if self.config.state_word == "current":  # s_{i-1} = f(s_{i-2}, y_{i-1}, c_{i-1}), now that y_{i-1} is known
+            n = self.config.hidden_dim
+            s_pp, Cc_prev = state.split([n, 3 * n], dim=1)  # s_{i-2}, C_stack c_{i-1}
+            a = self.config.attn_dim if hasattr(self, "attention") else 0  # (the W_a rows come first)
+            U_zr = s_stack[a:a + 2 * n]  # (2n, n)
+            s_new = gru_update(ys[:, :3 * n] + Cc_prev, F.linear(s_pp, U_zr), s_pp, dec.U)  # (N, n)
+            s_prev = torch.where((y_prev == BOS).unsqueeze(1), s_pp, s_new)  # at i = 1 nothing to read: s_0
+        return ys, s_prev, F.linear(s_prev, s_stack), w
 
     def _step_output(self, ys: Tensor, Cc: Tensor, Us: Tensor, state: Tensor,
                      w: StepWeights | None) -> tuple[Tensor, Tensor]:
         """The rest of a step, from [W_stack E y + b_stack; V_o E y + b_o] (N, 3n + 2l), [C_stack; C_o] c_i
-        (N, 3n + 2l), [U_z; U_r; U_o] s_{i-1} (N, 2n + 2l) and ``_step_products``' step weights -> logits (N, V),
-        s_i (N, n)."""
+        (N, 3n + 2l), [U_z; U_r; U_o] s_{i-1} (N, 2n + 2l), s_{i-1} (N, n) and ``_step_products``' step weights ->
+        logits (N, V) and the state to carry: s_i (N, n), or with ``state_word="current"`` [s_{i-1}; C_stack c_i]
+        (N, 4n), since s_i reads y_i, which the search has yet to choose."""
         n = self.config.hidden_dim
         pre = ys + Cc  # (N, 3n + 2l)   [W E y + C c + b (GRU input side, 3n); V_o E y + C_o c + b_o (2l)]
         gx, t_part = pre.split([3 * n, pre.shape[1] - 3 * n], dim=1)
         Us_zr, Us_o = Us.split([2 * n, Us.shape[1] - 2 * n], dim=1)
-        new_state = gru_update(gx, Us_zr, state, self.decoder.U)  # (N, n)   s_i
+        if self.config.state_word == "current":
+            new_state = torch.cat([state, Cc[:, :3 * n]], dim=1)  # (N, 4n)
+        else:
+            new_state = gru_update(gx, Us_zr, state, self.decoder.U)  # (N, n)   s_i
         t = self._pairwise_max(t_part + Us_o)  # (N, l)   from t̃_i = U_o s_{i-1} + V_o E y + C_o c + b_o
         if w is None:
             return self.readout(t), new_state
@@ -247,8 +265,21 @@ class _RNNTranslator(nn.Module):
 
     # -- the interface used by training, search and alignment
     def init_decoder(self, enc: EncoderOut) -> Tensor:
-        """s_0 (B, n)."""
-        return enc.init_state
+        """The state the first ``decode_step`` reads: s_0 (B, n); with ``state_word="current"`` s_0 and room for
+        the context the next step's update reads (C_stack c_i (3n), or c_i (ctx) on the reference backend)."""
+        s0 = enc.init_state
+        if self.config.state_word == "previous":
+            return s0
+        return torch.cat([s0, s0.new_zeros(s0.shape[0], self.ctx_dim if self.backend == "reference" else
+                                           3 * self.config.hidden_dim)], dim=1)
+
+    def _state_words(self, tgt_in: Tensor) -> Tensor:
+        """The word each decoder state s_i (i = 1 … Ty) reads, for tgt_in = <s> y_1 … (B, Ty): y_{i-1}, tgt_in
+        itself (Appendix A), or with ``state_word="current"`` y_i, tgt_in shifted left by one (the last state, which
+        reads ``<pad>``, is never read by the output)."""
+        if self.config.state_word == "previous":
+            return tgt_in
+        return torch.cat([tgt_in[:, 1:], tgt_in.new_full((tgt_in.shape[0], 1), PAD)], dim=1)  # (B, Ty)
 
     def source_projections(self, enc: EncoderOut) -> Tensor:
         """What the decoder reads of the source through C_stack (gates and candidate) and C_o (deep output):
@@ -316,7 +347,8 @@ class RNNsearch(_RNNTranslator):
         c_i (B, Ty, 2n), and α (B, Ty, Tx)."""
         enc, pack = self._encode(src, src_lens)
         Ey = self.embed_target(tgt_in)  # (B, Ty, m)   E y_{i-1}
-        gx = self.decoder.input_projections(Ey.transpose(0, 1))  # (Ty, B, 3n)   W E y_{i-1} + b for all i
+        Ey_s = Ey if self.config.state_word == "previous" else self.embed_target(self._state_words(tgt_in))
+        gx = self.decoder.input_projections(Ey_s.transpose(0, 1))  # (Ty, B, 3n)   W E y_{i-1} (or y_i) + b
         dec, att = self.decoder, self.attention
         s_prev, ctx, alpha = attentive_decoder(
             gx, enc.init_state, enc.annotations, enc.keys, enc.src_mask, att.W_a, att.v_a, dec.U_zr, dec.U,
@@ -325,7 +357,8 @@ class RNNsearch(_RNNTranslator):
         return s_prev.transpose(0, 1), Ey, ctx.transpose(0, 1), alpha.transpose(0, 1)
 
     def decode_step(self, y_prev: Tensor, state: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, Tensor]:
-        """y_{i-1} (B·K,) long, s_{i-1} (B·K, n) -> logits for y_i (B·K, V), s_i (B·K, n), α_i (B·K, Tx).
+        """y_{i-1} (B·K,) long, s_{i-1} (B·K, n) -> logits for y_i (B·K, V), s_i (B·K, n), α_i (B·K, Tx).  (With
+        ``state_word="current"`` the state carried is [s_{i-2}; C_stack c_{i-1}] (B·K, 4n): see ``init_decoder``.)
 
         ``enc`` holds B sentences; state rows come K per sentence, in sentence order (K = 1 outside beam search).
         """
@@ -334,11 +367,11 @@ class RNNsearch(_RNNTranslator):
         A, Tx = enc.src_mask.shape
         K = state.shape[0] // A  # hypotheses per sentence
         proj = enc.proj if enc.proj is not None else self.source_projections(enc)  # (A, Tx, 3n + 2l)
-        ys, Us, w = self._step_products(y_prev, state)  # (A·K, 3n + 2l), (A·K, n' + 2n + 2l)
+        ys, s_prev, Us, w = self._step_products(y_prev, state)  # (A·K, 3n + 2l), (A·K, n), (A·K, n' + 2n + 2l)
         query, Us = Us.split([self.config.attn_dim, Us.shape[1] - self.config.attn_dim], dim=1)  # W_a s_{i-1}
         alpha = alignment(query.view(A, K, -1), enc.keys, self.attention.v_a, enc.src_mask)  # (A, K, Tx)
         Cc = torch.bmm(alpha, proj).view(A * K, -1)  # (A·K, 3n + 2l)   [C_stack; C_o] c_i
-        logits, new_state = self._step_output(ys, Cc, Us, state, w)  # (A·K, V), (A·K, n)
+        logits, new_state = self._step_output(ys, Cc, Us, s_prev, w)  # (A·K, V), (A·K, n or 4n)
         return logits, new_state, alpha.view(A * K, Tx)
 
 
@@ -364,8 +397,9 @@ class RNNencdec(_RNNTranslator):
         (the same at every step), and None (no attention)."""
         enc = self.encode(src, src_lens)
         Ey = self.embed_target(tgt_in)  # (B, Ty, m)
+        Ey_s = Ey if self.config.state_word == "previous" else self.embed_target(self._state_words(tgt_in))
         Cc = self.decoder.context_projections(enc.context)  # (B, 3n)   [C_z; C_r; C] c, the same at every step
-        gx = self.decoder.input_projections(Ey.transpose(0, 1)) + Cc  # (Ty, B, 3n)
+        gx = self.decoder.input_projections(Ey_s.transpose(0, 1)) + Cc  # (Ty, B, 3n)
         s0 = enc.init_state  # (B, n)
         # s_1 … s_{Ty-1}: the last state is never used by the output
         s_rest = gru_sequence(gx[:-1], self.decoder.U_zr, self.decoder.U, s0)  # (Ty-1, B, n)
@@ -373,7 +407,8 @@ class RNNencdec(_RNNTranslator):
         return s_prev, Ey, enc.context.unsqueeze(1), None
 
     def decode_step(self, y_prev: Tensor, state: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, None]:
-        """y_{i-1} (B·K,), s_{i-1} (B·K, n) -> logits (B·K, V), s_i (B·K, n), None (no attention).
+        """y_{i-1} (B·K,), s_{i-1} (B·K, n) -> logits (B·K, V), s_i (B·K, n), None (no attention).  (The carried
+        state of ``state_word="current"``: see ``init_decoder``.)
 
         ``enc`` holds B sentences; state rows come K per sentence, in sentence order (K = 1 outside beam search)."""
         if self.backend == "reference":
@@ -381,7 +416,7 @@ class RNNencdec(_RNNTranslator):
         A = enc.src_mask.shape[0]
         K = state.shape[0] // A
         proj = enc.proj if enc.proj is not None else self.source_projections(enc)  # (A, 1, 3n + 2l)
-        ys, Us, w = self._step_products(y_prev, state)  # (A·K, 3n + 2l), (A·K, 2n + 2l)
+        ys, s_prev, Us, w = self._step_products(y_prev, state)  # (A·K, 3n + 2l), (A·K, n), (A·K, 2n + 2l)
         Cc = proj.expand(A, K, proj.shape[-1]).reshape(A * K, -1)  # (A·K, 3n + 2l)   [C_stack; C_o] c
-        logits, new_state = self._step_output(ys, Cc, Us, state, w)  # (A·K, V), (A·K, n)
+        logits, new_state = self._step_output(ys, Cc, Us, s_prev, w)  # (A·K, V), (A·K, n or 4n)
         return logits, new_state, None

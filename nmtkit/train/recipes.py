@@ -9,7 +9,8 @@
   non-recurrent matrices instead of B.1's N(0, 0.01²) / N(0, 0.001²), with v_a = 0 as in B.1 (``xavier-flat``:
   α starts uniform; with a Glorot v_a the attention collapses onto the source's ``</s>`` early and aligns far
   worse), and Adam with learning rate 10⁻³ instead of Adadelta.  The default for the small presets
-  (``rnnsearch-small``, ``rnnencdec-small``), the sizes a CPU trains.  Tried at 5,000 updates beside OpenNMT-py and
+  (``rnnsearch-small``, ``rnnencdec-small``), the sizes a CPU trains.  (Those presets also differ in the model,
+  not the recipe: maxout l = 256 and the decoder state reading the current word; nmtkit/models/config.py.)  Tried at 5,000 updates beside OpenNMT-py and
   not adopted: an EMA of the weights (mixed: BLEU up, chrF down) and a linear decay of the rate (worse):
   tests/bench/results/bench_quality.txt, runs 3 and 4.
 

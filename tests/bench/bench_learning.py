@@ -53,6 +53,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "xavier-maxout256": ("+ maxout l = 256 (no 128-unit bottleneck)", ["--init", "xavier", "-o", "maxout_dim=256"]),
     "flat-maxout256": ("xavier-flat + maxout l = 256 (no 128-unit bottleneck before the 16k-word output)",
                        ["--init", "xavier-flat", "-o", "maxout_dim=256"]),
+    "flat-current": ("flat-maxout256 + the decoder state reads the current word, s_i = f(s_{i-1}, y_i, c_i) (v6, "
+                     "GroundHog)", ["--init", "xavier-flat", "-o", "maxout_dim=256", "-o", "state_word=current"]),
     "flat-clip5": ("xavier-flat + clipping at 5 instead of 1", ["--init", "xavier-flat", "--clip-norm", "5"]),
     "xavier-noclip": ("+ no gradient clipping", ["--init", "xavier", "--clip-norm", "0"]),
     "xavier-clip5": ("+ clipping at 5", ["--init", "xavier", "--clip-norm", "5"]),
