@@ -69,13 +69,12 @@ from nmtkit.models.fast.activations import pairwise_max
 from nmtkit.models.attention import AdditiveAttention, alignment
 from nmtkit.models.encoder import EncoderStates, SourceEncoder
 from nmtkit.models.fast.fused import attentive_decoder, by_source_length, gru_sequence
-from nmtkit.models.gru import ConditionalGRU, gru_update
+from nmtkit.models.gru import ConditionalGRU
 from nmtkit.models.init import PAPER_STD, normal_, zeros_
 from nmtkit.models.fast.matmul import aligned_linear
 from nmtkit.models.fast.output import check_label_smoothing, linear_cross_entropy, linear_cross_entropy_with_nll
 from nmtkit.models.fast.packed import Packing, packing, unpack
-from nmtkit.models.fast.stepweights import StepWeights, step_weights
-from nmtkit.models.fast.stepweights import usable as usable_step_weights
+from nmtkit.models.step import step_output, step_products
 from nmtkit.data.vocab import BOS, PAD
 
 
@@ -151,9 +150,9 @@ class _RNNTranslator(nn.Module):
     def maxout(self, s_prev: Tensor, Ey: Tensor, Cc: Tensor) -> Tensor:
         """s_{i-1} (..., n), E y_{i-1} (..., m), C_o c_i (..., 2l) -> t_i (..., l).  The maxout hidden layer."""
         t_tilde = F.linear(s_prev, self.U_o, self.b_o) + aligned_linear(Ey, self.V_o) + Cc  # (..., 2l)
-        return self._pairwise_max(t_tilde)
+        return self.pool(t_tilde)
 
-    def _pairwise_max(self, t_tilde: Tensor) -> Tensor:
+    def pool(self, t_tilde: Tensor) -> Tensor:
         """t̃_i (..., 2l) -> t_i (..., l): t_{i,j} = max(t̃_{i,2j-1}, t̃_{i,2j}), then dropout (if any)."""
         return self.dropout(pairwise_max(t_tilde))  # (activations.py)
 
@@ -165,52 +164,6 @@ class _RNNTranslator(nn.Module):
     def deep_output(self, s_prev: Tensor, Ey: Tensor, Cc: Tensor) -> Tensor:
         """s_{i-1} (..., n), E y_{i-1} (..., m), C_o c_i (..., 2l) -> logits (..., V).  The maxout deep output."""
         return self.readout(self.maxout(s_prev, Ey, Cc))
-
-    def _step_products(self, y_prev: Tensor, state: Tensor) -> tuple[Tensor, Tensor, Tensor, StepWeights | None]:
-        """What a decoding step multiplies (stepweights.py): y_{i-1} (N,), the carried state (``init_decoder``) ->
-        [W_stack E y + b_stack; V_o E y + b_o] (N, 3n + 2l), s_{i-1} (N, n), [W_a; U_z; U_r; U_o] s_{i-1} (N, n' +
-        2n + 2l; no W_a rows for the RNNencdec), and the step weights used (None with autograd or dropout: then
-        from the parameters)."""
-        dec = self.decoder
-        w = step_weights(self) if usable_step_weights(self) else None
-        if w is None:
-            Ey = self.embed_target(y_prev)  # (N, m)
-            ys = torch.cat([dec.input_projections(Ey), aligned_linear(Ey, self.V_o, self.b_o)], dim=1)
-            s_stack = torch.cat(([self.attention.W_a] if hasattr(self, "attention") else []) + [dec.U_zr, self.U_o])
-        elif w.y_table is not None:
-            ys, s_stack = w.y_table.index_select(0, y_prev), w.s_stack  # (N, 3n + 2l)   a row lookup per hypothesis
-        else:
-            ys, s_stack = torch.addmm(w.y_bias, self.embed_target(y_prev), w.y_stack.t()), w.s_stack  # (N, 3n + 2l)
-        s_prev = state
-        if self.config.state_word == "current":  # s_{i-1} = f(s_{i-2}, y_{i-1}, c_{i-1}), now that y_{i-1} is known
-            n = self.config.hidden_dim
-            s_pp, Cc_prev = state.split([n, 3 * n], dim=1)  # s_{i-2}, C_stack c_{i-1}
-            a = self.config.attn_dim if hasattr(self, "attention") else 0  # (the W_a rows come first)
-            U_zr = s_stack[a:a + 2 * n]  # (2n, n)
-            s_new = gru_update(ys[:, :3 * n] + Cc_prev, F.linear(s_pp, U_zr), s_pp, dec.U)  # (N, n)
-            s_prev = torch.where((y_prev == BOS).unsqueeze(1), s_pp, s_new)  # at i = 1 nothing to read: s_0
-        return ys, s_prev, F.linear(s_prev, s_stack), w
-
-    def _step_output(self, ys: Tensor, Cc: Tensor, Us: Tensor, state: Tensor,
-                     w: StepWeights | None) -> tuple[Tensor, Tensor]:
-        """The rest of a step, from [W_stack E y + b_stack; V_o E y + b_o] (N, 3n + 2l), [C_stack; C_o] c_i
-        (N, 3n + 2l), [U_z; U_r; U_o] s_{i-1} (N, 2n + 2l), s_{i-1} (N, n) and ``_step_products``' step weights ->
-        logits (N, V) and the state to carry: s_i (N, n), or with ``state_word="current"`` [s_{i-1}; C_stack c_i]
-        (N, 4n), since s_i reads y_i, which the search has yet to choose."""
-        n = self.config.hidden_dim
-        pre = ys + Cc  # (N, 3n + 2l)   [W E y + C c + b (GRU input side, 3n); V_o E y + C_o c + b_o (2l)]
-        gx, t_part = pre.split([3 * n, pre.shape[1] - 3 * n], dim=1)
-        Us_zr, Us_o = Us.split([2 * n, Us.shape[1] - 2 * n], dim=1)
-        if self.config.state_word == "current":
-            new_state = torch.cat([state, Cc[:, :3 * n]], dim=1)  # (N, 4n)
-        else:
-            new_state = gru_update(gx, Us_zr, state, self.decoder.U)  # (N, n)   s_i
-        t = self._pairwise_max(t_part + Us_o)  # (N, l)   from t̃_i = U_o s_{i-1} + V_o E y + C_o c + b_o
-        if w is None:
-            return self.readout(t), new_state
-        V = self.W_o.shape[0]
-        logits = torch.addmm(w.b_y, t, w.W_o.t())  # (N, V')   W_o t_i + b_y, V rounded up to a multiple of 8
-        return (logits if logits.shape[1] == V else logits[:, :V].contiguous()), new_state
 
     def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, return_attention: bool = False):
         """Teacher-forced logits (B, Ty, V) for tgt_in = <s> y_1 … (B, Ty); return_attention adds α (B, Ty, Tx)
@@ -367,11 +320,11 @@ class RNNsearch(_RNNTranslator):
         A, Tx = enc.src_mask.shape
         K = state.shape[0] // A  # hypotheses per sentence
         proj = enc.proj if enc.proj is not None else self.source_projections(enc)  # (A, Tx, 3n + 2l)
-        ys, s_prev, Us, w = self._step_products(y_prev, state)  # (A·K, 3n + 2l), (A·K, n), (A·K, n' + 2n + 2l)
+        ys, s_prev, Us, w = step_products(self, y_prev, state)  # (A·K, 3n + 2l), (A·K, n), (A·K, n' + 2n + 2l)
         query, Us = Us.split([self.config.attn_dim, Us.shape[1] - self.config.attn_dim], dim=1)  # W_a s_{i-1}
         alpha = alignment(query.view(A, K, -1), enc.keys, self.attention.v_a, enc.src_mask)  # (A, K, Tx)
         Cc = torch.bmm(alpha, proj).view(A * K, -1)  # (A·K, 3n + 2l)   [C_stack; C_o] c_i
-        logits, new_state = self._step_output(ys, Cc, Us, s_prev, w)  # (A·K, V), (A·K, n or 4n)
+        logits, new_state = step_output(self, ys, Cc, Us, s_prev, w)  # (A·K, V), (A·K, n or 4n)
         return logits, new_state, alpha.view(A * K, Tx)
 
 
@@ -416,7 +369,7 @@ class RNNencdec(_RNNTranslator):
         A = enc.src_mask.shape[0]
         K = state.shape[0] // A
         proj = enc.proj if enc.proj is not None else self.source_projections(enc)  # (A, 1, 3n + 2l)
-        ys, s_prev, Us, w = self._step_products(y_prev, state)  # (A·K, 3n + 2l), (A·K, n), (A·K, 2n + 2l)
+        ys, s_prev, Us, w = step_products(self, y_prev, state)  # (A·K, 3n + 2l), (A·K, n), (A·K, 2n + 2l)
         Cc = proj.expand(A, K, proj.shape[-1]).reshape(A * K, -1)  # (A·K, 3n + 2l)   [C_stack; C_o] c
-        logits, new_state = self._step_output(ys, Cc, Us, s_prev, w)  # (A·K, V), (A·K, n or 4n)
+        logits, new_state = step_output(self, ys, Cc, Us, s_prev, w)  # (A·K, V), (A·K, n or 4n)
         return logits, new_state, None
