@@ -40,6 +40,7 @@ from nmtkit.data.batching import collate, collate_source
 from nmtkit.prepare import PrepareConfig, prepare
 from nmtkit.train.trainer import TrainConfig, Trainer, train
 from nmtkit.data.vocab import PAD, Vocabulary
+from nmtkit.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 NMT_TRAIN = str(REPO / "bin" / "nmt-train")
@@ -821,6 +822,24 @@ def test_resume_without_a_checkpoint(small, tmp_path):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and str(run) in lines[0] and "checkpoint_last.pt" in lines[0], res.stderr
     assert os.listdir(run) == []
+
+
+def test_a_checkpoint_from_before_a_model_field_resumes(small, finished_run, tmp_path):
+    # checkpoints written before the model config had state_word hold Appendix A's model: they resume, and --init-from
+    # takes them, with the preset that still means that model (the tiny ones); asking for the other model is refused
+    run = tmp_path / "old"
+    shutil.copytree(finished_run, run)
+    last = run / "checkpoint_last.pt"
+    payload = checkpoint.load(last)
+    del payload["config"]["state_word"]
+    checkpoint.save(payload, last)
+    train(_cfg(small, run, max_updates=6, valid_every=2, valid_bleu_sentences=0, resume=True))
+    assert _load_state(run / "checkpoint_last.pt")["update"] == 6
+    assert checkpoint.load(run / "checkpoint_last.pt")["config"]["state_word"] == "previous"
+    checkpoint.save(payload, last)
+    with pytest.raises(InputError, match=r"state_word 'previous' -> 'current'"):
+        train(_cfg(small, run, max_updates=6, model_options={"state_word": "current"}, resume=True))
+    train(_cfg(small, tmp_path / "new", max_updates=1, valid_every=1, valid_bleu_sentences=0, init_from=str(last)))
 
 
 # -- checkpoints of a run --------------------------------------------------------------------------------------------

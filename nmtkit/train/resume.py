@@ -56,6 +56,15 @@ def find_checkpoint(rundir, resume: bool, force: bool, vocabs: dict) -> dict | N
     return payload
 
 
+def saved_config(payload: dict) -> dict:
+    """The model config a checkpoint's model is built with: its saved fields, and the defaults of the fields an
+    older nmtkit did not have (``state_word``: such a model is Appendix A's), as ``build_from_checkpoint`` fills
+    them in."""
+    from nmtkit.models import model_class
+
+    return model_class(payload["arch"]).config_class.from_dict(payload["config"]).to_dict()
+
+
 def check_fits(payload: dict, cfg, vocab_sizes: tuple[int, int], fingerprint: dict, last: str) -> None:
     """Refuse a resume whose architecture, model (preset, -o options), optimizer or training pairs differ from
     the checkpoint's run."""
@@ -69,7 +78,7 @@ def check_fits(payload: dict, cfg, vocab_sizes: tuple[int, int], fingerprint: di
                          f"'{before}' (resume with --optimizer {before}, or that run's --recipe)", last)
     want = get_config(cfg.arch, src_vocab_size=vocab_sizes[0], tgt_vocab_size=vocab_sizes[1],
                       **cfg.model_options).to_dict()
-    have = payload["config"]
+    have = saved_config(payload)
     differ = [f"{k} {have.get(k)!r} -> {want.get(k)!r}" for k in sorted(set(want) | set(have))
               if have.get(k) != want.get(k)]
     if differ:
@@ -135,7 +144,7 @@ def initial_weights(path: str, cfg, vocabs: dict) -> dict:
                              "vocabularies (nmt-prepare --src-vocab/--tgt-vocab) or start from scratch", path)
     want = get_config(cfg.arch, src_vocab_size=len(vocabs["src"]), tgt_vocab_size=len(vocabs["tgt"]),
                       **cfg.model_options).to_dict()
-    have = payload["config"]
+    have = saved_config(payload)
     differ = [f"{k} {have.get(k)!r} (checkpoint) vs {want.get(k)!r} (asked)" for k in sorted(set(want) | set(have))
               if have.get(k) != want.get(k) and k != "dropout"]
     if differ:
