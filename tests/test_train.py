@@ -837,7 +837,7 @@ def test_a_checkpoint_from_before_a_model_field_resumes(small, finished_run, tmp
     assert _load_state(run / "checkpoint_last.pt")["update"] == 6
     assert checkpoint.load(run / "checkpoint_last.pt")["config"]["state_word"] == "previous"
     checkpoint.save(payload, last)
-    with pytest.raises(InputError, match=r"state_word 'previous' -> 'current'"):
+    with pytest.raises(InputError, match=r"state_word 'previous' -> 'current'.*\(here: -o state_word=previous\)"):
         train(_cfg(small, run, max_updates=6, model_options={"state_word": "current"}, resume=True))
     train(_cfg(small, tmp_path / "new", max_updates=1, valid_every=1, valid_bleu_sentences=0, init_from=str(last)))
 

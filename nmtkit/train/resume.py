@@ -82,8 +82,11 @@ def check_fits(payload: dict, cfg, vocab_sizes: tuple[int, int], fingerprint: di
     differ = [f"{k} {have.get(k)!r} -> {want.get(k)!r}" for k in sorted(set(want) | set(have))
               if have.get(k) != want.get(k)]
     if differ:
+        fix = " ".join(f"-o {k}={have[k]}" for k in sorted(set(want) | set(have))
+                       if have.get(k) != want.get(k) and not k.endswith("vocab_size") and k in have)
         raise InputError(f"the model asked for differs from the checkpoint's ({', '.join(differ)}); resume with "
-                         "the run's --arch and -o options, or start a new run", last)
+                         f"the run's --arch and -o options{f' (here: {fix})' if fix else ''}, or start a new run",
+                         last)
     then = payload["train"].get("data")
     if then is not None and then != fingerprint:
         raise InputError(f"the training data differs from the checkpoint's run ({then['pairs']:,} pairs, "
