@@ -5,8 +5,9 @@ reads the prepared directory, OpenNMT-py its Moses-tokenised ``train.tok.*`` lin
 ``valid`` split), batches of 80 sentences, gradient norm clipped at 1, the same number of updates; each then decodes
 the test sets with beam 12, and sacreBLEU scores the detokenised output against the raw references.  OpenNMT-py's
 configuration is ``../shared/peers/opennmt-hansards.yaml.tmpl`` (GRU ``brnn`` encoder 128 per direction, GRU decoder
-256, ``mlp`` attention, input feeding, Glorot init, Adam 1e-3); nmtkit's is ``rnnsearch-small`` with the options of
-``--nmtkit-options`` (default: ``--recipe fast``).  Install OpenNMT-py as ``../shared/peers/README.md`` says and give
+256, ``mlp`` attention, input feeding, Glorot init, Adam 1e-3); nmtkit's is ``rnnsearch-small`` (maxout l = 256,
+its decoder state reading the current word: ``nmtkit/models/config.py``) with the options of ``--nmtkit-options``
+(default: ``--recipe fast``).  Install OpenNMT-py as ``../shared/peers/README.md`` says and give
 its virtual environment with ``--onmt-venv``.
 
     python tests/bench/bench_quality.py --data runs/q/hans16k --work runs/quality --onmt-venv runs/onmt-venv \\
