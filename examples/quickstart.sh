@@ -20,7 +20,7 @@
 # Knobs (environment):
 #   QUICKSTART_UPDATES   training updates (1500: about 10 minutes at 0.4 s per update on two cores)
 #   QUICKSTART_VOCAB     words in each language's shortlist (8000; 16000 makes the output layer, most of an
-#                        update's cost, twice as large: 0.56 s per update, 14.3 against 13.8 BLEU in domain)
+#                        update's cost, twice as large, for a little more BLEU)
 #   QUICKSTART_MAX_TIME  seconds after which training stops even if the updates are not done (3600); the model is
 #                        then undertrained and the script says so
 #   QUICKSTART_TINY=1    a one-minute smoke run: 2,000 pairs, the tiny preset, 40 updates, 20 test sentences
