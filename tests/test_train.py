@@ -539,7 +539,8 @@ def _batches_per_epoch(data_dir, batch_size: int, pool_batches: int) -> int:
     (6, 11, {}),  # interrupted mid-epoch, resumed within it
     (-3, 4, {"dropout": 0.3}),  # mid-epoch, resumed across the epoch boundary; dropout draws random numbers
     (0, 3, {}),  # interrupted exactly at the end of the first epoch
-], ids=["mid-epoch", "across-epochs-dropout", "epoch-end"])
+    (6, 11, {"state_word": "current", "dropout": 0.3}),  # the small presets' decoder (validation BLEU searches it)
+], ids=["mid-epoch", "across-epochs-dropout", "epoch-end", "mid-epoch-state-word-current"])
 def test_resume_equals_uninterrupted(small, tmp_path, stop, total, options):
     epoch = _batches_per_epoch(small, 16, 2)
     assert epoch > 11  # so that 6 and 11 lie inside the first epoch

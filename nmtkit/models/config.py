@@ -82,8 +82,8 @@ TINY_SIZES = dict(emb_dim=32, hidden_dim=48, maxout_dim=24)  # tests
 for _len in (30, 50):
     register_preset(f"rnnsearch-{_len}", "rnnsearch", **PAPER_SIZES, attn_dim=1000, max_len=_len)
     register_preset(f"rnnencdec-{_len}", "rnnencdec", **PAPER_SIZES, max_len=_len)
-# The small presets' decoder state reads the current word (STATE_WORDS above): at 2,000 updates validation
-# perplexity 13.4 against 16.8, AER 0.459 against 0.584 (bench_learning.txt, pass 4).  The paper's keep Appendix A.
+# The small presets' decoder state reads the current word (STATE_WORDS above; its effect on what they learn per
+# update: tests/bench/results/bench_learning.txt, pass 4, and bench_quality.txt, run 6).  The paper's keep Appendix A.
 register_preset("rnnsearch-small", "rnnsearch", **SMALL_SIZES, attn_dim=256, state_word="current")
 register_preset("rnnencdec-small", "rnnencdec", **SMALL_SIZES, state_word="current")
 register_preset("rnnsearch-tiny", "rnnsearch", **TINY_SIZES, attn_dim=40)

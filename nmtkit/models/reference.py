@@ -117,14 +117,18 @@ def decoder_step(P: P, y_prev: Tensor, s_prev: Tensor, H: Tensor, mask: Tensor, 
     c_i at every step, and α is None."""
     Ey = embed_target(P, y_prev)  # (B, m)   E y_{i-1}
     Ey = dropout(Ey) if dropout is not None else Ey
-    if context is None:
-        alpha = alignment(P, s_prev, H, mask)  # (B, Tx)
-        c = (alpha.unsqueeze(-1) * H).sum(dim=1)  # (B, 2n)   c_i = Σ_j α_ij h_j
-    else:
-        alpha, c = None, context
+    alpha, c = _context(P, s_prev, H, mask, context)  # (B, Tx) or None, (B, ctx)
     logits = deep_output(P, s_prev, Ey, c, dropout)  # (B, V)
     s = gru_step(P, "dec.", Ey, s_prev, c)  # (B, n)   s_i = f(s_{i-1}, y_{i-1}, c_i)
     return logits, s, alpha
+
+
+def _context(P: P, s_prev: Tensor, H: Tensor, mask: Tensor, context: Tensor | None) -> tuple[Tensor | None, Tensor]:
+    """α_i (B, Tx) and c_i = Σ_j α_ij h_j (B, 2n) from s_{i-1} (RNNsearch), or None and the RNNencdec's fixed c."""
+    if context is not None:
+        return None, context
+    alpha = alignment(P, s_prev, H, mask)  # (B, Tx)
+    return alpha, (alpha.unsqueeze(-1) * H).sum(dim=1)
 
 
 def decoder_step_current(P: P, y_prev: Tensor, state: Tensor, H: Tensor, mask: Tensor,
@@ -143,11 +147,7 @@ def decoder_step_current(P: P, y_prev: Tensor, state: Tensor, H: Tensor, mask: T
     Ey = dropout(Ey) if dropout is not None else Ey
     first = (y_prev == BOS).unsqueeze(1)  # (B, 1)
     s_prev = torch.where(first, s_before, gru_step(P, "dec.", Ey, s_before, c_before))  # (B, n)   s_{i-1}
-    if context is None:
-        alpha = alignment(P, s_prev, H, mask)  # (B, Tx)
-        c = (alpha.unsqueeze(-1) * H).sum(dim=1)  # (B, 2n)   c_i = Σ_j α_ij h_j
-    else:
-        alpha, c = None, context
+    alpha, c = _context(P, s_prev, H, mask, context)  # (B, Tx) or None, (B, ctx)
     return deep_output(P, s_prev, Ey, c, dropout), torch.cat([s_prev, c], dim=1), alpha
 
 

@@ -219,20 +219,18 @@ class _RNNTranslator(nn.Module):
     # -- the interface used by training, search and alignment
     def init_decoder(self, enc: EncoderOut) -> Tensor:
         """The state the first ``decode_step`` reads: s_0 (B, n); with ``state_word="current"`` s_0 and room for
-        the context the next step's update reads (C_stack c_i (3n), or c_i (ctx) on the reference backend)."""
-        s0 = enc.init_state
-        if self.config.state_word == "previous":
-            return s0
-        return torch.cat([s0, s0.new_zeros(s0.shape[0], self.ctx_dim if self.backend == "reference" else
-                                           3 * self.config.hidden_dim)], dim=1)
+        what the next step's update reads besides y_i (step.py: [U_z; U_r] s and C_stack c, 5n; the reference
+        backend: c, ctx), unused at the first step."""
+        width = self.ctx_dim if self.backend == "reference" else 5 * self.config.hidden_dim
+        return reference.initial_carried(enc.init_state, width, self.config.state_word)
 
-    def _state_words(self, tgt_in: Tensor) -> Tensor:
-        """The word each decoder state s_i (i = 1 … Ty) reads, for tgt_in = <s> y_1 … (B, Ty): y_{i-1}, tgt_in
-        itself (Appendix A), or with ``state_word="current"`` y_i, tgt_in shifted left by one (the last state, which
-        reads ``<pad>``, is never read by the output)."""
+    def state_inputs(self, tgt_in: Tensor, Ey: Tensor) -> Tensor:
+        """E of the word each decoder state s_i (i = 1 … Ty) reads, for tgt_in = <s> y_1 … (B, Ty) and its
+        embeddings Ey (B, Ty, m): E y_{i-1}, Ey itself (Appendix A), or with ``state_word="current"`` E y_i, of tgt_in
+        shifted left by one (the last state, which reads ``<pad>``, is never read by the output)."""
         if self.config.state_word == "previous":
-            return tgt_in
-        return torch.cat([tgt_in[:, 1:], tgt_in.new_full((tgt_in.shape[0], 1), PAD)], dim=1)  # (B, Ty)
+            return Ey
+        return self.embed_target(torch.cat([tgt_in[:, 1:], tgt_in.new_full((tgt_in.shape[0], 1), PAD)], dim=1))
 
     def source_projections(self, enc: EncoderOut) -> Tensor:
         """What the decoder reads of the source through C_stack (gates and candidate) and C_o (deep output):
@@ -300,8 +298,8 @@ class RNNsearch(_RNNTranslator):
         c_i (B, Ty, 2n), and α (B, Ty, Tx)."""
         enc, pack = self._encode(src, src_lens)
         Ey = self.embed_target(tgt_in)  # (B, Ty, m)   E y_{i-1}
-        Ey_s = Ey if self.config.state_word == "previous" else self.embed_target(self._state_words(tgt_in))
-        gx = self.decoder.input_projections(Ey_s.transpose(0, 1))  # (Ty, B, 3n)   W E y_{i-1} (or y_i) + b
+        gx = self.decoder.input_projections(self.state_inputs(tgt_in, Ey).transpose(0, 1))  # (Ty, B, 3n)
+        # W E y_{i-1} + b for all i (E y_i with state_word="current")
         dec, att = self.decoder, self.attention
         s_prev, ctx, alpha = attentive_decoder(
             gx, enc.init_state, enc.annotations, enc.keys, enc.src_mask, att.W_a, att.v_a, dec.U_zr, dec.U,
@@ -311,7 +309,8 @@ class RNNsearch(_RNNTranslator):
 
     def decode_step(self, y_prev: Tensor, state: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, Tensor]:
         """y_{i-1} (B·K,) long, s_{i-1} (B·K, n) -> logits for y_i (B·K, V), s_i (B·K, n), α_i (B·K, Tx).  (With
-        ``state_word="current"`` the state carried is [s_{i-2}; C_stack c_{i-1}] (B·K, 4n): see ``init_decoder``.)
+        ``state_word="current"`` the state carried is [s_{i-2}; [U_z; U_r] s_{i-2}; C_stack c_{i-1}] (B·K, 6n):
+        step.py.)
 
         ``enc`` holds B sentences; state rows come K per sentence, in sentence order (K = 1 outside beam search).
         """
@@ -324,7 +323,7 @@ class RNNsearch(_RNNTranslator):
         query, Us = Us.split([self.config.attn_dim, Us.shape[1] - self.config.attn_dim], dim=1)  # W_a s_{i-1}
         alpha = alignment(query.view(A, K, -1), enc.keys, self.attention.v_a, enc.src_mask)  # (A, K, Tx)
         Cc = torch.bmm(alpha, proj).view(A * K, -1)  # (A·K, 3n + 2l)   [C_stack; C_o] c_i
-        logits, new_state = step_output(self, ys, Cc, Us, s_prev, w)  # (A·K, V), (A·K, n or 4n)
+        logits, new_state = step_output(self, ys, Cc, Us, s_prev, w)  # (A·K, V), (A·K, n or 6n)
         return logits, new_state, alpha.view(A * K, Tx)
 
 
@@ -350,9 +349,8 @@ class RNNencdec(_RNNTranslator):
         (the same at every step), and None (no attention)."""
         enc = self.encode(src, src_lens)
         Ey = self.embed_target(tgt_in)  # (B, Ty, m)
-        Ey_s = Ey if self.config.state_word == "previous" else self.embed_target(self._state_words(tgt_in))
         Cc = self.decoder.context_projections(enc.context)  # (B, 3n)   [C_z; C_r; C] c, the same at every step
-        gx = self.decoder.input_projections(Ey_s.transpose(0, 1)) + Cc  # (Ty, B, 3n)
+        gx = self.decoder.input_projections(self.state_inputs(tgt_in, Ey).transpose(0, 1)) + Cc  # (Ty, B, 3n)
         s0 = enc.init_state  # (B, n)
         # s_1 … s_{Ty-1}: the last state is never used by the output
         s_rest = gru_sequence(gx[:-1], self.decoder.U_zr, self.decoder.U, s0)  # (Ty-1, B, n)
@@ -371,5 +369,5 @@ class RNNencdec(_RNNTranslator):
         proj = enc.proj if enc.proj is not None else self.source_projections(enc)  # (A, 1, 3n + 2l)
         ys, s_prev, Us, w = step_products(self, y_prev, state)  # (A·K, 3n + 2l), (A·K, n), (A·K, 2n + 2l)
         Cc = proj.expand(A, K, proj.shape[-1]).reshape(A * K, -1)  # (A·K, 3n + 2l)   [C_stack; C_o] c
-        logits, new_state = step_output(self, ys, Cc, Us, s_prev, w)  # (A·K, V), (A·K, n or 4n)
+        logits, new_state = step_output(self, ys, Cc, Us, s_prev, w)  # (A·K, V), (A·K, n or 6n)
         return logits, new_state, None

@@ -39,10 +39,8 @@ def step_products(model, y_prev: Tensor, state: Tensor) -> tuple[Tensor, Tensor,
     s_prev = state
     if model.config.state_word == "current":  # s_{i-1} = f(s_{i-2}, y_{i-1}, c_{i-1}), now that y_{i-1} is known
         n = model.config.hidden_dim
-        s_pp, Cc_prev = state.split([n, 3 * n], dim=1)  # s_{i-2}, C_stack c_{i-1}
-        a = model.config.attn_dim if hasattr(model, "attention") else 0  # (the W_a rows come first)
-        U_zr = s_stack[a:a + 2 * n]  # (2n, n)
-        s_new = gru_update(ys[:, :3 * n] + Cc_prev, F.linear(s_pp, U_zr), s_pp, dec.U)  # (N, n)
+        s_pp, Us_zr, Cc_prev = state.split([n, 2 * n, 3 * n], dim=1)  # s_{i-2}, [U_z; U_r] s_{i-2}, C_stack c_{i-1}
+        s_new = gru_update(ys[:, :3 * n] + Cc_prev, Us_zr, s_pp, dec.U)  # (N, n)
         s_prev = torch.where((y_prev == BOS).unsqueeze(1), s_pp, s_new)  # at i = 1 nothing to read: s_0
     return ys, s_prev, F.linear(s_prev, s_stack), w
 
@@ -51,14 +49,15 @@ def step_output(model, ys: Tensor, Cc: Tensor, Us: Tensor, state: Tensor,
                 w: StepWeights | None) -> tuple[Tensor, Tensor]:
     """The rest of a step, from [W_stack E y + b_stack; V_o E y + b_o] (N, 3n + 2l), [C_stack; C_o] c_i
     (N, 3n + 2l), [U_z; U_r; U_o] s_{i-1} (N, 2n + 2l), s_{i-1} (N, n) and ``step_products``' step weights ->
-    logits (N, V) and the state to carry: s_i (N, n), or with ``state_word="current"`` [s_{i-1}; C_stack c_i]
-    (N, 4n), since s_i reads y_i, which the search has yet to choose."""
+    logits (N, V) and the state to carry: s_i (N, n), or with ``state_word="current"`` [s_{i-1}; [U_z; U_r] s_{i-1};
+    C_stack c_i] (N, 6n), since s_i reads y_i, which the search has yet to choose (the next step's update then
+    multiplies nothing it has not got)."""
     n = model.config.hidden_dim
     pre = ys + Cc  # (N, 3n + 2l)   [W E y + C c + b (GRU input side, 3n); V_o E y + C_o c + b_o (2l)]
     gx, t_part = pre.split([3 * n, pre.shape[1] - 3 * n], dim=1)
     Us_zr, Us_o = Us.split([2 * n, Us.shape[1] - 2 * n], dim=1)
     if model.config.state_word == "current":
-        new_state = torch.cat([state, Cc[:, :3 * n]], dim=1)  # (N, 4n)
+        new_state = torch.cat([state, Us_zr, Cc[:, :3 * n]], dim=1)  # (N, 6n)
     else:
         new_state = gru_update(gx, Us_zr, state, model.decoder.U)  # (N, n)   s_i
     t = model.pool(t_part + Us_o)  # (N, l)   from t̃_i = U_o s_{i-1} + V_o E y + C_o c + b_o

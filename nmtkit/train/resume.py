@@ -79,11 +79,10 @@ def check_fits(payload: dict, cfg, vocab_sizes: tuple[int, int], fingerprint: di
     want = get_config(cfg.arch, src_vocab_size=vocab_sizes[0], tgt_vocab_size=vocab_sizes[1],
                       **cfg.model_options).to_dict()
     have = saved_config(payload)
-    differ = [f"{k} {have.get(k)!r} -> {want.get(k)!r}" for k in sorted(set(want) | set(have))
-              if have.get(k) != want.get(k)]
-    if differ:
-        fix = " ".join(f"-o {k}={have[k]}" for k in sorted(set(want) | set(have))
-                       if have.get(k) != want.get(k) and not k.endswith("vocab_size") and k in have)
+    keys = [k for k in sorted(set(want) | set(have)) if have.get(k) != want.get(k)]
+    if keys:
+        differ = [f"{k} {have.get(k)!r} -> {want.get(k)!r}" for k in keys]
+        fix = " ".join(f"-o {k}={have[k]}" for k in keys if k in have and not k.endswith("vocab_size"))
         raise InputError(f"the model asked for differs from the checkpoint's ({', '.join(differ)}); resume with "
                          f"the run's --arch and -o options{f' (here: {fix})' if fix else ''}, or start a new run",
                          last)
