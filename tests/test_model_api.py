@@ -210,3 +210,27 @@ def test_runs_under_bf16_autocast(arch, backend):
             continue
         scale = expected_grads[k].abs().max().item()
         torch.testing.assert_close(p.grad, expected_grads[k], atol=0.03 * scale, rtol=0.03, msg=k)
+
+
+# ----------------------------------------------------------------------------------------------------------- backends
+def test_backend_is_one_object_chosen_by_name(monkeypatch):
+    """A model computes through one backend object, resolved from its name once (registry.make_backend): the
+    environment's default when built, the name set later otherwise; an unknown name is refused and changes nothing."""
+    from nmtkit.models.fast_backend import FastBackend
+    from nmtkit.models.reference import ReferenceBackend
+
+    monkeypatch.delenv("NMTKIT_BACKEND", raising=False)
+    model = tiny("rnnsearch")
+    assert model.backend == "fast" and type(model._backend) is FastBackend
+    monkeypatch.setenv("NMTKIT_BACKEND", "reference")
+    built = tiny("rnnencdec")
+    assert built.backend == "reference" and type(built._backend) is ReferenceBackend
+    assert model.backend == "fast"  # (read once, when the model was built)
+    model.backend = "reference"
+    assert type(model._backend) is ReferenceBackend
+    with pytest.raises(ValueError, match="unknown backend 'slow' \\(choose from fast, reference\\)"):
+        model.backend = "slow"
+    assert model.backend == "reference"
+    monkeypatch.setenv("NMTKIT_BACKEND", "slow")
+    with pytest.raises(ValueError, match="NMTKIT_BACKEND='slow' is not a backend"):
+        tiny("rnnsearch")

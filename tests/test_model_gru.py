@@ -47,7 +47,7 @@ def test_encoder_matches_paper_equations(arch, path):
     src, lens, _, _ = make_batch([5, 2, 4], [1, 1, 1])
     enc = model.encode(src, lens)
     if path == "padded":
-        states = model.encoder(model.embed_source(src), lens, model._source_mask(src, lens))
+        states = model.encoder(model.embed_source(src), lens, enc.src_mask)
         summary = states.first_backward if arch == "rnnsearch" else states.last_forward  # (B, n)
         enc = enc._replace(annotations=states.annotations, init_state=model.initial_state(summary),
                            context=None if arch == "rnnsearch" else states.last_forward)

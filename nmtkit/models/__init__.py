@@ -18,6 +18,7 @@ from __future__ import annotations
 from nmtkit.models.registry import (
     BACKENDS,
     default_backend,
+    make_backend,
     set_backend,
     build_from_checkpoint,
     build_model,
@@ -31,13 +32,16 @@ from nmtkit.models.registry import (
 )
 # The model modules register their architectures and presets when imported.
 from nmtkit.models.config import RNNencdecConfig, RNNsearchConfig
-from nmtkit.models.rnnsearch import EncoderOut, RNNencdec, RNNsearch
+from nmtkit.models.backend import Backend, EncoderOut
+from nmtkit.models.rnnsearch import RNNencdec, RNNsearch
 from nmtkit.models.params import count_weights, load_paper_parameters, paper_parameters
 from nmtkit.data.vocab import BOS, EOS, PAD, UNK  # the token conventions the models follow
 
 __all__ = [
     "BACKENDS",
+    "Backend",
     "default_backend",
+    "make_backend",
     "set_backend",
     "BOS",
     "EOS",

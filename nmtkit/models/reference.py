@@ -4,8 +4,8 @@ Every function here takes the weights by the paper's names (:func:`nmtkit.models
 the model's parameters, so gradients reach them) and computes one equation or one recurrence with plain torch
 operations, one step at a time, batch first.  Nothing is stacked, fused, packed, tabulated or reordered for speed:
 the fast paths (fused.py, packed.py, stepweights.py, the C kernels) are tested against this module, values and
-gradients, and a model with ``backend = "reference"`` trains and searches on it (``nmt-train --backend
-reference``).  Symbols: m embedding size, n hidden units, n' alignment size, l maxout units, B sentences, Tx source
+gradients, and a model with ``backend = "reference"`` trains and searches on it (``ReferenceBackend`` at the end;
+``nmt-train --backend reference``).  Symbols: m embedding size, n hidden units, n' alignment size, l maxout units, B sentences, Tx source
 and Ty target positions (padded), V vocabulary size.
 
 The conventions the paper leaves to the implementation are the model's (rnnsearch.py): the source ends with its
@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from nmtkit.models.backend import Backend, EncoderOut
 from nmtkit.models.params import paper_weights
 from nmtkit.data.vocab import BOS, PAD
 
@@ -172,46 +173,43 @@ def teacher_forced(P: P, src: Tensor, src_lens: Tensor, tgt_in: Tensor, attentio
     return torch.stack(logits, dim=1), (torch.stack(alphas, dim=1) if attention else None)
 
 
-# -- a model on this backend (rnnsearch.py with ``backend = "reference"``): its weights by the paper's names
+# -- the reference backend (backend.py): a model's computation on the functions above, its weights by the paper's
+#    names (params.paper_weights: slices of its parameters, so gradients reach them)
 
 
-def _is_rnnsearch(model) -> bool:
-    return hasattr(model, "attention")
+class ReferenceBackend(Backend):
+    name = "reference"
 
+    def forward(self, model, src, src_lens, tgt_in):
+        """:func:`teacher_forced` on the model's weights (and its dropout)."""
+        return teacher_forced(paper_weights(model), src, src_lens.to(src.device), tgt_in, model.attentive,
+                              model.dropout, model.config.state_word)
 
-def model_forward(model, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor | None]:
-    """:func:`teacher_forced` on a model's weights (and its dropout): logits (B, Ty, V), α (B, Ty, Tx) or None."""
-    return teacher_forced(paper_weights(model), src, src_lens.to(src.device), tgt_in, _is_rnnsearch(model),
-                          model.dropout, model.config.state_word)
+    def training_loss(self, model, src, src_lens, tgt_in, tgt_out, eps):
+        logits = self.forward(model, src, src_lens, tgt_in)[0].flatten(0, 1)  # (B·Ty, V)
+        if logits.dtype not in (torch.float32, torch.float64):  # (bf16 autocast: the loss in float32, as fast)
+            logits = logits.float()
+        y = tgt_out.flatten()
+        loss = F.cross_entropy(logits, y, ignore_index=PAD, reduction="sum", label_smoothing=eps)
+        return loss, F.cross_entropy(logits.detach(), y, ignore_index=PAD, reduction="sum")
 
+    def encode(self, model, src, src_lens):
+        """The annotations (B, Tx, ctx), no keys (U_a h_j is computed at every step, as the equations read), the
+        mask, s_0 (B, n) and the RNNencdec's c (B, n) (None for RNNsearch)."""
+        P = paper_weights(model)
+        H, mask, summary = encode(P, src, src_lens.to(src.device), model.attentive, model.dropout)
+        return EncoderOut(H, None, mask, initial_state(P, summary), None if model.attentive else summary)
 
-def model_loss(model, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor,
-               label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
-    """(the summed cross-entropy against (1 − ε) onehot(y_i) + ε/V over the real positions of tgt_out, ε =
-    ``label_smoothing``; the summed −log p(y_i | y_<i, x), detached), as the model's ``training_loss`` gives them."""
-    logits = model_forward(model, src, src_lens, tgt_in)[0].flatten(0, 1)  # (B·Ty, V)
-    if logits.dtype not in (torch.float32, torch.float64):  # (bf16 autocast: the loss in float32, as the fast path)
-        logits = logits.float()
-    y = tgt_out.flatten()
-    loss = F.cross_entropy(logits, y, ignore_index=PAD, reduction="sum", label_smoothing=label_smoothing)
-    return loss, F.cross_entropy(logits.detach(), y, ignore_index=PAD, reduction="sum")
+    def init_decoder(self, model, enc):
+        return initial_carried(enc.init_state, model.ctx_dim, model.config.state_word)  # s_0 or [s_0; c]
 
-
-def model_encode(model, src: Tensor, src_lens: Tensor) -> tuple:
-    """The fields of the model's ``EncoderOut``: annotations (B, Tx, ctx), no keys (U_a h_j is computed at every
-    step, as the equations read), the mask, s_0 (B, n) and the RNNencdec's c (B, n) (None for RNNsearch)."""
-    P = paper_weights(model)
-    H, mask, summary = encode(P, src, src_lens.to(src.device), _is_rnnsearch(model), model.dropout)
-    return H, None, mask, initial_state(P, summary), None if _is_rnnsearch(model) else summary
-
-
-def model_step(model, y_prev: Tensor, state: Tensor, H: Tensor, mask: Tensor,
-               context: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
-    """:func:`decoder_step` for K states per sentence (beam search): y_{i-1} (B·K,), s_{i-1} (B·K, n), the B
-    sentences' annotations H (B, Tx, ctx), mask (B, Tx) and c (B, n) or None -> logits (B·K, V), s_i (B·K, n),
-    α_i (B·K, Tx) or None."""
-    K = state.shape[0] // mask.shape[0]
-    rows = torch.arange(mask.shape[0], device=state.device).repeat_interleave(K)  # (B·K,)   each state's sentence
-    step = decoder_step if model.config.state_word == "previous" else decoder_step_current
-    return step(paper_weights(model), y_prev, state, H.index_select(0, rows), mask.index_select(0, rows),
-                None if context is None else context.index_select(0, rows), model.dropout)
+    def decode_step(self, model, y_prev, state, enc):
+        """:func:`decoder_step` (or ``decoder_step_current``) for K states per sentence: each state reads its
+        sentence's annotations, mask and c (it multiplies c_i at every step, as the equations read)."""
+        mask = enc.src_mask
+        K = state.shape[0] // mask.shape[0]
+        rows = torch.arange(mask.shape[0], device=state.device).repeat_interleave(K)  # (B·K,)   each one's sentence
+        step = decoder_step if model.config.state_word == "previous" else decoder_step_current
+        return step(paper_weights(model), y_prev, state, enc.annotations.index_select(0, rows),
+                    mask.index_select(0, rows), None if enc.context is None else enc.context.index_select(0, rows),
+                    model.dropout)

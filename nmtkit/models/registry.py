@@ -1,5 +1,6 @@
 """The model registry: architectures (classes registered with :func:`register_model`) and presets (named sizes of an
-architecture, :func:`register_preset`), and the functions that build from them.  ``nmtkit.models`` re-exports it;
+architecture, :func:`register_preset`), the functions that build from them, and the backends a model computes with
+(backend.py; :func:`make_backend`).  ``nmtkit.models`` re-exports it;
 the model modules import it from here, so that no module imports the package that imports it."""
 
 from __future__ import annotations
@@ -9,11 +10,17 @@ from typing import Any, Callable
 
 from torch import nn
 
+from nmtkit.models.backend import Backend
+from nmtkit.models.fast_backend import FastBackend
+from nmtkit.models.reference import ReferenceBackend
+
 _MODELS: dict[str, type] = {}
 _PRESETS: dict[str, tuple[str, dict[str, Any]]] = {}
 
 
-BACKENDS = ("fast", "reference")  # how a model computes (rnnsearch.py): the fast paths, or reference.py
+# How a model computes (backend.py): the name a model's ``backend`` takes -> the implementation.  The one place
+# where a name becomes a backend.
+BACKENDS: dict[str, type[Backend]] = {"fast": FastBackend, "reference": ReferenceBackend}
 
 
 def default_backend() -> str:
@@ -27,11 +34,17 @@ def default_backend() -> str:
     return name
 
 
+def make_backend(name: str | None = None) -> Backend:
+    """The backend called ``name`` (None: :func:`default_backend`).  Unknown -> ValueError."""
+    name = default_backend() if name is None else name
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
+    return BACKENDS[name]()
+
+
 def set_backend(model: nn.Module, name: str | None) -> nn.Module:
     """Switch ``model`` to backend ``name`` (None: leave it); the same weights either way.  Unknown -> ValueError."""
     if name is not None:
-        if name not in BACKENDS:
-            raise ValueError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
         model.backend = name
     return model
 
