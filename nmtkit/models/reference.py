@@ -4,9 +4,9 @@ Every function here takes the weights by the paper's names (:func:`nmtkit.models
 the model's parameters, so gradients reach them) and computes one equation or one recurrence with plain torch
 operations, one step at a time, batch first.  Nothing is stacked, fused, packed, tabulated or reordered for speed:
 the fast paths (fused.py, packed.py, stepweights.py, the C kernels) are tested against this module, values and
-gradients, and a model with ``backend = "reference"`` trains and searches on it (``ReferenceBackend`` at the end;
-``nmt-train --backend reference``).  Symbols: m embedding size, n hidden units, n' alignment size, l maxout units, B sentences, Tx source
-and Ty target positions (padded), V vocabulary size.
+gradients, and a model with ``backend = "reference"`` trains and searches on it (``ReferenceBackend`` at the
+end; ``nmt-train --backend reference``).  Symbols: m embedding size, n hidden units, n' alignment size, l maxout
+units, B sentences, Tx source and Ty target positions (padded), V vocabulary size.
 
 The conventions the paper leaves to the implementation are the model's (rnnsearch.py): the source ends with its
 ``</s>``, which the encoder reads; batches are right-padded and padding never changes a real position's value; the

@@ -127,7 +127,7 @@ def write_scores(f: TextIO, langs: list[str], corpora: list[tuple[str, ...]], ro
     formula = " + ".join(f"[H_in({lang}) - H_gen({lang})]" for lang in langs)
     f.write(f"{SCORES_HEADER}\n#score = {formula}: per-token cross-entropies in bits (</s> counted as a token); "
             "lower = more like the in-domain data; nan = not scored (an empty side); H_gen under the general model "
-            "of the pair's fold (a hash of its text: copies share it), trained on a sample of the other fold\n")
+            "of the pair's fold (a hash of its position), trained on a sample of the other fold\n")
     for k, files in enumerate(corpora, start=1):
         f.write(f"#corpus {k} = {','.join(files)}\n")
     cols = "\t".join(f"h_in_{lang}\th_gen_{lang}\ttokens_{lang}" for lang in langs)

@@ -6,12 +6,16 @@ Axelrod, He & Gao (2011), "Domain adaptation via pseudo in-domain data selection
 1. **In-domain LM** (:mod:`nmtkit.select.lm`): order-N interpolated modified Kneser–Ney on the in-domain text, every
    ``heldout_every``-th pair held out to report perplexities. The vocabulary is the in-domain words seen at least
    ``min_count`` times (Moore & Lewis), shared by both models of the language; other words are ``<unk>``.
-2. **General LMs, cross-fitted**: the general pairs are cut into two folds by a hash of their scored text
-   (:func:`fold_of`: copies of a pair, wherever they are, share its fold). General model k is trained on a random
-   sample (``seed``) of about the in-domain size in raw words drawn from the *other* fold only, and scores the pairs
-   of fold k. So no pair (nor a copy of it) is ever scored by a model that saw it: a model scoring its own training
-   sentences finds them "general" (a median H_gen of ~3.4 bits per token against ~7.2 under the in-domain model,
-   tests/bench/results/bench_select_enrichment.txt), and such pairs are never selected whatever their domain.
+2. **General LMs, cross-fitted**: the general pairs are cut into two folds by a hash of their position in the
+   general input (:func:`fold_of`). General model k is trained on a random sample (``seed``) of about the
+   in-domain size in raw words drawn from the *other* fold only, and scores the pairs of fold k. So no pair is ever
+   scored by a model trained on it: a model scoring its own training sentences finds them "general" (a median H_gen
+   of ~3.4 bits per token against ~7.2 under the in-domain model, tests/bench/results/bench_select_enrichment.txt),
+   and such pairs are never selected whatever their domain.  Copies of a sentence fall in both folds, as they
+   would in any held-out sample: a line the general corpus repeats thousands of times (the Hansards' ``* * *``)
+   is general, and its scoring model has seen it.  (Folds by a hash of the text kept every copy away from the
+   model that scores it; on the whole Hansards those repeated lines then scored as the least general of all and
+   took 2,958 of the 3,003 pairs selected.)
 3. **Scores**: every general pair gets ``score = Σ_lang [H_in(side) - H_gen(side)]``, H the per-token cross-entropy
    in bits (-log2 P(sentence) / (tokens + 1), ``</s>`` counted as a token), H_gen under its fold's general model;
    lower is more in-domain-like. A pair with an empty scored side gets no score and is never selected.
@@ -36,7 +40,6 @@ import math
 import os
 import tempfile
 import time
-import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -58,10 +61,17 @@ SIDES = ("both", "source", "target")
 FOLDS = 2  # general model k scores the general pairs of fold k (fold_of), trained on a sample of the others
 
 
-def fold_of(texts: tuple[str, ...]) -> int:
-    """The fold of a general pair, from its scored sides' text (whitespace-normalised): CRC-32 mod FOLDS, so that
-    copies of a pair share a fold and a general model never scores a copy of a sentence it was trained on."""
-    return zlib.crc32("\t".join(" ".join(t.split()) for t in texts).encode("utf-8")) % FOLDS
+def fold_of(index: int) -> int:
+    """The fold of the general pair at 0-based position ``index`` of the general input (all general corpora in
+    order): the splitmix64 hash of the position mod FOLDS (neighbouring lines, often copies of each other, land
+    in either fold independently), the same whatever the workers or the seed."""
+    x = (index + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (x ^ (x >> 31)) % FOLDS
+
+
+_MASK64 = (1 << 64) - 1
 
 
 @dataclass
@@ -201,10 +211,10 @@ def _general_sizes(files: list[tuple[str, ...]], col: list[int]) -> tuple[list[i
     """Lines of each general corpus, raw (whitespace) words of the scored sides of each fold, and each pair's fold
     (int8, one byte per pair); validates the whole input."""
     lines, raw, folds = [0] * len(files), [0] * FOLDS, bytearray()
-    for k, _, item in _read(files):
+    for i, (k, _, item) in enumerate(_read(files)):
         lines[k - 1] += 1
         texts = tuple(item[c] for c in col)
-        fold = fold_of(texts)
+        fold = fold_of(i)
         folds.append(fold)
         raw[fold] += sum(len(t.split()) for t in texts)
     return lines, raw, np.frombuffer(bytes(folds), dtype=np.int8)
@@ -371,8 +381,7 @@ def select(cfg: SelectConfig) -> dict:
             if total == 0:
                 raise InputError("the general corpus is empty", ", ".join(f[0] for f in gen_files))
             if np.bincount(folds, minlength=FOLDS).min() == 0:
-                raise InputError(f"the general corpus's {total} pair(s) all fall in one fold (one pair, or copies of "
-                                 "one): each half is scored by a model trained on the other, so at least two "
+                raise InputError(f"the general corpus's {total} pair(s) all fall in one fold: each half is scored by a model trained on the other, so at least two "
                                  "different pairs are needed", ", ".join(f[0] for f in gen_files))
             lap("general_read")
             take = _draw_samples(folds, raw_words, report["in_domain"]["raw_words"], cfg.seed)

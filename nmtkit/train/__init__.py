@@ -1,7 +1,7 @@
 """``nmt-train``: the training loop (``trainer``), its settings and recipes (``config``, ``recipes``), the optimizer
 (``adadelta``), learning-rate schedules (``schedule``), gradient norms and clipping (``gradients``), weight averaging
-(``averaging``), validation (``validation``), exact resume and the run directory (``resume``, ``rundir``) and
-TensorBoard logging (``tblog``).
+(``averaging``), validation (``validation``), exact resume and the run directory (``resume``, ``rundir``), the
+training log and its TensorBoard mirror (``trainlog``, ``tblog``) and data parallelism (``distributed``).
 
 Its public names are importable from the package itself (``from nmtkit.train import Trainer``), each looked up in
 its module on first use.

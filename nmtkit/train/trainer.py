@@ -20,14 +20,13 @@ uninterrupted one (bit for bit on CPU). Ctrl-C and SIGTERM finish the current up
 
 Data parallelism: under ``torchrun`` (``WORLD_SIZE`` > 1) every process takes an interleaved share of each
 minibatch, gradients are summed across processes before clipping, so N processes compute the update one process
-computes for the same total batch.
+computes for the same total batch (:mod:`nmtkit.train.distributed`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import glob
-import json
 import logging
 import math
 import os
@@ -38,6 +37,8 @@ import numpy as np
 import torch
 
 from nmtkit.train import averaging, resume, rundir
+from nmtkit.train.distributed import Processes
+from nmtkit.train.trainlog import TrainLog
 from nmtkit.train.adadelta import Adadelta
 # (every nmtkit module the run needs is imported when it starts, none at its first validation: a package upgraded
 # under a long run must not meet the run's already-loaded modules halfway)
@@ -63,19 +64,10 @@ class Trainer:
         cfg.check()
         resolve_device(cfg.device)  # (before any process group is set up for it)
         self.cfg = cfg
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        if self.world > 1:
-            import torch.distributed as dist
-
-            if not dist.is_initialized():
-                dist.init_process_group("nccl" if cfg.device.startswith("cuda") else "gloo")
-        self.device = torch.device(cfg.device)
+        self.procs = Processes(cfg.device)  # (data parallel: this process's rank and device)
+        self.world, self.rank, self.device = self.procs.world, self.procs.rank, self.procs.device
         if cfg.bf16 and self.rank == 0:
-            warn_if_slow_bf16(self.device, log)
-        if self.device.type == "cuda" and self.world > 1:
-            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-            torch.cuda.set_device(self.device)  # NCCL's object collectives (broadcast_object_list) use this device
+            warn_if_slow_bf16(torch.device(cfg.device), log)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.data = PreparedData.open(cfg.data)
@@ -184,7 +176,6 @@ class Trainer:
                                    cfg.min_lr, cfg.horizon)
         self.lr = cfg.lr  # the rate of the latest update
         self.averager = averaging.make(self.model, cfg.ema_decay, cfg.average_last)
-        self.tensorboard = None  # nmtkit.train.tblog.TensorBoardLog with --tensorboard, opened by train()
         if payload is not None:
             train = payload["train"]
             self.optimizer.load_state_dict(train["optimizer"])
@@ -215,7 +206,7 @@ class Trainer:
         raw = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
         if weights is None and self.averager is not None:
             weights = self.averager.weights(raw)
-        rng = self._rng_state()
+        rng = self.procs.rng_state()
         if self._rank_rngs is not None:
             rng["per_rank"] = self._rank_rngs
         return {
@@ -264,8 +255,7 @@ class Trainer:
                                                      self.cfg.label_smoothing)  # summed over tokens
             (loss / sentences).backward()  # mean over the update's sentences, across processes
             nll_sum, ntok = nll_sum + nll.detach().double().cpu(), ntok + batch.num_tokens
-        if self.world > 1:
-            nll_sum, ntok = self._all_reduce_grads(nll_sum, ntok)
+        nll_sum, ntok = self.procs.all_reduce_grads(list(self.model.parameters()), nll_sum, ntok)
         # the norm before rescaling; with clipping off (0) an infinite threshold leaves the gradient as is.  nmtkit's
         # Adadelta takes the factor and rescales block by block (one pass less over the gradients)
         max_norm = self.cfg.clip_norm or math.inf
@@ -300,25 +290,6 @@ class Trainer:
                             f"weights were not updated and no checkpoint was written ({self.cfg.save_dir} holds the "
                             f"run's last good state); try a lower --lr (now {self.lr:g}) or a --clip-norm")
 
-    def _all_reduce_grads(self, nll_sum, ntok):
-        """Sum gradients, NLL and token counts over processes in one collective call."""
-        import torch.distributed as dist
-
-        for p in self.model.parameters():
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            elif p.grad.is_sparse:  # (row-sparse embedding gradients: summed dense)
-                p.grad = p.grad.to_dense()
-        grads = [p.grad for p in self.model.parameters()]
-        flat = torch.cat([g.reshape(-1) for g in grads] + [torch.tensor([float(nll_sum), float(ntok)],
-                                                                          device=grads[0].device)])
-        dist.all_reduce(flat)
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset: offset + g.numel()].view_as(g))
-            offset += g.numel()
-        return flat[-2].item(), int(flat[-1].item())
-
     # -- validation --------------------------------------------------------------------------------------------
 
     def validate(self) -> dict:
@@ -348,22 +319,8 @@ class Trainer:
             if cfg.force and not cfg.resume:
                 for p in glob.glob(os.path.join(cfg.save_dir, "checkpoint*.pt")):
                     os.unlink(p)
-        log_path = cfg.log_file or os.path.join(cfg.save_dir, "train.jsonl")
-        if lead and cfg.resume and (dropped := rundir.truncate_log(log_path, st.update)):
-            log.info("dropped %d record(s) of %s written after update %d, the checkpoint resumed from", dropped,
-                     log_path, st.update)
-        try:
-            logf = open(log_path, "a" if cfg.resume else "w", encoding="utf-8") if lead else None
-        except OSError as e:
-            raise InputError(f"cannot write the training log: {e.strerror}", log_path) from None
-        if lead and cfg.tensorboard:
-            from nmtkit.train.tblog import TensorBoardLog
-
-            try:
-                self.tensorboard = TensorBoardLog(cfg.tensorboard, resumed_at=st.update if cfg.resume else None)
-            except InputError:
-                logf.close()
-                raise
+        logf = TrainLog(cfg.log_file or os.path.join(cfg.save_dir, "train.jsonl"), st.update if cfg.resume else None,
+                        cfg.tensorboard) if lead else None
         handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         progress = Progress(lead, cfg)
         window = self.log_window  # (the updates since the last train record: saved, so a resumed log reads the same)
@@ -401,13 +358,13 @@ class Trainer:
                     # (the window's mean, as the JSON record has it: one update's loss swings with its batch)
                     progress.step(st, window["nll"] / max(window["tok"], 1), window["tok"] / max(window["time"], 1e-9))
                     if st.update % cfg.log_every == 0 and lead:
-                        self._log_train(logf, window)
+                        logf.train_record(st.update, st.epoch + 1, window, self.lr, st.elapsed)
                     stop = self._should_stop()
                     if st.update % cfg.valid_every == 0 or stop:
                         self._gather_rngs()
                         status = self._validate_and_save(logf, progress) if lead else status
                         saved_at = st.update
-                        status = self._broadcast_status(status)
+                        status = self.procs.broadcast_status(status, self.schedule)
                     if stop and status == "done":
                         status = "interrupted" if self.stop_signal is not None else "limit"
                     if status != "done":
@@ -425,50 +382,20 @@ class Trainer:
                 signal.signal(s, h)
             if logf:
                 logf.close()
-            if self.tensorboard is not None:
-                self.tensorboard.close()
             self.rundir.unlock()
         status = {"done": "done", "limit": "done"}.get(status, status)
         return {"status": status, "update": st.update, "epoch": st.epoch, "best": st.best_saved,
                 "best_update": st.best_saved_update, "save_dir": cfg.save_dir, "history": st.history}
 
-    def _rng_state(self) -> dict:
-        rng = {"torch": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        return rng
-
     def _gather_rngs(self) -> None:
         """Every process's RNG states, for the lead's checkpoint (a collective call: all processes make it)."""
-        if self.world == 1:
-            return
-        import torch.distributed as dist
-
-        states: list = [None] * self.world
-        dist.all_gather_object(states, {k: v.cpu() for k, v in self._rng_state().items()})
-        self._rank_rngs = states
+        self._rank_rngs = self.procs.gather_rngs()
 
     def _should_stop(self) -> bool:
         cfg, st = self.cfg, self.state
-        stop = bool(self.stop_signal is not None or (cfg.max_updates and st.update >= cfg.max_updates)
-                    or (cfg.max_time and st.elapsed >= cfg.max_time))
-        if self.world > 1:  # every process must agree, or the collective calls would hang
-            import torch.distributed as dist
-
-            flag = torch.tensor([float(stop)], device=self.device)  # NCCL reduces only CUDA tensors
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            stop = bool(flag.item())
-        return stop
-
-    def _broadcast_status(self, status: str) -> str:
-        if self.world == 1:
-            return status
-        import torch.distributed as dist
-
-        box = [status, self.schedule.state_dict()]  # (only the lead validates: plateau's decays come from it)
-        dist.broadcast_object_list(box, src=0)
-        self.schedule.load_state_dict(box[1])
-        return box[0]
+        stop = (self.stop_signal is not None or (cfg.max_updates and st.update >= cfg.max_updates)
+                or (cfg.max_time and st.elapsed >= cfg.max_time))
+        return self.procs.agree_to_stop(bool(stop))
 
     def _validate_and_save(self, logf, progress) -> str:
         cfg, st = self.cfg, self.state
@@ -503,29 +430,12 @@ class Trainer:
             self.averager.after_validation(st.update, raw)  # (before saving: the checkpoint names its snapshots)
         path = self.save(improved, weights)
         progress.write(describe_validation(result) + f"; saved {path}")
-        self._record(logf, {"type": "valid", **result})
+        logf.record({"type": "valid", **result})
         if cfg.patience and st.bad_validations >= cfg.patience:
             progress.write(f"early stop: no improvement in {cfg.patience} validations (best at update "
                            f"{st.best_update})")
             return "early-stopped"
         return "done"
-
-    def _record(self, logf, record: dict) -> None:
-        """One record of the training log (JSON lines), and of the TensorBoard events with --tensorboard."""
-        logf.write(json.dumps(record) + "\n")
-        logf.flush()
-        if self.tensorboard is not None:
-            self.tensorboard.write(record)
-
-    def _log_train(self, logf, w: dict) -> None:
-        st = self.state
-        record = {"type": "train", "update": st.update, "epoch": st.epoch + 1, "loss": w["nll"] / max(w["tok"], 1),
-                  "ppl": math.exp(min(w["nll"] / max(w["tok"], 1), 100)),
-                  "tgt_tokens_per_s": w["tok"] / max(w["time"], 1e-9), "grad_norm": w["norm"] / w["n"],
-                  "lr": self.lr, "elapsed": round(st.elapsed, 3)}
-        self._record(logf, record)
-        for k in w:
-            w[k] = 0 if k in ("tok", "n") else 0.0
 
 
 def train(cfg: TrainConfig) -> dict:
