@@ -14,8 +14,8 @@ Axelrod, He & Gao (2011), "Domain adaptation via pseudo in-domain data selection
    and such pairs are never selected whatever their domain.  Copies of a sentence fall in both folds, as they
    would in any held-out sample: a line the general corpus repeats thousands of times (the Hansards' ``* * *``)
    is general, and its scoring model has seen it.  (Folds by a hash of the text kept every copy away from the
-   model that scores it; on the whole Hansards those repeated lines then scored as the least general of all and
-   took 2,958 of the 3,003 pairs selected.)
+   model that scores it: on the whole Hansards those repeated lines then scored as the least general of all and
+   crowded out the news, bench_select_enrichment.txt.)
 3. **Scores**: every general pair gets ``score = Σ_lang [H_in(side) - H_gen(side)]``, H the per-token cross-entropy
    in bits (-log2 P(sentence) / (tokens + 1), ``</s>`` counted as a token), H_gen under its fold's general model;
    lower is more in-domain-like. A pair with an empty scored side gets no score and is never selected.
@@ -381,8 +381,9 @@ def select(cfg: SelectConfig) -> dict:
             if total == 0:
                 raise InputError("the general corpus is empty", ", ".join(f[0] for f in gen_files))
             if np.bincount(folds, minlength=FOLDS).min() == 0:
-                raise InputError(f"the general corpus's {total} pair(s) all fall in one fold: each half is scored by a model trained on the other, so at least two "
-                                 "different pairs are needed", ", ".join(f[0] for f in gen_files))
+                raise InputError(f"the general corpus's {total} pair(s) all fall in one fold: each half is scored by "
+                                 "a model trained on the other, so both halves need a pair (give more pairs)",
+                                 ", ".join(f[0] for f in gen_files))
             lap("general_read")
             take = _draw_samples(folds, raw_words, report["in_domain"]["raw_words"], cfg.seed)
             sample = _sample(cfg, mapper, gen_files, col, take, tmp)

@@ -10,6 +10,7 @@ every call here returns at once.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 import torch
 
@@ -30,11 +31,13 @@ class Processes:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
             torch.cuda.set_device(self.device)  # NCCL's object collectives (broadcast_object_list) use this device
 
-    def all_reduce_grads(self, parameters: list[torch.Tensor], nll_sum, ntok):
+    def all_reduce_grads(self, parameters: Iterable[torch.Tensor], nll_sum, ntok):
         """Sum gradients, NLL and token counts over processes in one collective call (one process: as given)."""
         if self.world == 1:
             return nll_sum, ntok
         import torch.distributed as dist
+
+        parameters = list(parameters)
 
         for p in parameters:
             if p.grad is None:

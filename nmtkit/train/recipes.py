@@ -11,8 +11,8 @@
   worse), and Adam with learning rate 10⁻³ instead of Adadelta.  The default for the small presets
   (``rnnsearch-small``, ``rnnencdec-small``), the sizes a CPU trains.  (Those presets also differ in the model,
   not the recipe: maxout l = 256 and the decoder state reading the current word; nmtkit/models/config.py.)
-  Tried at 5,000 updates beside OpenNMT-py and not adopted: an EMA of the weights (mixed: BLEU up, chrF down) and a linear decay of the rate (worse):
-  tests/bench/results/bench_quality.txt, runs 3 and 4.
+  Tried at 5,000 updates beside OpenNMT-py and not adopted: an EMA of the weights (mixed: BLEU up, chrF down) and
+  a linear decay of the rate (worse): tests/bench/results/bench_quality.txt, runs 3 and 4.
 
 Batches of 80 sentences, the pools of 1,600 sorted by length and the gradient clipped at L2 norm 1 are the paper's
 in both.  A setting given explicitly (``--lr 0.002`` or ``TrainConfig(lr=…)`` through

@@ -255,7 +255,7 @@ class Trainer:
                                                      self.cfg.label_smoothing)  # summed over tokens
             (loss / sentences).backward()  # mean over the update's sentences, across processes
             nll_sum, ntok = nll_sum + nll.detach().double().cpu(), ntok + batch.num_tokens
-        nll_sum, ntok = self.procs.all_reduce_grads(list(self.model.parameters()), nll_sum, ntok)
+        nll_sum, ntok = self.procs.all_reduce_grads(self.model.parameters(), nll_sum, ntok)
         # the norm before rescaling; with clipping off (0) an infinite threshold leaves the gradient as is.  nmtkit's
         # Adadelta takes the factor and rescales block by block (one pass less over the gradients)
         max_norm = self.cfg.clip_norm or math.inf
