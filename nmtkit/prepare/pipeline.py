@@ -18,83 +18,24 @@ and settings give byte-identical outputs, whatever the number of workers.
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 from nmtkit import __version__
 from nmtkit.data import manifest as manifest_format
 from nmtkit.data.corpus import CorpusWriter, dtype_for_vocab
-from nmtkit.errors import InputError
-from nmtkit.files import BOM, atomic_dir, read_parallel, resolve_prefix
-from nmtkit.parallel import CHUNK, Mapper
-from nmtkit.data.text import BPE_SEPARATOR, Preprocessor, TextConfig, learn_bpe_codes, learn_spm_model, spm_processor
+from nmtkit.data.text import Preprocessor, TextConfig
 from nmtkit.data.vocab import Vocabulary
+from nmtkit.errors import InputError
+from nmtkit.files import atomic_dir, read_parallel, resolve_prefix
+from nmtkit.parallel import CHUNK, Mapper
+from nmtkit.prepare.config import PrepareConfig
+from nmtkit.prepare.subwords import given_subwords, read_tokens, subword_segmentation, vocabs_from
 
 log = logging.getLogger("nmtkit.prepare")
 
-
-@dataclass
-class PrepareConfig:
-    """Every setting of a preparation run (the click command fills this from its options)."""
-
-    source_lang: str
-    target_lang: str
-    train: list[str]
-    dest: str
-    valid: str | None = None
-    test: list[str] = field(default_factory=list)
-    src_vocab_size: int = 30000
-    tgt_vocab_size: int = 30000
-    max_len: int = 50
-    max_ratio: float | None = None  # drop training pairs whose token counts differ more than this factor (Moses)
-    dedup: bool = False  # drop training pairs that repeat an earlier pair exactly (after tokenisation)
-    lowercase: bool = False
-    normalize_punctuation: bool = True
-    aggressive_dash_splits: bool = False
-    bpe_merges: int | None = None
-    bpe_codes: str | None = None  # path of an existing codes file
-    spm_vocab_size: int | None = None  # learn a joint SentencePiece model of this many units
-    spm_model: str | None = None  # path of an existing SentencePiece model file
-    spm_type: str = "unigram"  # SentencePiece's model type when learning one: unigram or bpe
-    bpe_dropout: float = 0.0  # BPE-dropout the training will use: the shortlists also count one such segmentation
-    vocab_from: str | None = None  # a prepared directory whose vocabularies, BPE codes and text settings are reused
-    workers: int = 1
-    force: bool = False
-
-    def check(self) -> None:
-        if not self.source_lang or not self.target_lang or self.source_lang == self.target_lang:
-            raise InputError(f"source and target languages must be two different codes "
-                             f"(got '{self.source_lang}' and '{self.target_lang}')")
-        if not self.train:
-            raise InputError("at least one --train corpus is needed (the vocabularies come from it)")
-        for name, value in (("--src-vocab-size", self.src_vocab_size), ("--tgt-vocab-size", self.tgt_vocab_size),
-                            ("--max-len", self.max_len), ("--workers", self.workers)):
-            if value < 1:
-                raise InputError(f"{name} must be at least 1 (got {value})")
-        segmentations = [name for name, v in (("--bpe-merges", self.bpe_merges), ("--bpe-codes", self.bpe_codes),
-                                               ("--spm-vocab-size", self.spm_vocab_size),
-                                               ("--spm-model", self.spm_model)) if v is not None]
-        if len(segmentations) > 1:
-            raise InputError(f"{' and '.join(segmentations)} exclude each other (one subword segmentation)")
-        if self.vocab_from is not None and segmentations:
-            raise InputError(f"--vocab-from brings its directory's subword segmentation; drop {segmentations[0]}")
-        if self.spm_vocab_size is not None and self.spm_vocab_size < 2:
-            raise InputError(f"--spm-vocab-size must be at least 2 (got {self.spm_vocab_size})")
-        if not 0 <= self.bpe_dropout < 1:
-            raise InputError(f"--bpe-dropout must be in [0, 1) (got {self.bpe_dropout})")
-        if self.bpe_dropout and self.bpe_merges is None and self.bpe_codes is None:
-            raise InputError("--bpe-dropout needs BPE (--bpe-merges or --bpe-codes)"
-                             + ("; --vocab-from brings its directory's vocabularies and BPE-dropout"
-                                if self.vocab_from is not None else ""))
-        if self.spm_type not in ("unigram", "bpe"):
-            raise InputError(f"--spm-type must be unigram or bpe (got '{self.spm_type}')")
-        if self.max_ratio is not None and not (1 <= self.max_ratio < math.inf):
-            raise InputError(f"--max-ratio must be a finite number of at least 1 (got {self.max_ratio})")
-        if self.bpe_merges is not None and self.bpe_merges < 1:
-            raise InputError(f"--bpe-merges must be at least 1 (got {self.bpe_merges})")
+__all__ = ["CHUNK", "PrepareConfig", "prepare"]
 
 
 # -- parallel tokenisation ---------------------------------------------------------------------------------------
@@ -136,13 +77,6 @@ def _read_split(files: list[tuple[str, str]]) -> Iterator[tuple[str, str]]:
             yield s.text, t.text
 
 
-def _read_tok(path: str) -> Iterator[list[str]]:
-    with open(path, encoding="utf-8", newline="\n") as f:
-        for line in f:
-            line = line[:-1] if line.endswith("\n") else line
-            yield line.split(" ") if line else []
-
-
 def prepare(cfg: PrepareConfig) -> dict:
     """Run the whole preparation; returns the manifest written to ``cfg.dest/manifest.json``."""
     cfg.check()
@@ -152,12 +86,12 @@ def prepare(cfg: PrepareConfig) -> dict:
         splits["valid"] = [resolve_prefix(cfg.valid, src, tgt)]
     for i, prefix in enumerate(cfg.test):
         splits["test" if i == 0 else f"test{i}"] = [resolve_prefix(prefix, src, tgt)]
-    subwords = _given_subwords(cfg)  # {"bpe_codes": ..., "spm_model": ...} when given, else {}
+    subwords = given_subwords(cfg)  # {"bpe_codes": ..., "spm_model": ...} when given, else {}
     text_cfg = {lang: TextConfig(lang, cfg.normalize_punctuation, cfg.aggressive_dash_splits, cfg.lowercase)
                 for lang in (src, tgt)}
     given_vocabs, inherited_dropout = None, 0.0
     if cfg.vocab_from is not None:  # (a corpus to fine-tune a model of that directory on: the same ids)
-        given_vocabs, subwords, inherited_dropout = _vocabs_from(cfg.vocab_from, src, tgt, text_cfg)
+        given_vocabs, subwords, inherited_dropout = vocabs_from(cfg.vocab_from, src, tgt, text_cfg)
 
     with atomic_dir(cfg.dest, force=cfg.force, marker=manifest_format.MANIFEST, kind="a prepared corpus") as out:
         stats: dict[str, dict] = {}
@@ -168,7 +102,7 @@ def prepare(cfg: PrepareConfig) -> dict:
                 log.info("%s: %d pairs read and tokenised", split, stats[split]["lines_in"])
 
         # 2. subword segmentation: learned jointly on the training words, or given
-        subwords, subword_info = _subword_segmentation(cfg, out, splits, subwords)
+        subwords, subword_info = subword_segmentation(cfg, out, splits, subwords)
         model_cfg = {lang: TextConfig(**{**c.to_dict(), **subwords}) for lang, c in text_cfg.items()}
 
         # 3. model tokens, filtering (train only) and counts; 4. vocabularies and binarized corpora
@@ -200,123 +134,6 @@ def prepare(cfg: PrepareConfig) -> dict:
     return manifest
 
 
-def _vocabs_from(directory: str, src: str, tgt: str, text_cfg: dict) -> tuple[dict, dict, float]:
-    """The vocabularies, subword segmentation and BPE-dropout of another prepared directory (same languages and
-    text settings)."""
-    from nmtkit.data.manifest import PreparedData
-
-    other = PreparedData.open(directory)
-    if (other.source_lang, other.target_lang) != (src, tgt):
-        raise InputError(f"is a {other.source_lang}-{other.target_lang} corpus, not {src}-{tgt}", directory)
-    subwords: dict = {}
-    for lang in (src, tgt):
-        theirs = other.text_config(lang)
-        subwords = {k: getattr(theirs, k) for k in SUBWORD_FIELDS if getattr(theirs, k) is not None}
-        mine = {k: v for k, v in text_cfg[lang].to_dict().items() if k not in SUBWORD_FIELDS}
-        differ = [f"{k} {theirs.to_dict()[k]!r} there, {v!r} here" for k, v in mine.items()
-                  if theirs.to_dict()[k] != v]
-        if differ:
-            raise InputError(f"its {lang} text settings differ ({', '.join(differ)}); prepare with the same "
-                             "--lowercase/--no-normalize/--aggressive-dash-splits", directory)
-    dropout = (other.manifest.get("bpe") or {}).get("dropout", 0.0)
-    return {lang: other.vocab(lang) for lang in (src, tgt)}, subwords, dropout
-
-
-SUBWORD_FIELDS = ("bpe_codes", "spm_model")  # (the TextConfig fields that hold a segmentation model)
-
-
-def _given_subwords(cfg: PrepareConfig) -> dict:
-    """The BPE codes or SentencePiece model named by ``--bpe-codes``/``--spm-model``, read and checked."""
-    import base64
-
-    if cfg.bpe_codes is not None:
-        try:
-            with open(cfg.bpe_codes, encoding="utf-8", newline="") as f:
-                codes = f.read().removeprefix(BOM.decode("utf-8"))  # a byte-order mark at the start is not text
-        except (FileNotFoundError, IsADirectoryError):
-            raise InputError("no such file (BPE codes)", cfg.bpe_codes) from None
-        except UnicodeDecodeError as e:
-            raise InputError(f"invalid UTF-8 at byte {e.start} (BPE codes)", cfg.bpe_codes) from None
-        _check_bpe_codes(codes, cfg.bpe_codes)
-        return {"bpe_codes": codes}
-    if cfg.spm_model is not None:
-        try:
-            with open(cfg.spm_model, "rb") as f:
-                model = base64.b64encode(f.read()).decode("ascii")
-        except (FileNotFoundError, IsADirectoryError):
-            raise InputError("no such file (SentencePiece model)", cfg.spm_model) from None
-        try:
-            spm_processor(model)
-        except ValueError as e:
-            raise InputError(str(e), cfg.spm_model) from None
-        return {"spm_model": model}
-    return {}
-
-
-def _subword_segmentation(cfg: PrepareConfig, out: str, splits: dict, given: dict) -> tuple[dict, dict | None]:
-    """Step 2: the TextConfig fields of the segmentation (learned on the training words of both languages, or
-    ``given``) and its manifest entry; the model is written into the prepared directory (``bpe.codes`` or
-    ``spm.model``).  ({}, None) on the word-level path."""
-    import base64
-
-    src, tgt = cfg.source_lang, cfg.target_lang
-    train_words = [os.path.join(out, f"train.tok.{lang}") for lang in (src, tgt)]
-    subwords = dict(given)
-    if cfg.bpe_merges is not None:
-        word_counts: Counter = Counter()
-        for path in train_words:
-            for words in _read_tok(path):
-                word_counts.update(words)
-        codes = learn_bpe_codes(word_counts, cfg.bpe_merges)
-        if not codes.partition("\n")[2].strip():
-            raise InputError(f"no BPE merge could be learned (no pair of symbols occurs twice in the "
-                             f"{len(word_counts)} training word types); drop --bpe-merges", splits["train"][0][0])
-        log.info("learned %d BPE merges on %d training word types", cfg.bpe_merges, len(word_counts))
-        subwords = {"bpe_codes": codes}
-    if cfg.spm_vocab_size is not None:
-        def lines():
-            for path in train_words:
-                with open(path, encoding="utf-8", newline="\n") as f:
-                    yield from (line.rstrip("\n") for line in f)
-        try:
-            subwords = {"spm_model": learn_spm_model(lines(), cfg.spm_vocab_size, cfg.spm_type)}
-        except ValueError as e:
-            raise InputError(f"no SentencePiece model of {cfg.spm_vocab_size} units could be learned ({e}); "
-                             "lower --spm-vocab-size", splits["train"][0][0]) from None
-        log.info("learned a SentencePiece %s model of %d units on the training words", cfg.spm_type,
-                 cfg.spm_vocab_size)
-    given_from = cfg.bpe_codes or cfg.spm_model or cfg.vocab_from
-    if "bpe_codes" in subwords:
-        with open(os.path.join(out, "bpe.codes"), "w", encoding="utf-8", newline="\n") as f:
-            f.write(subwords["bpe_codes"])
-        return subwords, {"kind": "bpe", "codes_file": "bpe.codes", "learned_merges": cfg.bpe_merges,
-                          "given_codes": given_from, "separator": BPE_SEPARATOR, "joint": True}
-    if "spm_model" in subwords:
-        with open(os.path.join(out, "spm.model"), "wb") as f:
-            f.write(base64.b64decode(subwords["spm_model"]))
-        return subwords, {"kind": "sentencepiece", "model_file": "spm.model",
-                          "learned_units": cfg.spm_vocab_size,
-                          "model_type": cfg.spm_type if cfg.spm_vocab_size is not None else None,
-                          "given_model": given_from, "joint": True}
-    return {}, None
-
-
-def _check_bpe_codes(codes: str, path: str) -> None:
-    """Check a subword-nmt codes file as subword-nmt reads it: it reports problems with ``sys.exit()`` and a
-    two-line message of its own, so check first and report them as an InputError naming the line."""
-    first, _, rest = codes.partition("\n")
-    body, offset = codes, 1
-    if first.startswith("#version:"):
-        version = first.split()[-1]
-        if not all(part.isascii() and part.isdigit() for part in version.split(".")):
-            raise InputError(f"bad version line {first!r} (a subword-nmt codes file)", path, 1)
-        body, offset = rest, 2
-    for n, item in enumerate(body.rstrip("\n").split("\n")):
-        if len(item.strip("\r\n ").split(" ")) != 2:
-            raise InputError("expected a merge: two symbols separated by one space (a subword-nmt codes file)",
-                             path, n + offset)
-
-
 def _tokenize_split(mapper: _Mapper, files, out: str, split: str, src: str, tgt: str) -> dict:
     n = 0
     with open(os.path.join(out, f"{split}.tok.{src}"), "w", encoding="utf-8", newline="\n") as fs, \
@@ -339,7 +156,7 @@ def _filter_and_count(mapper: _Mapper, out: str, split: str, src: str, tgt: str,
     src_counts, tgt_counts = Counter(), Counter()
     empty = too_long = kept = ratio = duplicate = 0
     seen: set[int] = set()  # (8-byte digests of the kept pairs: ~60 bytes of memory per pair)
-    pairs = zip(_read_tok(os.path.join(out, f"{split}.tok.{src}")), _read_tok(os.path.join(out, f"{split}.tok.{tgt}")))
+    pairs = zip(read_tokens(os.path.join(out, f"{split}.tok.{src}")), read_tokens(os.path.join(out, f"{split}.tok.{tgt}")))
     kept_file = open(os.path.join(out, "train.kept"), "w", encoding="utf-8", newline="\n") if max_len else None
     with open(os.path.join(out, f".{split}.model.{src}"), "w", encoding="utf-8", newline="\n") as fs, \
          open(os.path.join(out, f".{split}.model.{tgt}"), "w", encoding="utf-8", newline="\n") as ft:
@@ -401,7 +218,7 @@ def _dropout_counts(mapper: _Mapper, out: str, src: str, tgt: str, p: float, cou
     epoch -1 of seed 0), so that the shortlists hold the units that training with BPE-dropout will meet."""
     with open(os.path.join(out, "train.kept"), encoding="utf-8") as f:
         kept = {int(line) for line in f}
-    pairs = zip(_read_tok(os.path.join(out, f"train.tok.{src}")), _read_tok(os.path.join(out, f"train.tok.{tgt}")))
+    pairs = zip(read_tokens(os.path.join(out, f"train.tok.{src}")), read_tokens(os.path.join(out, f"train.tok.{tgt}")))
     items = ((k, s, t, p) for k, (s, t) in enumerate((s, t) for n, (s, t) in enumerate(pairs, start=1) if n in kept))
     src_counts, tgt_counts = Counter(counts[0]), Counter(counts[1])
     for s_units, t_units in mapper.map(_dropout_chunk, items):
@@ -413,7 +230,7 @@ def _dropout_counts(mapper: _Mapper, out: str, src: str, tgt: str, p: float, cou
 
 def _binarize(model_path: str, prefix: str, vocab: Vocabulary) -> None:
     with CorpusWriter(prefix, dtype_for_vocab(len(vocab))) as writer:
-        for tokens in _read_tok(model_path):
+        for tokens in read_tokens(model_path):
             writer.add(vocab.encode(tokens))
     os.unlink(model_path)
 
