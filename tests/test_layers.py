@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("fast paths", ["nmtkit.models.fast", "nmtkit.models.fast.*"]),
     ("models", ["nmtkit.models", "nmtkit.models.*"]),
     ("tools", ["nmtkit.prepare", "nmtkit.prepare.*", "nmtkit.select", "nmtkit.select.*", "nmtkit.train", "nmtkit.train.*",
-               "nmtkit.translate", "nmtkit.translate.*", "nmtkit.align", "nmtkit.score", "nmtkit.plots"]),
+               "nmtkit.translate", "nmtkit.translate.*", "nmtkit.align", "nmtkit.score", "nmtkit.score.*", "nmtkit.plots"]),
     ("cli", ["nmtkit.cli", "nmtkit.cli.*", "nmtkit.*.__main__"]),  # (a package's __main__ is a launcher, as bin/)
 ]
 

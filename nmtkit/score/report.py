@@ -1,0 +1,151 @@
+"""Everything ``nmt-score`` reports, from one :class:`ScoreConfig`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+from nmtkit.errors import InputError
+from nmtkit.score.inputs import guess_lang, read_inputs, system_names
+from nmtkit.score.metrics import AXIS_LABELS, DESCRIPTIONS, METRICS, make_metrics, paired_bootstrap
+from nmtkit.score.subsets import length_buckets, no_unk_rows, shortlist_from_checkpoint, shortlist_from_prepared
+from nmtkit.score.likelihood import model_nll
+
+
+@dataclass
+class ScoreConfig:
+    """The settings of one scoring run (``nmt-score``'s options)."""
+
+    reference: str
+    hypotheses: list[str]
+    source: str | None = None
+    names: list[str] | None = None  # one per hypothesis file; default: the file names
+    model: str | None = None  # checkpoint: shortlists for the no-UNK subset, and the references' NLL
+    vocab: str | None = None  # prepared directory: shortlists for the no-UNK subset
+    source_lang: str | None = None  # default: the checkpoint's / prepared data's, else the file name's
+    target_lang: str | None = None
+    by_length: bool = False
+    bucket_width: int = 10
+    max_length: int = 60  # the last bucket holds this many words and more
+    length_metric: str = "BLEU"
+    plot: str | None = None  # PNG/SVG/PDF of the by-length scores (implies by_length)
+    bootstrap: int = 0  # resamples; 0 = no significance test
+    batch_size: int = 16
+    device: str = "cpu"
+    metrics: list[str] | tuple[str, ...] = METRICS  # which scores, in the table's order
+
+    def check(self) -> None:
+        """Reject contradictory or incomplete settings before any file is read."""
+        if not self.hypotheses:
+            raise InputError("no hypothesis file given")
+        unknown = [m for m in self.metrics if m not in METRICS]
+        if unknown or not self.metrics:
+            raise InputError(f"--metrics: unknown {', '.join(unknown) or 'empty list'} (choose from "
+                             f"{', '.join(METRICS)})")
+        if (self.by_length or self.plot) and self.length_metric not in self.metrics:
+            raise InputError(f"--length-metric {self.length_metric} is not among --metrics "
+                             f"{','.join(self.metrics)}")
+        if [self.reference, self.source, *self.hypotheses].count("-") > 1:
+            raise InputError("only one input can be read from stdin ('-')")
+        from nmtkit.files import check_distinct
+
+        check_distinct({"--plot": self.plot}, {"--reference": self.reference, "--source": self.source,
+                                               **{f"hypothesis {h}": h for h in self.hypotheses}})
+        if self.model and self.vocab:
+            raise InputError("--model and --vocab both give the shortlist: choose one")
+        if self.names is not None and (len(self.names) != len(self.hypotheses)
+                                       or len(set(self.names)) < len(self.names)):
+            raise InputError(f"need {len(self.hypotheses)} different names, one per hypothesis file "
+                             f"(got {', '.join(self.names)})")
+        if self.length_metric not in METRICS:
+            raise InputError(f"unknown length metric '{self.length_metric}' (choose from {', '.join(METRICS)})")
+        if self.bootstrap < 0:
+            raise InputError(f"--bootstrap must be >= 0 (got {self.bootstrap})")
+        if self.source is None:
+            for flag, needed in (("--model", self.model), ("--vocab", self.vocab), ("--by-length", self.by_length),
+                                 ("--plot", self.plot)):
+                if needed:
+                    raise InputError(f"{flag} needs the source sentences: give -s SRC")
+        if self.plot is not None:
+            from nmtkit.plots import plot_format
+
+            plot_format(self.plot)
+            parent = os.path.dirname(os.path.abspath(self.plot))
+            if not os.path.isdir(parent):
+                raise InputError(f"cannot write the plot: no directory {parent}", self.plot)
+
+
+def evaluate(cfg: ScoreConfig) -> dict:
+    """Score every hypothesis file of ``cfg`` and return the report (plain types, ready for JSON).
+
+    ``{"reference", "source", "sentences", "metrics": {name: {"signature", "description"}}, "systems": [{"name",
+    "file", "scores": {metric: {"score", "signature"}}, "details": {metric: sacreBLEU's verbose line}}],
+    "no_unk": None | {"sentences", "of", "shortlist", "scores": {name: {metric: score}}}, "by_length": None |
+    {"metric", "signature", "unit", "labels", "counts", "scores": {name: [score or None]}}, "bootstrap": None |
+    [per metric: see paired_bootstrap], "nll": None | see model_nll, "plot": path or None}``.
+    """
+    cfg.check()
+    refs, hyps, src = read_inputs(cfg.reference, cfg.hypotheses, cfg.source)
+    names = list(cfg.names) if cfg.names else system_names(cfg.hypotheses)
+    payload = shortlist = None
+    if cfg.model:
+        from nmtkit.data import checkpoint
+
+        payload = checkpoint.load(cfg.model)
+        shortlist = shortlist_from_checkpoint(payload, cfg.model)
+    elif cfg.vocab:
+        shortlist = shortlist_from_prepared(cfg.vocab)
+    tgt_lang = cfg.target_lang or (shortlist and shortlist.target_lang) or guess_lang(cfg.reference) or "en"
+    src_lang = cfg.source_lang or (shortlist and shortlist.source_lang) or guess_lang(cfg.source) or "en"
+    metrics = make_metrics(refs, tgt_lang, cfg.metrics)
+    stats = {m: [metric.stats(h) for h in hyps] for m, metric in metrics.items()}
+    report: dict = {
+        "reference": cfg.reference, "source": cfg.source, "sentences": len(refs),
+        "source_lang": src_lang, "target_lang": tgt_lang,
+        "metrics": {m: {"signature": metric.signature, "description": DESCRIPTIONS[m]}
+                    for m, metric in metrics.items()},
+        "systems": [], "no_unk": None, "by_length": None, "bootstrap": None, "nll": None, "plot": None,
+    }
+    for k, (name, path) in enumerate(zip(names, cfg.hypotheses)):
+        results = {m: metric.score_of(stats[m][k]) for m, metric in metrics.items()}
+        report["systems"].append({
+            "name": name, "file": path,
+            "scores": {m: {"score": float(r.score), "signature": metrics[m].signature} for m, r in results.items()},
+            "details": {m: str(r) for m, r in results.items()},
+        })
+    if shortlist is not None:
+        rows = no_unk_rows(src, refs, shortlist)
+        report["no_unk"] = {
+            "sentences": len(rows), "of": len(refs), "shortlist": shortlist.origin,
+            "shortlist_sizes": {"source": len(shortlist.src_vocab), "target": len(shortlist.tgt_vocab)},
+            "scores": {name: {m: metric.score(stats[m][k], rows) for m, metric in metrics.items()}
+                       for k, name in enumerate(names)},
+        }
+    if cfg.by_length or cfg.plot:
+        buckets = length_buckets(src, src_lang, cfg.bucket_width, cfg.max_length)
+        metric = metrics[cfg.length_metric]
+        by = {"metric": metric.name, "signature": metric.signature,
+              "unit": f"source words ({src_lang}, Moses-tokenized)", "width": cfg.bucket_width,
+              "labels": buckets.labels, "counts": buckets.counts(),
+              "scores": {name: [metric.score(stats[metric.name][k], buckets.rows(b))
+                                for b in range(len(buckets.labels))] for k, name in enumerate(names)}}
+        report["by_length"] = by
+    if cfg.bootstrap:
+        report["bootstrap"] = [paired_bootstrap(list(zip(names, hyps)), metric, cfg.bootstrap)
+                               for metric in metrics.values()]
+    if payload is not None:
+        nll = model_nll(payload, src, refs, cfg.batch_size, cfg.device)
+        nll.pop("nll")
+        report["nll"] = {"model": cfg.model, **nll}
+    if cfg.plot:  # last, so that no plot is left behind when anything before fails
+        from nmtkit.plots import plot_by_length
+
+        by = report["by_length"]
+        plot_by_length(by["labels"], by["counts"], by["scores"], cfg.plot,
+                       ylabel=AXIS_LABELS[by["metric"]],
+                       xlabel=f"sentence length: {by['unit']}",
+                       title=f"{by['metric']} by sentence length: {len(refs)} sentences of "
+                             f"{os.path.basename(cfg.reference)}", note=by["signature"])
+        report["plot"] = cfg.plot
+    return report
