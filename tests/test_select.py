@@ -115,7 +115,8 @@ def test_selects_mostly_the_news_pairs(selected):
 
 
 def test_each_general_sample_comes_from_the_other_fold():
-    from nmtkit.select.selection import _draw_samples, fold_of
+    from nmtkit.select.config import fold_of
+    from nmtkit.select.selection import _draw_samples
 
     folds = np.array([fold_of(i) for i in range(10001)], dtype=np.int8)
     assert 4500 < (folds == 0).sum() < 5500  # the hash splits the pairs about evenly
@@ -136,7 +137,8 @@ def test_a_general_models_own_sentences_are_never_scored_by_it(selected, mixture
     model never saw them); when one model scored its own sample, those pairs looked far more "general" (a median
     H_gen of ~3.4 bits per token against ~7.2 under the in-domain model, bench_select_enrichment.txt) and were
     never selected."""
-    from nmtkit.select.selection import _draw_samples, _general_sizes, _read, _resolve, fold_of
+    from nmtkit.select.config import fold_of
+    from nmtkit.select.selection import _draw_samples, _general_sizes, _read, _resolve
 
     out, report = selected
     d, _ = mixture

@@ -15,7 +15,7 @@ The scores file, version 2, is tab-separated UTF-8::
     1       1     0     -0.412300  …
 
 with one row per general pair in input order: the corpus number K (from 1, as listed in the ``#corpus K`` lines),
-the pair's line in the source file, its fold (:func:`nmtkit.select.selection.fold_of`; which general model scored it:
+the pair's line in the source file, its fold (:func:`nmtkit.select.config.fold_of`; which general model scored it:
 the one trained on a sample of the other fold), the score (``nan``: not scored, a scored side is empty), for each
 scored language the two cross-entropies and its number of tokens, and whether the pair was selected (1) or not (0).
 :func:`read_scores` reads it back (version 1, without the fold, too).

@@ -7,7 +7,7 @@ Axelrod, He & Gao (2011), "Domain adaptation via pseudo in-domain data selection
    ``heldout_every``-th pair held out to report perplexities. The vocabulary is the in-domain words seen at least
    ``min_count`` times (Moore & Lewis), shared by both models of the language; other words are ``<unk>``.
 2. **General LMs, cross-fitted**: the general pairs are cut into two folds by a hash of their position in the
-   general input (:func:`fold_of`). General model k is trained on a random sample (``seed``) of about the
+   general input (:func:`nmtkit.select.config.fold_of`). General model k is trained on a random sample (``seed``) of about the
    in-domain size in raw words drawn from the *other* fold only, and scores the pairs of fold k. So no pair is ever
    scored by a model trained on it: a model scoring its own training sentences finds them "general" (a median H_gen
    of ~3.4 bits per token against ~7.2 under the in-domain model, tests/bench/results/bench_select_enrichment.txt),
@@ -36,19 +36,19 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 
 from nmtkit import __version__
 from nmtkit.errors import InputError
 from nmtkit.files import atomic_file, read_parallel, read_segments, resolve_prefix
+from nmtkit.select.config import FOLDS, SelectConfig, fold_of, output_paths
 from nmtkit.select.lm import LMVocab, NgramLM
 from nmtkit.select.lm_arpa import write_arpa
 from nmtkit.select.lm_count import NgramCounter
@@ -57,79 +57,6 @@ from nmtkit.select.scores import init_worker, score_pairs, tokenize_chunk, write
 from nmtkit.data.text import TextConfig
 
 log = logging.getLogger("nmtkit.select")
-SIDES = ("both", "source", "target")
-FOLDS = 2  # general model k scores the general pairs of fold k (fold_of), trained on a sample of the others
-
-
-def fold_of(index: int) -> int:
-    """The fold of the general pair at 0-based position ``index`` of the general input (all general corpora in
-    order): the splitmix64 hash of the position mod FOLDS (neighbouring lines, often copies of each other, land
-    in either fold independently), the same whatever the workers or the seed."""
-    x = (index + 0x9E3779B97F4A7C15) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return (x ^ (x >> 31)) % FOLDS
-
-
-_MASK64 = (1 << 64) - 1
-
-
-@dataclass
-class SelectConfig:
-    """Every setting of a selection run (the click command fills this from its options)."""
-
-    source_lang: str
-    in_domain: list[str]
-    general: list[str]
-    output: str  # prefix: OUTPUT.<lang>, OUTPUT.scores, OUTPUT.report.json
-    target_lang: str | None = None  # None: monolingual corpora of the source language
-    side: str = "both"  # both (Axelrod et al.), source or target (Moore & Lewis)
-    top_words: int | None = None
-    top_pairs: int | None = None
-    threshold: float | None = None
-    order: int = 4
-    min_count: int = 2
-    heldout_every: int = 10
-    seed: int = 1
-    workers: int = 1
-    scores: str | None = None  # default OUTPUT.scores
-    write_arpa: bool = False  # OUTPUT.{in,gen0,gen1}.<lang>.arpa
-    lowercase: bool = False
-    normalize_punctuation: bool = True
-    aggressive_dash_splits: bool = False
-
-    def check(self) -> None:
-        if self.side not in SIDES:
-            raise InputError(f"side must be one of {', '.join(SIDES)} (got '{self.side}')")
-        if self.target_lang is None and self.side != "source":
-            raise InputError("without a target language only --side source (monolingual selection) is possible")
-        if self.target_lang is not None and self.target_lang == self.source_lang:
-            raise InputError(f"source and target languages must differ (both are '{self.source_lang}')")
-        if not self.in_domain or not self.general:
-            raise InputError("at least one in-domain and one general corpus are needed")
-        if sum(x is not None for x in (self.top_words, self.top_pairs, self.threshold)) != 1:
-            raise InputError("give exactly one of --top-words, --top-pairs and --threshold")
-        for name, value, low in (("--top-words", self.top_words, 1), ("--top-pairs", self.top_pairs, 1),
-                                 ("--order", self.order, 2), ("--min-count", self.min_count, 1),
-                                 ("--heldout-every", self.heldout_every, 0), ("--workers", self.workers, 1)):
-            if value is not None and value < low:
-                raise InputError(f"{name} must be at least {low} (got {value})")
-        if self.threshold is not None and not math.isfinite(self.threshold):
-            raise InputError(f"--threshold must be a finite number (got {self.threshold})")
-        from nmtkit.files import check_distinct
-
-        check_distinct({("--scores" if k == "scores" and self.scores else f"the -o file {v}"): v
-                        for k, v in _output_paths(self).items()})
-
-    @property
-    def langs(self) -> list[str]:
-        """The languages read from the general corpus and written out."""
-        return [self.source_lang] + ([self.target_lang] if self.target_lang else [])
-
-    @property
-    def scored(self) -> list[str]:
-        """The languages whose cross-entropies make the score."""
-        return {"both": self.langs, "source": [self.source_lang], "target": [self.target_lang]}[self.side]
 
 
 # -- reading -------------------------------------------------------------------------------------------------------
@@ -334,16 +261,6 @@ def _write(cfg: SelectConfig, paths: dict, files, mask: np.ndarray, details: str
         f.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
 
 
-def _output_paths(cfg: SelectConfig) -> dict:
-    out = cfg.output
-    paths: dict = {lang: f"{out}.{lang}" for lang in cfg.langs}
-    paths["scores"] = cfg.scores or f"{out}.scores"
-    paths["report"] = f"{out}.report.json"
-    if cfg.write_arpa:
-        paths.update({(m, lang): f"{out}.{m}.{lang}.arpa" for m in ("in", *(f"gen{k}" for k in range(FOLDS)))
-                      for lang in cfg.scored})
-    return paths
-
 
 # -- the pipeline --------------------------------------------------------------------------------------------------
 
@@ -355,7 +272,7 @@ def select(cfg: SelectConfig) -> dict:
     col = [langs.index(lang) for lang in scored]  # where the scored sides are in a general item
     in_files = [_resolve(p, scored) for p in cfg.in_domain]
     gen_files = [_resolve(p, langs) for p in cfg.general]
-    paths = _output_paths(cfg)
+    paths = output_paths(cfg)
     _check_outputs(list(paths.values()), in_files + gen_files)
     text_cfgs = [TextConfig(lang, cfg.normalize_punctuation, cfg.aggressive_dash_splits, cfg.lowercase).to_dict()
                  for lang in scored]
