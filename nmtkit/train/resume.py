@@ -1,4 +1,5 @@
-"""Resuming a training run: which checkpoint, whether it fits what was asked, and what changed.
+"""Resuming a training run: which checkpoint, whether it fits what was asked, what changed, and putting the trainer
+back where the checkpoint left it.
 
 A resumed run must reach the weights of an uninterrupted one, so what it may not change is refused here in one line
 (the model's preset or ``-o`` options, the optimizer, the training pairs, the vocabularies), what changes the updates
@@ -8,15 +9,18 @@ logged.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import logging
 import os
 import zlib
 
 import numpy as np
+import torch
 
 from nmtkit.data import checkpoint
 from nmtkit.errors import InputError
+from nmtkit.train.config import TRAINING_DEFAULTS, TrainState
 
 log = logging.getLogger("nmtkit.train")
 
@@ -154,3 +158,27 @@ def initial_weights(path: str, cfg, vocabs: dict) -> dict:
                          "--arch and -o options", path)
     return payload["model"]
 
+
+def restore_training(trainer, payload: dict) -> None:
+    """Put a :class:`nmtkit.train.trainer.Trainer` whose model holds the checkpoint's weights back where the
+    checkpoint's run was: optimizer state, counters and metrics history, this process's RNG states, the schedule's
+    state and the averaged weights; changed settings are logged."""
+    train = payload["train"]
+    trainer.optimizer.load_state_dict(train["optimizer"])
+    trainer.state = TrainState(**train["state"])
+    trainer.log_window.update(train.get("log_window", {}))
+    restore_best(trainer.state, trainer.rundir, trainer.rank == 0)
+    per_rank = train["rng"].get("per_rank")  # (each process's own: its dropout draws differ)
+    mine = per_rank[trainer.rank] if per_rank and len(per_rank) == trainer.world else train["rng"]
+    torch.set_rng_state(mine["torch"])
+    if trainer.device.type == "cuda" and "cuda" in mine:
+        torch.cuda.set_rng_state(mine["cuda"], trainer.device)
+    log.info("resumed from update %d (epoch %d, batch %d)", trainer.state.update, trainer.state.epoch + 1,
+             trainer.state.batch_in_epoch)
+    if "schedule" in train:
+        changed = trainer.schedule.load_state_dict(train["schedule"])
+        if changed:
+            log.warning("--resume: %s (the run's weights follow the new schedule from here)", changed)
+    if trainer.averager is not None and trainer.rank == 0:  # (only the lead process validates and saves)
+        trainer.averager.resume(payload, trainer.cfg.save_dir)
+    report_changes(train.get("config", {}), dataclasses.asdict(trainer.cfg), TRAINING_DEFAULTS)

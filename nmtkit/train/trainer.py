@@ -40,6 +40,7 @@ from nmtkit.train import averaging, resume, rundir
 from nmtkit.train.distributed import Processes
 from nmtkit.train.trainlog import TrainLog
 from nmtkit.train.adadelta import Adadelta
+from nmtkit.train.optimizers import make_optimizer, takes_sparse_embedding_grads
 # (every nmtkit module the run needs is imported when it starts, none at its first validation: a package upgraded
 # under a long run must not meet the run's already-loaded modules halfway)
 from nmtkit.data.batching import EpochSchedule, collate
@@ -51,7 +52,7 @@ from nmtkit.progress import Progress
 from nmtkit.models import build_from_checkpoint, build_model, set_backend
 from nmtkit.models.init import initialize
 from nmtkit.train.schedule import LRSchedule
-from nmtkit.train.config import TRAINING_DEFAULTS, TrainConfig, TrainState  # (TrainConfig: re-exported)
+from nmtkit.train.config import TrainConfig, TrainState  # (TrainConfig: re-exported)
 from nmtkit.train.validation import describe as describe_validation
 from nmtkit.train.validation import validation_bleu, validation_loss
 
@@ -152,20 +153,9 @@ class Trainer:
         except ValueError as e:
             raise InputError(str(e)) from None
         set_backend(self.model, cfg.backend).to(self.device)
-        params = list(self.model.parameters())
-        if cfg.optimizer == "adadelta":
-            self.optimizer = Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps)  # torch's, in one pass over memory
-        elif cfg.optimizer == "adam":
-            try:  # one fused kernel per tensor (torch >= 2.4 on CPU): ~2.5x faster steps, the same update rule
-                self.optimizer = torch.optim.Adam(params, lr=cfg.lr, fused=True)
-            except (RuntimeError, TypeError, ValueError):
-                self.optimizer = torch.optim.Adam(params, lr=cfg.lr)
-        else:
-            self.optimizer = torch.optim.SGD(params, lr=cfg.lr)
-        # row-sparse embedding gradients where the update takes them (gradients.py): nmtkit's Adadelta on the CPU
-        self.model.sparse_embedding_grads = (isinstance(self.optimizer, Adadelta) and self.device.type == "cpu"
-                                             and cfg.update_freq == 1  # (accumulated: dense)
-                                             and self.model.backend == "fast")  # (the reference's are dense)
+        self.optimizer = make_optimizer(cfg, self.model.parameters())
+        self.model.sparse_embedding_grads = takes_sparse_embedding_grads(self.optimizer, self.device, cfg,
+                                                                         self.model.backend)
         max_len = cfg.max_len or getattr(self.model.config, "max_len", None) or 10**9
         sizes_ok = (np.asarray(self.train_src.sizes) <= max_len) & (np.asarray(self.train_tgt.sizes) <= max_len)
         self.eligible = np.flatnonzero(sizes_ok)
@@ -177,25 +167,7 @@ class Trainer:
         self.lr = cfg.lr  # the rate of the latest update
         self.averager = averaging.make(self.model, cfg.ema_decay, cfg.average_last)
         if payload is not None:
-            train = payload["train"]
-            self.optimizer.load_state_dict(train["optimizer"])
-            self.state = TrainState(**train["state"])
-            self.log_window.update(train.get("log_window", {}))
-            resume.restore_best(self.state, self.rundir, self.rank == 0)
-            per_rank = train["rng"].get("per_rank")  # (each process's own: its dropout draws differ)
-            mine = per_rank[self.rank] if per_rank and len(per_rank) == self.world else train["rng"]
-            torch.set_rng_state(mine["torch"])
-            if self.device.type == "cuda" and "cuda" in mine:
-                torch.cuda.set_rng_state(mine["cuda"], self.device)
-            log.info("resumed from update %d (epoch %d, batch %d)", self.state.update, self.state.epoch + 1,
-                     self.state.batch_in_epoch)
-            if "schedule" in train:
-                changed = self.schedule.load_state_dict(train["schedule"])
-                if changed:
-                    log.warning("--resume: %s (the run's weights follow the new schedule from here)", changed)
-            if self.averager is not None and self.rank == 0:  # (only the lead process validates and saves)
-                self.averager.resume(payload, cfg.save_dir)
-            resume.report_changes(train.get("config", {}), dataclasses.asdict(cfg), TRAINING_DEFAULTS)
+            resume.restore_training(self, payload)
 
     # -- checkpoints -------------------------------------------------------------------------------------------
 
