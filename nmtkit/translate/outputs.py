@@ -1,6 +1,6 @@
-"""The per-line output formats of ``nmt-translate``, as text: one call per
-:class:`nmtkit.translate.translator.Translation`, each ending in a newline, so that line i of every output file belongs
-to input line i.
+"""What ``nmt-translate`` gives back for one input line (:class:`Translation`) and its per-line output formats, as
+text: one call per translation, each ending in a newline, so that line i of every output file belongs to input line
+i.
 
 - :func:`nbest_entries`: Moses' n-best list, ``i ||| text ||| logprob= L length= N ||| score`` per hypothesis, with
   i the 0-based input line, L the log-probability, N the output tokens and ``</s>``, and the score the search
@@ -13,23 +13,39 @@ to input line i.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 from nmtkit.translate.wordalign import pharaoh
 
 
-def nbest_entries(t) -> str:
+@dataclass
+class Translation:
+    """The result for one input line."""
+
+    line: int  # 1-based input line number
+    text: str  # the translation (detokenised unless tokenized=True)
+    source_words: list[str]  # Moses-tokenised source words
+    target_words: list[str]  # output words (BPE merged, not detokenised)
+    score: float  # log-probability of the output under the model(s), summed over pieces
+    nbest: list[tuple[str, float, float, int]] = field(default_factory=list)  # (text, logprob, ranking score, length)
+    alignment: list[tuple[int, int]] | None = None  # word links (source i, target j)
+    attention: dict | None = None  # {"source": tokens + </s>, "target": tokens + </s>, "alpha": rows}
+    pieces: int = 1
+
+
+def nbest_entries(t: Translation) -> str:
     """The Moses n-best entries of a translation (one line per hypothesis)."""
     return "".join(f"{t.line - 1} ||| {text} ||| logprob= {logprob:.6f} length= {length} ||| {norm:.6f}\n"
                    for text, logprob, norm, length in t.nbest)
 
 
-def alignment_line(t) -> str:
+def alignment_line(t: Translation) -> str:
     return pharaoh(t.alignment) + "\n"
 
 
-def attention_line(t) -> str:
+def attention_line(t: Translation) -> str:
     return json.dumps({"line": t.line, **t.attention}, ensure_ascii=False) + "\n"
 
 
-def score_line(t) -> str:
+def score_line(t: Translation) -> str:
     return f"{t.score:.6f}\n"

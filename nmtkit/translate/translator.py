@@ -48,26 +48,12 @@ from nmtkit.translate.search import Hypothesis
 from nmtkit.streaming import windows
 from nmtkit.data.text import Preprocessor, TextConfig
 from nmtkit.data.vocab import SPECIALS, UNK, Vocabulary
-from nmtkit.translate.wordalign import hard_links, word_matrix
+from nmtkit.translate.outputs import Translation
+from nmtkit.translate.wordalign import block_attention, hard_links, word_matrix
 
 log = logging.getLogger("nmtkit.translate")
 MAX_AUTO_WORKERS = 4  # workers=0 starts min(threads, this) processes on a CPU
 AHEAD = 1  # windows queued behind the one being decoded, with worker processes
-
-
-@dataclass
-class Translation:
-    """The result for one input line."""
-
-    line: int  # 1-based input line number
-    text: str  # the translation (detokenised unless tokenized=True)
-    source_words: list[str]  # Moses-tokenised source words
-    target_words: list[str]  # output words (BPE merged, not detokenised)
-    score: float  # log-probability of the output under the model(s), summed over pieces
-    nbest: list[tuple[str, float, float, int]] = field(default_factory=list)  # (text, logprob, ranking score, length)
-    alignment: list[tuple[int, int]] | None = None  # word links (source i, target j)
-    attention: dict | None = None  # {"source": tokens + </s>, "target": tokens + </s>, "alpha": rows}
-    pieces: int = 1
 
 
 @dataclass
@@ -375,7 +361,7 @@ class Translator:
                 nbest.append((self._render(toks), logprob, norm, length))
         t = Translation(lineno, self._render(best_tokens), src_words, target_words, score, nbest, pieces=len(parts))
         if self.need_attention:
-            t.attention = _block_attention(alphas)
+            t.attention = block_attention(alphas)
             t.alignment = hard_links(word_matrix(src_tokens, best_tokens, np.asarray(t.attention["alpha"]),
                                                  self.src_pre.words_of, self.tgt_pre.words_of))
         return t
@@ -405,20 +391,6 @@ def _words(pre: Preprocessor, line: str, tokenized: bool) -> list[str]:
         words = line.split()
         return [w.lower() for w in words] if pre.config.lowercase else words
     return pre.words(line)
-
-
-def _block_attention(parts: list[tuple[list[str], list[str], np.ndarray]]) -> dict:
-    """Join the attention of a line's pieces into one block-diagonal matrix (inner </s> rows and columns dropped)."""
-    src = [t for s, _, _ in parts for t in s] + ["</s>"]
-    tgt = [t for _, y, _ in parts for t in y] + ["</s>"]
-    alpha = np.zeros((len(tgt), len(src)), dtype=np.float32)
-    r = c = 0
-    for k, (s, y, a) in enumerate(parts):
-        last = k == len(parts) - 1
-        rows, cols = len(y) + (1 if last else 0), len(s) + (1 if last else 0)
-        alpha[r: r + rows, c: c + cols] = a[:rows, :cols]
-        r, c = r + len(y), c + len(s)
-    return {"source": src, "target": tgt, "alpha": alpha.round(6).tolist()}
 
 
 def load_unk_dict(path: str) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """Word alignments from attention: a sentence's attention over model tokens (subwords) becomes attention over
 words (:func:`word_matrix`), then hard links (:func:`hard_links`), written in Pharaoh format (:func:`pharaoh`).
 Shared by ``nmt-translate --alignment`` and ``nmt-align`` (:mod:`nmtkit.align`, which also reads gold alignments
-and computes AER), so that both give the same links for the same attention."""
+and computes AER), so that both give the same links for the same attention.  A line cut into pieces gets one
+block-diagonal attention (:func:`block_attention`)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,17 @@ def hard_links(alpha: np.ndarray, rule: str = "argmax", threshold: float = 0.5) 
 def pharaoh(links: list[tuple[int, int]]) -> str:
     """Pharaoh format: ``i-j`` pairs (source-target, 0-based) separated by spaces."""
     return " ".join(f"{i}-{j}" for i, j in links)
+
+
+def block_attention(parts: list[tuple[list[str], list[str], np.ndarray]]) -> dict:
+    """Join the attention of a line's pieces into one block-diagonal matrix (inner </s> rows and columns dropped)."""
+    src = [t for s, _, _ in parts for t in s] + ["</s>"]
+    tgt = [t for _, y, _ in parts for t in y] + ["</s>"]
+    alpha = np.zeros((len(tgt), len(src)), dtype=np.float32)
+    r = c = 0
+    for k, (s, y, a) in enumerate(parts):
+        last = k == len(parts) - 1
+        rows, cols = len(y) + (1 if last else 0), len(s) + (1 if last else 0)
+        alpha[r: r + rows, c: c + cols] = a[:rows, :cols]
+        r, c = r + len(y), c + len(s)
+    return {"source": src, "target": tgt, "alpha": alpha.round(6).tolist()}
