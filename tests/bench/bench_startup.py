@@ -11,7 +11,7 @@ interpreter and packages), alternately, ``--repeats`` times each:
 - **large file**: the first ``--sentences`` lines of news-test-2014 (default 1,000), default options, the same wall
   time, reported as sentences per second.
 
-Medians are printed with the spread (min-max) and written to ``tests/bench/results/bench_startup.txt``. Run it alone
+Medians are printed with the spread (min-max) and appended to ``tests/bench/results/bench_startup.txt``. Run it alone
 on the machine: it measures wall time.
 """
 
@@ -90,7 +90,11 @@ def main(argv=None) -> None:
     lines.append(f"outputs identical between the two: {'yes' if same else 'NO'}  (large-file spreads are wall s)")
     text = "\n".join(lines) + "\n"
     print(text)
-    Path(a.out).write_text(text, encoding="utf-8")
+    out = Path(a.out)  # (appended: the file keeps every run, each under its command line)
+    earlier = out.read_text(encoding="utf-8") if out.is_file() else ""
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    header = ("\n" + "=" * 118 + "\n" if earlier else "") + f"Run of {when}: {' '.join(['python', *sys.argv])}\n\n"
+    out.write_text(earlier + header + text, encoding="utf-8")
 
 
 if __name__ == "__main__":
