@@ -1,5 +1,4 @@
-"""Every setting of a preparation run, checked before anything is read (the click command fills it from its
-options)."""
+"""nmt-prepare's settings, checked (:meth:`PrepareConfig.check`) before any input is read."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Every setting of a selection run, checked before anything is read (the click command fills it from its
-options), its output paths, and the folds that keep each general pair away from the model trained on it."""
+"""nmt-select's settings, checked before any input is read, its output paths, and the folds that keep each general
+pair away from the model trained on it."""
 
 from __future__ import annotations
 

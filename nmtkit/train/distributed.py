@@ -38,7 +38,6 @@ class Processes:
         import torch.distributed as dist
 
         parameters = list(parameters)
-
         for p in parameters:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)

@@ -15,7 +15,7 @@ def make_optimizer(cfg: TrainConfig, parameters: Iterable[torch.nn.Parameter]) -
     if cfg.optimizer == "adadelta":
         return Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps)  # torch's, in one pass over memory
     if cfg.optimizer == "adam":
-        try:  # one fused kernel per tensor (torch >= 2.4 on CPU): ~2.5x faster steps, the same update rule
+        try:  # one fused kernel per tensor (torch >= 2.4 on CPU): the same update rule in fewer passes
             return torch.optim.Adam(params, lr=cfg.lr, fused=True)
         except (RuntimeError, TypeError, ValueError):
             return torch.optim.Adam(params, lr=cfg.lr)
