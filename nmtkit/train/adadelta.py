@@ -12,10 +12,8 @@ interchange) and updates dense, contiguous float32 parameters on CPU in one of t
 
 - with the compiled kernel (nmtkit/kernels, adadelta.c; when a C compiler is there): one loop over the
   elements, each array read and written once -- torch's operations in torch's order, with IEEE square roots
-  where torch's vectorised ones are within 1 ulp, so the values agree to float32 rounding (tests compare); a
-  whole rnnsearch-50 update 91–111 → 49–51 ms with the embeddings' gradients in 1,000 rows, as a minibatch
-  leaves them, 119–154 → 46–57 ms with random gradients everywhere (the last three runs of
-  tests/bench/results/bench_kernels.txt);
+  where torch's vectorised ones are within 1 ulp, so the values agree to float32 rounding (tests compare); faster
+  than both the blocked path and torch's step (tests/bench/results/bench_kernels.txt, rows "Adadelta update");
 - else the very same torch operations in the same order on blocks of ``BLOCK`` elements, so that a block's
   intermediates stay in the cache and each array is read and written about once: torch's values bit for bit
   (tests compare).
