@@ -1,4 +1,4 @@
-/* Adadelta (Zeiler, 2012) in one pass over memory: the update of nmtkit/adadelta.py, element by element.
+/* Adadelta (Zeiler, 2012) in one pass over memory: the update of nmtkit/train/adadelta.py, element by element.
  *
  *     E[g²] ← ρ E[g²] + (1 − ρ) g²
  *     Δθ = − √(E[Δθ²] + ε) / √(E[g²] + ε) · g

@@ -1,10 +1,9 @@
 /* float32 -> bfloat16 casts of 2-D arrays with any strides, for the weights a bf16 step reads.
  *
  * torch makes a contiguous bf16 copy of a transposed view (W.t(), as the backward pass's products want it) with a
- * strided copy ~10x slower than a contiguous cast here; this loop works in tiles that stay in the L1 cache, 2-3x
- * faster than torch (1,000 x 3,000: 3.56 -> 1.08 ms in the committed run of tests/bench/results/bench_kernels.txt,
- * 2.53 -> 1.29 ms in the one before).  The rounding is torch's: to nearest, ties to even (c10::BFloat16); a NaN
- * stays a (quiet) NaN.
+ * strided copy, much slower than a contiguous cast; this loop works in tiles that stay in the L1 cache (measured
+ * against torch in tests/bench/results/bench_kernels.txt, rows "to bf16").  The rounding is torch's: to nearest,
+ * ties to even (c10::BFloat16); a NaN stays a (quiet) NaN.
  */
 #include <stdint.h>
 #include <string.h>

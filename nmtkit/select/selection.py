@@ -7,12 +7,12 @@ Axelrod, He & Gao (2011), "Domain adaptation via pseudo in-domain data selection
    ``heldout_every``-th pair held out to report perplexities. The vocabulary is the in-domain words seen at least
    ``min_count`` times (Moore & Lewis), shared by both models of the language; other words are ``<unk>``.
 2. **General LMs, cross-fitted**: the general pairs are cut into two folds by a hash of their position in the
-   general input (:func:`nmtkit.select.config.fold_of`). General model k is trained on a random sample (``seed``) of about the
-   in-domain size in raw words drawn from the *other* fold only, and scores the pairs of fold k. So no pair is ever
-   scored by a model trained on it: a model scoring its own training sentences finds them "general" (a median H_gen
-   of ~3.4 bits per token against ~7.2 under the in-domain model, tests/bench/results/bench_select_enrichment.txt),
-   and such pairs are never selected whatever their domain.  Copies of a sentence fall in both folds, as they
-   would in any held-out sample: a line the general corpus repeats thousands of times (the Hansards' ``* * *``)
+   general input (:func:`nmtkit.select.config.fold_of`). General model k is trained on a random sample (``seed``) of
+   about the in-domain size in raw words drawn from the *other* fold only, and scores the pairs of fold k. So no
+   pair is ever scored by a model trained on it: a model scoring its own training sentences finds them far more
+   "general" than the in-domain model finds them in-domain (tests/bench/results/bench_select_enrichment.txt), and
+   such pairs are never selected whatever their domain.  Copies of a sentence fall in both folds, as they would in
+   any held-out sample: a line the general corpus repeats thousands of times (the Hansards' ``* * *``)
    is general, and its scoring model has seen it.  (Folds by a hash of the text kept every copy away from the
    model that scores it: on the whole Hansards those repeated lines then scored as the least general of all and
    crowded out the news, bench_select_enrichment.txt.)
