@@ -120,7 +120,7 @@ def test_row_groups(speed_policy):
 GROUP_SRC, GROUP_TGT = [7, 7, 6, 5, 5, 4, 3, 3, 2, 1], [4, 6, 2, 5, 3, 3, 4, 1, 2, 5]
 
 
-def test_attention_groups_equal_one_group(monkeypatch):
+def test_attention_groups_equal_one_group(speed_policy):
     """A batch sorted by source length runs its attention in four groups (fused._row_groups): the logits, the
     attention weights (exactly zero at padding) and every gradient, with a loss on α as well, equal those of one
     group over all positions (float64)."""
@@ -132,7 +132,8 @@ def test_attention_groups_equal_one_group(monkeypatch):
     results = []
     for grouped in (True, False):
         if not grouped:
-            monkeypatch.setattr(fused, "_row_groups", lambda m, n_a: [(0, m.shape[0], m.shape[1])])
+            speed_policy(attention_groups=1)
+            assert fused._row_groups(_source_mask(GROUP_SRC), 1) == [(0, len(GROUP_SRC), max(GROUP_SRC))]
         model.zero_grad()
         logits, alpha = model(src, lens, tgt_in, return_attention=True)
         loss = F.cross_entropy(logits.reshape(-1, V_TGT), tgt_out.reshape(-1), ignore_index=PAD)

@@ -15,14 +15,11 @@ from conftest import ARCHS, V_SRC, V_TGT, make_batch, randomize_, tiny  # the sh
 # ------------------------------------------------------------------------------------------ the fused training loss
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("chunk_rows", [1, 3, 10, 1000])  # 10: chunks of 8, padding rows inside the last
-def test_nll_equals_cross_entropy_of_logits_with_gradients(arch, chunk_rows, monkeypatch):
+def test_nll_equals_cross_entropy_of_logits_with_gradients(arch, chunk_rows, speed_policy):
     """model.nll (output layer only at real positions, fused with softmax and gradient, in row chunks) gives the
     value and every parameter's gradient of plain cross-entropy on forward()'s logits (float64)."""
-    import nmtkit.models.fast.output as output
-
-    monkeypatch.setattr(output, "CHUNK_ELEMENTS", chunk_rows * V_TGT)
-    monkeypatch.setattr(output, "MIN_CHUNK_ROWS", 1)
-    monkeypatch.setattr(output, "BLOCK_ELEMENTS", 2 * V_TGT)  # the softmax in blocks of two rows (or one)
+    # the loss in chunks of chunk_rows rows, the softmax in blocks of two rows (or one)
+    speed_policy(loss_chunk_elements=chunk_rows * V_TGT, loss_min_chunk_rows=1, softmax_block_elements=2 * V_TGT)
     model = randomize_(tiny(arch)).double()
     src, lens, tgt_in, tgt_out = make_batch([4, 6, 2], [5, 3, 1])
     results = []
@@ -45,10 +42,8 @@ def test_nll_equals_cross_entropy_of_logits_with_gradients(arch, chunk_rows, mon
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("block_rows", [2, 1000])
-def test_nll_under_bf16_autocast(arch, block_rows, monkeypatch):
-    import nmtkit.models.fast.output as output
-
-    monkeypatch.setattr(output, "BLOCK_ELEMENTS", block_rows * V_TGT)
+def test_nll_under_bf16_autocast(arch, block_rows, speed_policy):
+    speed_policy(softmax_block_elements=block_rows * V_TGT)
     model = randomize_(tiny(arch), std=0.1)
     src, lens, tgt_in, tgt_out = make_batch([4, 6, 2], [5, 3, 4])
     expected = F.cross_entropy(model(src, lens, tgt_in).reshape(-1, V_TGT), tgt_out.reshape(-1), ignore_index=PAD,
@@ -63,14 +58,13 @@ def test_nll_under_bf16_autocast(arch, block_rows, monkeypatch):
 
 @pytest.mark.parametrize("chunk_rows", [1000, 8])  # one chunk (∂L/∂W_o kept in bf16 until the backward), several
 @pytest.mark.parametrize("eps", [0.0, 0.2])  # label smoothing
-def test_loss_gradients_under_bf16_autocast(chunk_rows, eps, monkeypatch):
+def test_loss_gradients_under_bf16_autocast(chunk_rows, eps, speed_policy):
     """Under bf16 autocast the loss's gradients come back in float32 and scaled by the incoming gradient, within
     bf16 rounding of float64's, whether ∂L/∂W_o is one chunk's bf16 product or a float32 sum over chunks; with
     label smoothing too (value and gradients of F.cross_entropy(…, label_smoothing=ε))."""
     import nmtkit.models.fast.output as output
 
-    monkeypatch.setattr(output, "CHUNK_ELEMENTS", chunk_rows * 56)
-    monkeypatch.setattr(output, "MIN_CHUNK_ROWS", 1)
+    speed_policy(loss_chunk_elements=chunk_rows * 56, loss_min_chunk_rows=1)
     g = torch.Generator().manual_seed(3)
     t = (torch.randn(29, 13, generator=g)).requires_grad_()  # l = 13, V = 50: both padded (to 16 and 56)
     W = (torch.randn(50, 13, generator=g) * 0.3).requires_grad_()
@@ -116,14 +110,13 @@ def test_linear_cross_entropy_for_any_vocabulary_size(V, l):
 @pytest.mark.parametrize("bf16", [False, True])
 @pytest.mark.parametrize("block_rows", [2, 1000])
 @pytest.mark.parametrize("eps", [0.0, 0.1])  # label smoothing
-def test_linear_cross_entropy_when_the_reference_word_underflows(bf16, block_rows, eps, monkeypatch):
+def test_linear_cross_entropy_when_the_reference_word_underflows(bf16, block_rows, eps, speed_policy):
     """−log p(y) comes from the softmax's p(y); where p(y) underflows in float32 (a reference word 150 nats below
     the best) it is recomputed from the logits: finite and exact, in float32 and under bf16 autocast, also when
     the softmax runs in blocks of rows, and with label smoothing (whose extra term needs no log p)."""
-    import nmtkit.models.fast.output as output
     from nmtkit.models.fast.output import linear_cross_entropy
 
-    monkeypatch.setattr(output, "BLOCK_ELEMENTS", block_rows * 16)  # V' = 16
+    speed_policy(softmax_block_elements=block_rows * 16)  # V' = 16
 
     g = torch.Generator().manual_seed(6)
     t = torch.randn(5, 8, generator=g)
@@ -145,16 +138,15 @@ def test_linear_cross_entropy_when_the_reference_word_underflows(bf16, block_row
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("chunk_rows", [1000, 8, 3])  # one chunk; several (padding rows in the last); blocks of 1
 @pytest.mark.parametrize("eps", [0.1, 0.35])
-def test_linear_cross_entropy_with_label_smoothing(dtype, chunk_rows, eps, monkeypatch):
+def test_linear_cross_entropy_with_label_smoothing(dtype, chunk_rows, eps, speed_policy):
     """With label smoothing ε the fused loss is F.cross_entropy(…, label_smoothing=ε) -- the cross-entropy against
     (1 − ε) onehot(y) + ε/V over the real vocabulary, V = 29 padded to 32 inside -- in value and in the gradients
     of t, W and b, in one chunk of rows or several; the second result is the plain −Σ log p(y), detached."""
     import nmtkit.models.fast.output as output
 
     V, l, N = 29, 5, 37  # V' = 32, l' = 8, N' = 40
-    monkeypatch.setattr(output, "CHUNK_ELEMENTS", chunk_rows * 32)
-    monkeypatch.setattr(output, "MIN_CHUNK_ROWS", 1)
-    monkeypatch.setattr(output, "BLOCK_ELEMENTS", 2 * 32)  # the softmax in blocks of two rows (or one)
+    # the loss in chunks of chunk_rows rows, the softmax in blocks of two rows (or one)
+    speed_policy(loss_chunk_elements=chunk_rows * 32, loss_min_chunk_rows=1, softmax_block_elements=2 * 32)
     g = torch.Generator().manual_seed(7)
     t = torch.randn(N, l, generator=g, dtype=dtype, requires_grad=True)
     W = torch.randn(V, l, generator=g, dtype=dtype, requires_grad=True)
@@ -180,13 +172,12 @@ def test_linear_cross_entropy_with_label_smoothing(dtype, chunk_rows, eps, monke
 
 @pytest.mark.parametrize("bf16", [False, True])
 @pytest.mark.parametrize("chunk_rows", [1000, 8])
-def test_linear_cross_entropy_without_label_smoothing_is_unchanged(bf16, chunk_rows, monkeypatch):
+def test_linear_cross_entropy_without_label_smoothing_is_unchanged(bf16, chunk_rows, speed_policy):
     """ε = 0 is the plain loss, bit for bit: the value, its gradients and the returned −Σ log p(y) are those of
     linear_cross_entropy(t, W, b, y) without the option."""
     import nmtkit.models.fast.output as output
 
-    monkeypatch.setattr(output, "CHUNK_ELEMENTS", chunk_rows * 32)
-    monkeypatch.setattr(output, "MIN_CHUNK_ROWS", 1)
+    speed_policy(loss_chunk_elements=chunk_rows * 32, loss_min_chunk_rows=1)
     g = torch.Generator().manual_seed(8)
     inputs = (torch.randn(21, 6, generator=g), torch.randn(27, 6, generator=g), torch.randn(27, generator=g))
     y = torch.randint(0, 27, (21,), generator=g)
@@ -224,15 +215,12 @@ def test_label_smoothing_out_of_range_raises(bad):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("backend", ["fast", "reference"])
 @pytest.mark.parametrize("eps", [0.0, 0.15])
-def test_training_loss_equals_smoothed_cross_entropy_of_logits(arch, backend, eps, monkeypatch):
+def test_training_loss_equals_smoothed_cross_entropy_of_logits(arch, backend, eps, speed_policy):
     """model.training_loss gives the value and every parameter's gradient of
     F.cross_entropy(forward()'s logits, label_smoothing=ε, ignore_index=PAD, reduction="sum") (float64, the
     fused output layer in several chunks), on either backend (fast, reference); its second result is
     model.nll's value, detached."""
-    import nmtkit.models.fast.output as output
-
-    monkeypatch.setattr(output, "CHUNK_ELEMENTS", 3 * V_TGT)
-    monkeypatch.setattr(output, "MIN_CHUNK_ROWS", 1)
+    speed_policy(loss_chunk_elements=3 * V_TGT, loss_min_chunk_rows=1)
     model = randomize_(tiny(arch)).double()
     model.backend = backend
     src, lens, tgt_in, tgt_out = make_batch([4, 6, 2], [5, 3, 1])

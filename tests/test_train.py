@@ -266,11 +266,11 @@ def _adadelta_pair(opts, seed=0):
     *((opts, path) for opts in (dict(lr=1.0, rho=0.95, eps=1e-6), dict(lr=0.5, rho=0.9, eps=1e-3))
       for path in ("blocked", "kernel")),
     (dict(lr=1.0, weight_decay=0.1), "torch-step")], indirect=["update_path"])
-def test_adadelta_is_torchs(opts, update_path, monkeypatch):
+def test_adadelta_is_torchs(opts, update_path, speed_policy):
     """nmtkit.train.adadelta runs torch's Adadelta operations (block by block, or compiled): the same parameters and
-    state (see ``update_path``), with blocks that split tensors (BLOCK = 64) and a parameter without gradient in
+    state (see ``update_path``), with blocks that split tensors (adadelta_block = 64) and a parameter without gradient in
     some steps."""
-    monkeypatch.setattr(adadelta, "BLOCK", 64)
+    speed_policy(adadelta_block=64)
     ref, ours, opt_ref, opt_ours = _adadelta_pair(opts)
     start = [p.detach().clone() for p in ours]
     for k in range(5):
@@ -297,7 +297,7 @@ def test_adadelta_rows_without_gradient_are_torchs(update_path, monkeypatch, spe
     rows shortcut -- and ends with torch's parameters and state (see ``update_path``), through sparse and dense
     steps."""
     speed_policy(sparse_min_rows=16)
-    monkeypatch.setattr(adadelta, "BLOCK", 64)
+    speed_policy(adadelta_block=64)
     taken = []
     real_rows = adadelta._update_rows
     monkeypatch.setattr(adadelta, "_update_rows", lambda *a: taken.append(real_rows(*a)) or taken[-1])
@@ -380,7 +380,7 @@ def test_adadelta_grad_scale_equals_clipping_first(monkeypatch, extra, update_pa
     from nmtkit.train.gradients import clip_grad_norm_, grad_norm_and_scale
 
     speed_policy(sparse_min_rows=16)
-    monkeypatch.setattr(adadelta, "BLOCK", 64)
+    speed_policy(adadelta_block=64)
     torch.manual_seed(0)
     shapes = [(40, 7), (40, 7), (8, 3)]  # row-sparse, rows shortcut (dense, few rows used), dense
     first = [torch.randn(s) for s in shapes]

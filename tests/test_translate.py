@@ -104,11 +104,9 @@ def test_beam_1_equals_greedy(model, data_dir):
 
 
 @pytest.mark.parametrize("block", [None, 7])  # the search's top-k: plain topk (V = 800 is narrow), and blocked
-def test_batched_beam_equals_the_reference_search(model, data_dir, block, monkeypatch):
-    import nmtkit.translate.search
-
+def test_batched_beam_equals_the_reference_search(model, data_dir, block, speed_policy):
     if block is not None:
-        monkeypatch.setattr(nmtkit.translate.search, "BLOCK", block)
+        speed_policy(topk_block=block)
     m, _ = model
     sents = _real_batch(data_dir, model)
     src, lens = _batch(sents)
@@ -138,8 +136,9 @@ def test_scores_are_the_models_teacher_forced_log_probabilities(model, data_dir)
 @pytest.mark.parametrize("shape", [(5, 96000), (3, 94764), (4, 1000), (2, 7 * 64 * 8 * 24 + 1)])
 def test_blocked_top_k_equals_topk(shape):
     """search.top_k (block maxima, best blocks, top-k among their values) = torch.topk: values and indices, for
-    widths that BLOCK divides and that it does not, with -inf entries (masked words, dead hypotheses) and values
-    repeated within a block (neither promises an order among equal values: there the same set of indices)."""
+    widths that the block (the policy's topk_block) divides and that it does not, with -inf entries (masked words,
+    dead hypotheses) and values repeated within a block (neither promises an order among equal values: there the
+    same set of indices)."""
     from nmtkit.translate.search import top_k
 
     g = torch.Generator().manual_seed(sum(shape))

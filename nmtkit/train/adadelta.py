@@ -14,9 +14,9 @@ interchange) and updates dense, contiguous float32 parameters on CPU in one of t
   elements, each array read and written once -- torch's operations in torch's order, with IEEE square roots
   where torch's vectorised ones are within 1 ulp, so the values agree to float32 rounding (tests compare); faster
   than both the blocked path and torch's step (tests/bench/results/bench_kernels.txt, rows "Adadelta update");
-- else the very same torch operations in the same order on blocks of ``BLOCK`` elements, so that a block's
-  intermediates stay in the cache and each array is read and written about once: torch's values bit for bit
-  (tests compare).
+- else the very same torch operations in the same order on blocks of the speed policy's ``adadelta_block``
+  elements, so that a block's intermediates stay in the cache and each array is read and written about once:
+  torch's values bit for bit (tests compare).
 
 Anything else (CUDA, weight decay, ``maximize``, ...) goes to torch's own step.
 
@@ -37,7 +37,6 @@ import torch
 from nmtkit import kernels
 from nmtkit.models.fast.policy import policy
 
-BLOCK = 1 << 19  # elements per block (2 MB of float32 per array; 2^18 … 2^21 measure alike here, 2^15 gains nothing)
 
 
 class Adadelta(torch.optim.Adadelta):
@@ -133,7 +132,7 @@ def _update(p, g, sq, acc, lr, rho, eps, scale=None) -> None:
         kernels.adadelta(p, g, sq, acc, lr, rho, eps, None if scale is None else float(scale))
         return
     p, g, sq, acc = p.view(-1), g.view(-1), sq.view(-1), acc.view(-1)  # (N,)
-    N = p.numel()
+    N, BLOCK = p.numel(), policy().adadelta_block
     std_buf = torch.empty(min(BLOCK, N))
     delta_buf = torch.empty_like(std_buf)
     g_buf = None if scale is None else torch.empty_like(std_buf)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from nmtkit.data.vocab import BOS, EOS, PAD, UNK
+from nmtkit.models.fast.policy import policy
 
 
 @dataclass
@@ -112,15 +113,13 @@ def _mask(logp: torch.Tensor, no_unk: bool) -> None:
         logp[:, UNK] = -math.inf
 
 
-BLOCK = 64  # values per block in top_k
-
-
 def top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``x.topk(k, dim=1)`` for a wide (A, N) tensor, in three cheap passes instead of one slow one.
 
-    Cut each row into blocks of ``BLOCK`` values (the last one shorter when BLOCK does not divide N); the k largest
-    values of a row lie in the k blocks with the largest maxima (those k maxima are k values at least as large as
-    the k-th block maximum τ, and any value ≥ τ sits in a block whose maximum is ≥ τ). So: block maxima (one fast
+    Cut each row into blocks of ``BLOCK`` values (the speed policy's ``topk_block``; the last block shorter when
+    BLOCK does not divide N); the k largest values of a row lie in the k blocks with the largest maxima (those k
+    maxima are k values at least as large as the k-th block maximum τ, and any value ≥ τ sits in a block whose
+    maximum is ≥ τ). So: block maxima (one fast
     reduction), the k best blocks, then top-k among their values, gathered in index order. The same values and
     indices as ``topk`` (among exactly equal values neither promises an order; with fewer than k finite values in
     a row, the -inf ones returned may differ); faster than ``topk`` over beam search's (sentences, K·V)
@@ -128,6 +127,7 @@ def top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     ``topk``.
     """
     A, N = x.shape
+    BLOCK = policy().topk_block
     nb = N // BLOCK
     if nb < 8 * k:
         return x.topk(k, dim=1)

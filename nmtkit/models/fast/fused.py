@@ -26,7 +26,7 @@ no autograd graph inside the time loop, and rearrange the work so that the loop 
   path elsewhere (CUDA, float64, no compiler, a source mask that is not right padding; the policy's
   ``attention_kernel`` off);
 - torch ops, on CPU and at the paper's sizes: a batch sorted by source length (``nll`` sorts it) attends in
-  ``ATTENTION_GROUPS`` row groups, each over its own longest source only, so that the attention's elementwise work
+  the policy's ``attention_groups`` row groups, each over its own longest source only, so that the attention's elementwise work
   covers fewer padded source positions than over the batch's longest (``_row_groups``);
 - backwards, the attention's v_a is applied after the sums over positions and steps (one pass less per step);
 - torch ops, at paper size: the attention's σ(2 (W_a s_{i-1} + U_a h_j)) over (b, T, n') is recomputed in the
@@ -136,22 +136,22 @@ def gru_sequence(gx: Tensor, U_zr: Tensor, U: Tensor, s0: Tensor | None = None) 
 
 # (the C kernel for the attention's step, the row groups and the recomputed σ start where the speed policy says:
 # nmtkit/models/fast/policy.py)
-ATTENTION_GROUPS = 4  # row groups of a batch sorted by source length (on CPU; see _row_groups)
 
 
 def _row_groups(src_mask: Tensor, n_a: int) -> list[tuple[int, int, int]]:
     """Contiguous row groups (r0, r1, T) whose attention runs over the first T source positions only, T the
-    group's longest source: ``ATTENTION_GROUPS`` groups of equal size when the source lengths do not increase
+    group's longest source: the policy's ``attention_groups`` groups of equal size when the source lengths do not increase
     down the rows (``nll`` sorts its batch so), on CPU, where the attention's elementwise work is proportional to
     the positions it covers (padded to a group's longest source, not to the batch's) and large enough (the policy's
     ``group_min_elements``, n' the attention's size); else one group, (0, B, Tx)."""
     B, Tx = src_mask.shape
-    if src_mask.device.type != "cpu" or B < 2 * ATTENTION_GROUPS or B * Tx * n_a < policy().group_min_elements:
+    G = policy().attention_groups
+    if src_mask.device.type != "cpu" or B < 2 * G or B * Tx * n_a < policy().group_min_elements:
         return [(0, B, Tx)]
     lens = src_mask.sum(1).tolist()
     if any(a < b for a, b in zip(lens, lens[1:])):
         return [(0, B, Tx)]
-    edges = [round(k * B / ATTENTION_GROUPS) for k in range(ATTENTION_GROUPS + 1)]
+    edges = [round(k * B / G) for k in range(G + 1)]
     groups: list[tuple[int, int, int]] = []
     for r0, r1 in zip(edges, edges[1:]):
         T = max(int(lens[r0]), 1)

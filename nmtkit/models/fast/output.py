@@ -4,13 +4,13 @@
 
 Computed naively this writes and re-reads several (N, V) tensors -- the logits, their float32 copy under bf16, the
 log-softmax, its gradient -- each of them 190 MB at paper size (N = 1,600 targets, V = 30,000).  Here the logits'
-product is followed by one sweep over blocks of rows small enough for the cache (``BLOCK_ELEMENTS``): in each
+product is followed by one sweep over blocks of rows small enough for the cache (the speed policy's ``softmax_block_elements``): in each
 block the logits (widened to float32 with the bias under bf16) are turned in place into p = softmax by torch's
 fused softmax, then into p − onehot(y) = ∂loss/∂logits, whose column sums are the bias gradient, and written back
 (rounded once to bf16 under bf16); the products of ∂loss/∂logits with W_o and t follow.  The loss is −Σ log p(y),
 recomputed as log Σ_v exp z_v − z_y for the rare rows whose p(y) underflows.  Only the real (non-padding)
 targets are given (the fast backend's ``nll`` picks them, fast_backend.py).  The products take rows in chunks of at most
-``CHUNK_ELEMENTS`` logits to bound the memory of very large batches (smaller chunks for the products measured
+``loss_chunk_elements`` logits (the policy's) to bound the memory of very large batches (smaller chunks for the products measured
 slower here: the matmuls get thin and ∂W_o is re-read once per chunk).  The gradients are thus computed in the
 forward pass and only scaled in the backward pass (the loss is a scalar), which is what a training step needs
 and what evaluation (no gradient) skips.
@@ -42,10 +42,8 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from nmtkit.models.fast.matmul import ALIGN, autocast_dtype, in_lowp, padded_vocab, round_up
+from nmtkit.models.fast.policy import policy
 
-CHUNK_ELEMENTS = 1 << 26  # logits per chunk (256 MB in float32): one chunk for a paper-size batch of ~2,000 targets
-MIN_CHUNK_ROWS = 64  # fewer rows make inefficient matmuls
-BLOCK_ELEMENTS = 1 << 20  # logits per block of rows for the softmax and its gradient (4 MB of float32: in the cache)
 LOG_TINY = -69.0  # log p(y) below this (p < 1e-30; float32's normal range ends at 1.2e-38): recomputed from the logits
 
 
@@ -96,9 +94,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
         W_l, b = padded_vocab(W, b, float("-inf"), columns=True, dtype=lowp)  # (V', l'), (V',)
         t = F.pad(t, (0, W_l.shape[1] - l, 0, round_up(N) - N))  # (N', l')
         V2 = W_l.shape[0]
-        chunk = max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // V2)
+        sizes = policy()
+        chunk = max(sizes.loss_min_chunk_rows, sizes.loss_chunk_elements // V2)
         chunk -= chunk % ALIGN if chunk > ALIGN else 0  # a multiple of 8 too
-        rows = max(1, BLOCK_ELEMENTS // V2)
+        rows = max(1, sizes.softmax_block_elements // V2)
         buf = None if lowp is None else t.new_empty(min(rows, N), V2)  # float32 logits of one block
         t_l = in_lowp(t, lowp)
         loss = t.new_zeros((), dtype=torch.float64)  # −Σ log p(y)

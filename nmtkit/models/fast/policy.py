@@ -1,4 +1,4 @@
-"""Which fast path runs at which size: the speed policy of the fast backend, in one object.
+"""Which fast path runs at which size, and the block sizes the paths work in: the speed policy, in one object.
 
 Each threshold below is where a path measured faster than the plain one it replaces, end to end (the results
 rows cited in ``tests/bench/README.md``); below it the plain path runs.  Every path computes the same thing either
@@ -35,6 +35,19 @@ class SpeedPolicy:
     table_max_elements: int = 32 * 2**20
     # Adadelta checks 2-D parameters of at least this many rows (vocabulary-sized) for rows without gradient
     sparse_min_rows: int = 4096
+    # Adadelta without the C kernel: elements per block (2 MB of float32 per array: a block's intermediates stay in
+    # the cache; larger and smaller blocks down to a quarter of this measured alike)
+    adadelta_block: int = 1 << 19
+    # the row groups of the attention over a batch sorted by source length (with group_min_elements above)
+    attention_groups: int = 4
+    # the fused output loss: logits per chunk of rows (256 MB of float32: one chunk for a paper-size batch of
+    # ~2,000 targets; chunks bound the memory of larger ones), at least this many rows per chunk (fewer make
+    # inefficient products), and logits per block of rows for the softmax and its gradient (4 MB: in the cache)
+    loss_chunk_elements: int = 1 << 26
+    loss_min_chunk_rows: int = 64
+    softmax_block_elements: int = 1 << 20
+    # the search's top-k over a vocabulary-wide row: values per block whose maxima are ranked first
+    topk_block: int = 64
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> SpeedPolicy:
