@@ -29,7 +29,6 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -128,11 +127,13 @@ def worker_main() -> None:
 
 class _Worker:
     def __init__(self, rank: int, setup: dict):
-        package_root = str(Path(__file__).resolve().parent.parent)  # the same nmtkit as the parent's
-        code = f"import sys; sys.path.insert(0, {package_root!r}); import nmtkit.translate.pool as d; d.worker_main()"
+        # the parent's module search path, in its order: the worker imports the same nmtkit (and torch) as the
+        # parent, also when the parent's caller changed sys.path in the process
+        path = os.pathsep.join(p for p in sys.path if p)
         self.name = f"decoding worker {rank}"
-        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen([sys.executable, "-c", "import nmtkit.translate.pool as d; d.worker_main()"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+                                     env={**os.environ, "PYTHONPATH": path})
         self.in_fd, self.out_fd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         self.outstanding = 0
         _send(self.in_fd, setup)
