@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# nmtkit quick start: the whole pipeline once, end to end, on real English-French data: about 16 minutes on an idle
-# two-core machine, 10 of them training.
+# nmtkit quick start: the whole pipeline once, end to end, on real English-French data: 10 to 16 minutes on an idle
+# two-core machine, 6 to 10 of them training.
 #
 #   examples/quickstart.sh [WORKDIR]          (default WORKDIR: runs/quickstart in this checkout, git-ignored)
 #
@@ -18,7 +18,7 @@
 # Data: a local mirror ($NMTKIT_DATA, or ../shared/data next to this checkout when it exists), else the data
 # catalogue downloads each corpus once into its cache (python -m nmtkit.datasets --list: addresses, checksums).
 # Knobs (environment):
-#   QUICKSTART_UPDATES   training updates (1500: about 10 minutes at 0.4 s per update on two cores)
+#   QUICKSTART_UPDATES   training updates (1500: 6 to 10 minutes at 0.25 to 0.4 s per update on two cores)
 #   QUICKSTART_VOCAB     words in each language's shortlist (8000; 16000 makes the output layer, most of an
 #                        update's cost, twice as large, for a little more BLEU)
 #   QUICKSTART_MAX_TIME  seconds after which training stops even if the updates are not done (3600); the model is
