@@ -11,11 +11,17 @@ same phases, so their medians compare the code, not the hour.  Each run is ``ben
 ``nmt-train`` of the revision's own checkout (a git worktree in the work directory) on the prepared Hansards, the
 same seed and batches, target tokens/s over updates 4–23 from its JSON log.  (The worktrees are registered in
 the repository's .git; ``git worktree prune`` forgets them once the work directory is gone.)
+
+``--paired`` runs the two versions at the same time instead, each on one core of its own (``taskset``, one torch
+thread), swapping the cores at every repeat: both see the same phase of the machine, so the ratio of the two runs
+of a repeat compares the code even when the phases move by more than the change under test.  (One thread per run:
+the figures are not the two-thread ones of the default mode, only their ratio compares.)
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import shutil
 import subprocess
 import sys
@@ -41,13 +47,17 @@ def worktree(work: Path, rev: str) -> Path:
     return path
 
 
-def run(checkout: Path, prep: Path, runs: Path, name: str, precision: str) -> float:
+def run(checkout: Path, prep: Path, runs: Path, name: str, precision: str, cpu: int | None = None) -> float:
+    """One paper-size run of ``checkout``'s nmt-train: its target tokens/s (on core ``cpu`` alone, one thread, when
+    given)."""
     d = runs / name
     shutil.rmtree(d, ignore_errors=True)
-    peers.run_measured([sys.executable, checkout / "bin" / "nmt-train", prep, "--arch", "rnnsearch-50",
+    pin = [] if cpu is None else ["taskset", "-c", cpu]
+    threads = [] if cpu is None else ["--threads", 1]
+    peers.run_measured(pin + [sys.executable, checkout / "bin" / "nmt-train", prep, "--arch", "rnnsearch-50",
                         "--save-dir", d, "--max-updates", WARMUP + UPDATES, "--log-every", 1,
                         "--valid-every", 10 ** 9, "--valid-bleu-sentences", 0, "--seed", 1, "--force",
-                        "--keep-last", 1] + (["--bf16"] if precision == "bf16" else []),
+                        "--keep-last", 1] + threads + (["--bf16"] if precision == "bf16" else []),
                        env={**peers.quiet_env(), **peers.checkout_env(checkout)}, log_path=runs / f"{name}.log")
     tok_s = peers.nmtkit_tokens_per_s(d / "train.jsonl", WARMUP)["tok_s"]
     shutil.rmtree(d, ignore_errors=True)
@@ -62,6 +72,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3, help="runs of each version [3]")
     p.add_argument("--work", type=Path, default=peers.DEFAULT_WORK)
     p.add_argument("--out", type=Path, default=peers.REPO / "tests" / "bench" / "results" / "bench_ab_train.txt")
+    p.add_argument("--paired", action="store_true", help="both versions at once, one core each (see above)")
     a = p.parse_args()
     t0 = time.time()
     out = peers.system_header("nmtkit A/B training benchmark", sys.argv)
@@ -72,6 +83,17 @@ def main() -> int:
         results: dict[str, list[float]] = {"new": [], "old": []}
         order = []
         for r in range(a.repeats):
+            if a.paired:  # both at once, on cores swapped at every repeat
+                cores = {"new": r % 2, "old": 1 - r % 2}
+                peers.log(f"repeat {r + 1}/{a.repeats}: new on core {cores['new']}, old on core {cores['old']}")
+                with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                    jobs = {v: pool.submit(run, checkouts[v], prep, runs, f"{v}-r{r}", a.precision, cores[v])
+                            for v in ("new", "old")}
+                    for v in ("new", "old"):
+                        results[v].append(jobs[v].result())
+                order.append(f"new {results['new'][-1]:,.0f} | old {results['old'][-1]:,.0f}")
+                peers.log(f"  → {order[-1]} target tokens/s")
+                continue
             for v in ("new", "old") if r % 2 == 0 else ("old", "new"):
                 peers.log(f"repeat {r + 1}/{a.repeats}: {v} ({getattr(a, v)})")
                 tok_s = run(checkouts[v], prep, runs, f"{v}-r{r}", a.precision)
@@ -82,13 +104,16 @@ def main() -> int:
         return peers.fail_report(out, a.out, e)
     med = {v: peers.median(x) for v, x in results.items()}
     out += ["", f"rnnsearch-50 {a.precision}, 30k vocabularies, the first 150,000 Hansards pairs, batch 80, "
-            f"Adadelta; target tokens/s over updates {WARMUP + 1}–{WARMUP + UPDATES}, runs made alternately", ""]
+            f"Adadelta; target tokens/s over updates {WARMUP + 1}–{WARMUP + UPDATES}, "
+            + ("the two versions at once, one core and one thread each, cores swapped every repeat" if a.paired
+               else "runs made alternately"), ""]
     out += peers.table(["version", "revision", "tok/s", "(min–max)"],
                        [[v, f"{getattr(a, v)} ({checkouts[v].name[3:]})", f"{med[v]:,.0f}",
                          peers.spread(results[v])] for v in ("new", "old")])
     out += ["", "Runs in the order made: " + "; ".join(order),
-            f"new / old: {med['new'] / med['old']:.3f} (ratio of medians); per repeat (its two runs neighbours in "
-            f"time): {', '.join(f'{n / o:.3f}' for n, o in zip(results['new'], results['old']))} (median "
+            f"new / old: {med['new'] / med['old']:.3f} (ratio of medians); per repeat (its two runs "
+            + ("at the same time" if a.paired else "neighbours in time") + "): "
+            f"{', '.join(f'{n / o:.3f}' for n, o in zip(results['new'], results['old']))} (median "
             f"{peers.median([n / o for n, o in zip(results['new'], results['old'])]):.3f})",
             f"\nload average at end: {peers.load_average()}; total time {(time.time() - t0) / 60:.1f} min"]
     return peers.fail_report(out, a.out, None)
