@@ -13,9 +13,9 @@ large read-only arrays (language models) are shared copy-on-write between the wo
 The workers are this module's own, not ``multiprocessing.Pool``'s: each has its own pipe to the parent, fed by a
 thread of the parent's, and shares no lock with the others, so the parent can always tear them down.
 ``Pool.terminate()`` kills its workers and then waits for its task thread, which can be blocked for ever on a shared
-queue lock that a killed worker held, or on a pipe nobody reads any more (a chunk is larger than a pipe's buffer):
-``nmt-prepare --workers 2`` hung under Ctrl-C that way. Here an interrupted or failed map kills the workers and
-returns; a worker that dies (killed, out of memory) is a :class:`~nmtkit.errors.WorkerError`, never waited for.
+queue lock that a killed worker held, or on a pipe nobody reads any more (a chunk is larger than a pipe's buffer);
+``nmt-prepare --workers 2`` once hung under Ctrl-C in CI inside such a teardown (not reproduced here since). Here an
+interrupted or failed map kills the workers and returns; a worker that dies (killed, out of memory) is a :class:`~nmtkit.errors.WorkerError`, never waited for.
 """
 
 from __future__ import annotations
@@ -178,12 +178,10 @@ class Mapper:
     def _abort(self) -> None:
         """An interrupted or failed map (or one left before its end): kill the workers now, their work is not
         wanted."""
+        for w in self._pool:  # (every worker in the list was started)
+            w.process.kill()
         for w in self._pool:
-            if w.process.pid is not None:
-                w.process.kill()
-        for w in self._pool:
-            if w.process.pid is not None:
-                w.process.join()
+            w.process.join()
             w.outbox.put(None)  # a sender still waiting for work ends; one blocked in a send gets EPIPE
             if w.sender.is_alive():
                 w.sender.join(timeout=5)

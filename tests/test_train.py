@@ -268,8 +268,8 @@ def _adadelta_pair(opts, seed=0):
     (dict(lr=1.0, weight_decay=0.1), "torch-step")], indirect=["update_path"])
 def test_adadelta_is_torchs(opts, update_path, speed_policy):
     """nmtkit.train.adadelta runs torch's Adadelta operations (block by block, or compiled): the same parameters and
-    state (see ``update_path``), with blocks that split tensors (adadelta_block = 64) and a parameter without gradient in
-    some steps."""
+    state (see ``update_path``), with blocks that split tensors (adadelta_block = 64) and a parameter without
+    gradient in some steps."""
     speed_policy(adadelta_block=64)
     ref, ours, opt_ref, opt_ours = _adadelta_pair(opts)
     start = [p.detach().clone() for p in ours]

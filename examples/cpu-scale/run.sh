@@ -245,7 +245,8 @@ stage_align() {
 }
 
 stage_report() {
-    run "$PY" "$repo/examples/cpu_scale_report.py" --work "$WORK" --template "$here/RESULTS.md.in" -o "$RESULTS/RESULTS.md"
+    run "$PY" "$repo/examples/cpu_scale_report.py" --work "$WORK" --template "$here/RESULTS.md.in" \
+        -o "$RESULTS/RESULTS.md"
 }
 
 # -- main -------------------------------------------------------------------------------------------------------

@@ -119,10 +119,9 @@ def top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     Cut each row into blocks of ``BLOCK`` values (the speed policy's ``topk_block``; the last block shorter when
     BLOCK does not divide N); the k largest values of a row lie in the k blocks with the largest maxima (those k
     maxima are k values at least as large as the k-th block maximum τ, and any value ≥ τ sits in a block whose
-    maximum is ≥ τ). So: block maxima (one fast
-    reduction), the k best blocks, then top-k among their values, gathered in index order. The same values and
-    indices as ``topk`` (among exactly equal values neither promises an order; with fewer than k finite values in
-    a row, the -inf ones returned may differ); faster than ``topk`` over beam search's (sentences, K·V)
+    maximum is ≥ τ). So: block maxima (one fast reduction), the k best blocks, then top-k among their values,
+    gathered in index order. The same values and indices as ``topk`` (among exactly equal values neither promises
+    an order; with fewer than k finite values in a row, the -inf ones returned may differ); faster than ``topk`` over beam search's (sentences, K·V)
     candidates (tests/bench/results/bench_kernels.txt, row "top 24 of (80, 12 · 7,897)"). Narrow rows go to
     ``topk``.
     """

@@ -16,6 +16,10 @@ the repository's .git; ``git worktree prune`` forgets them once the work directo
 thread), swapping the cores at every repeat: both see the same phase of the machine, so the ratio of the two runs
 of a repeat compares the code even when the phases move by more than the change under test.  (One thread per run:
 the figures are not the two-thread ones of the default mode, only their ratio compares.)
+
+``--calls N`` measures no time: it runs each revision once for N updates under cProfile and prints how many Python
+function calls the whole run made and the loss of every update -- a count the machine's noise does not move, for a
+change meant to leave the computation alone.
 """
 
 from __future__ import annotations
@@ -64,6 +68,23 @@ def run(checkout: Path, prep: Path, runs: Path, name: str, precision: str, cpu: 
     return tok_s
 
 
+def calls(checkout: Path, prep: Path, runs: Path, name: str, precision: str, updates: int) -> tuple[int, list]:
+    """``checkout``'s nmt-train for ``updates`` updates under cProfile: (Python function calls, the losses)."""
+    import json
+    import pstats
+
+    d, prof = runs / name, runs / f"{name}.prof"
+    shutil.rmtree(d, ignore_errors=True)
+    peers.run_measured([sys.executable, "-m", "cProfile", "-o", prof, checkout / "bin" / "nmt-train", prep,
+                        "--arch", "rnnsearch-50", "--save-dir", d, "--max-updates", updates, "--log-every", 1,
+                        "--valid-every", 10 ** 9, "--valid-bleu-sentences", 0, "--seed", 1, "--force",
+                        "--keep-last", 1] + (["--bf16"] if precision == "bf16" else []),
+                       env={**peers.quiet_env(), **peers.checkout_env(checkout)}, log_path=runs / f"{name}.log")
+    losses = [r["loss"] for r in map(json.loads, (d / "train.jsonl").read_text().splitlines()) if r["type"] == "train"]
+    shutil.rmtree(d, ignore_errors=True)
+    return pstats.Stats(str(prof)).total_calls, losses
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--old", required=True, help="the revision to compare against")
@@ -73,6 +94,7 @@ def main() -> int:
     p.add_argument("--work", type=Path, default=peers.DEFAULT_WORK)
     p.add_argument("--out", type=Path, default=peers.REPO / "tests" / "bench" / "results" / "bench_ab_train.txt")
     p.add_argument("--paired", action="store_true", help="both versions at once, one core each (see above)")
+    p.add_argument("--calls", type=int, metavar="N", help="count Python calls over N updates instead (see above)")
     a = p.parse_args()
     t0 = time.time()
     out = peers.system_header("nmtkit A/B training benchmark", sys.argv)
@@ -80,6 +102,17 @@ def main() -> int:
         prep = peers.prepare_real(a.work)
         runs = a.work / "ab-runs"
         checkouts = {v: worktree(a.work, getattr(a, v)) for v in ("new", "old")}
+        if a.calls:
+            counted = {v: calls(checkouts[v], prep, runs, f"calls-{v}", a.precision, a.calls) for v in ("new", "old")}
+            out += ["", f"rnnsearch-50 {a.precision}, the first 150,000 Hansards pairs, {a.calls} updates under "
+                    "cProfile (start-up included)", ""]
+            out += peers.table(["version", "revision", "Python calls", "losses"],
+                               [[v, f"{getattr(a, v)} ({checkouts[v].name[3:]})", f"{counted[v][0]:,}",
+                                 " ".join(f"{x:.4f}" for x in counted[v][1])] for v in ("new", "old")])
+            same = counted["new"][1] == counted["old"][1]
+            out += ["", f"new / old calls: {counted['new'][0] / counted['old'][0]:.4f}; losses identical: "
+                    f"{'yes' if same else 'NO'}", f"\ntotal time {(time.time() - t0) / 60:.1f} min"]
+            return peers.fail_report(out, a.out, None)
         results: dict[str, list[float]] = {"new": [], "old": []}
         order = []
         for r in range(a.repeats):

@@ -26,8 +26,8 @@ no autograd graph inside the time loop, and rearrange the work so that the loop 
   path elsewhere (CUDA, float64, no compiler, a source mask that is not right padding; the policy's
   ``attention_kernel`` off);
 - torch ops, on CPU and at the paper's sizes: a batch sorted by source length (``nll`` sorts it) attends in
-  the policy's ``attention_groups`` row groups, each over its own longest source only, so that the attention's elementwise work
-  covers fewer padded source positions than over the batch's longest (``_row_groups``);
+  the policy's ``attention_groups`` row groups, each over its own longest source only, so that the attention's
+  elementwise work covers fewer padded source positions than over the batch's longest (``_row_groups``);
 - backwards, the attention's v_a is applied after the sums over positions and steps (one pass less per step);
 - torch ops, at paper size: the attention's σ(2 (W_a s_{i-1} + U_a h_j)) over (b, T, n') is recomputed in the
   backward from the stored 2 W_a s_{i-1} (B, n' per step) instead of being stored for every step (the kernel
@@ -140,13 +140,14 @@ def gru_sequence(gx: Tensor, U_zr: Tensor, U: Tensor, s0: Tensor | None = None) 
 
 def _row_groups(src_mask: Tensor, n_a: int) -> list[tuple[int, int, int]]:
     """Contiguous row groups (r0, r1, T) whose attention runs over the first T source positions only, T the
-    group's longest source: the policy's ``attention_groups`` groups of equal size when the source lengths do not increase
-    down the rows (``nll`` sorts its batch so), on CPU, where the attention's elementwise work is proportional to
+    group's longest source: the policy's ``attention_groups`` groups of equal size when the source lengths do not
+    increase down the rows (``nll`` sorts its batch so), on CPU, where the attention's elementwise work is proportional to
     the positions it covers (padded to a group's longest source, not to the batch's) and large enough (the policy's
     ``group_min_elements``, n' the attention's size); else one group, (0, B, Tx)."""
     B, Tx = src_mask.shape
-    G = policy().attention_groups
-    if src_mask.device.type != "cpu" or B < 2 * G or B * Tx * n_a < policy().group_min_elements:
+    sizes = policy()
+    G = sizes.attention_groups
+    if src_mask.device.type != "cpu" or B < 2 * G or B * Tx * n_a < sizes.group_min_elements:
         return [(0, B, Tx)]
     lens = src_mask.sum(1).tolist()
     if any(a < b for a, b in zip(lens, lens[1:])):
