@@ -10,6 +10,7 @@ every call here returns at once.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 
 import torch
@@ -30,6 +31,28 @@ class Processes:
         if self.device.type == "cuda" and self.world > 1:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
             torch.cuda.set_device(self.device)  # NCCL's object collectives (broadcast_object_list) use this device
+
+    def close(self, together: bool) -> None:
+        """Leave the process group (data parallel; nothing with one process).  ``together``: the run ended normally,
+        and the processes make one last collective call first.
+
+        Why not just exit: gloo's worker threads release a finished call's tensors after the caller has returned,
+        and a tensor whose Python object died first needs the GIL to be freed.  At the interpreter's exit a thread
+        that waits for the GIL is ended by unwinding, which C++ answers with "terminate called without an active
+        exception" (SIGABRT; one torchrun run in ten, tests/test_faults.py).  ``dist.barrier`` does not help: it
+        holds the call before it until it is itself released.  So the last call is an all-reduce of a tensor kept
+        here, and the main thread then sleeps without the GIL so that a worker still releasing a call takes it."""
+        if self.world == 1:
+            return
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            return
+        if together:
+            self._last = torch.zeros(1, device=self.device)  # (kept: its release needs no GIL)
+            dist.all_reduce(self._last)
+        dist.destroy_process_group()
+        time.sleep(0.05)
 
     def all_reduce_grads(self, parameters: Iterable[torch.Tensor], nll_sum, ntok):
         """Sum gradients, NLL and token counts over processes in one collective call (one process: as given)."""
