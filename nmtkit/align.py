@@ -249,9 +249,9 @@ class Aligner:
     """
 
     def __init__(self, checkpoint_path: str, device: str = "cpu", tokenized: bool = False, batch_size: int = 32,
-                 beam: int = 12):
+                 beam: int = 12, backend: str | None = None):
         from nmtkit.data import checkpoint
-        from nmtkit.models import build_from_checkpoint
+        from nmtkit.models import build_from_checkpoint, set_backend
         from nmtkit.data.text import Preprocessor, TextConfig
         from nmtkit.data.vocab import Vocabulary
 
@@ -265,7 +265,7 @@ class Aligner:
             raise InputError(f"nmt-align needs an attention model (rnnsearch); this checkpoint is "
                              f"{payload['arch']}", checkpoint_path)
         try:
-            self.model = build_from_checkpoint(payload).to(device).eval()
+            self.model = set_backend(build_from_checkpoint(payload), backend).to(device).eval()
         except (ValueError, RuntimeError) as e:
             raise InputError(f"cannot rebuild the model: {str(e).splitlines()[0]}", checkpoint_path) from None
         self.src_vocab, self.tgt_vocab = Vocabulary(payload["vocab"]["src"]), Vocabulary(payload["vocab"]["tgt"])

@@ -1,5 +1,5 @@
-"""Process-wide helpers the library and the tools share: the allocator setting of long-running processes and the
-cache directory.  At the bottom of the layers (nothing here imports the rest of nmtkit), so that the library never
+"""Process-wide helpers the library and the tools share: the allocator setting of long-running processes, the
+cache directory and the one setting that chooses how models compute (``$NMTKIT_BACKEND``).  At the bottom of the layers (nothing here imports the rest of nmtkit), so that the library never
 imports :mod:`nmtkit.cli` for them."""
 
 from __future__ import annotations
@@ -11,6 +11,34 @@ from pathlib import Path
 def default_cache_dir() -> Path:
     """``$NMTKIT_CACHE``, else ``~/.cache/nmtkit`` (downloads, compiled kernels)."""
     return Path(os.environ.get("NMTKIT_CACHE") or Path.home() / ".cache" / "nmtkit")
+
+
+BACKEND_NAMES = ("fast", "reference")
+FAST_SWITCHES = ("no-onednn", "no-kernels")
+
+
+def backend_setting(environ=os.environ) -> tuple[str, frozenset[str]]:
+    """``$NMTKIT_BACKEND``, the one environment setting of how models compute: ``fast`` (the default),
+    ``reference`` (the paper's equations as they read), or ``fast:`` with fast paths turned off, comma-separated:
+    ``no-onednn`` (the oneDNN products) and ``no-kernels`` (the C kernels of nmtkit/kernels, for the attention and
+    Adadelta).  Returns the name and the switches; ValueError naming the setting when it is not one of these."""
+    text = (environ.get("NMTKIT_BACKEND") or "fast").strip()
+    name, _, rest = text.partition(":")
+    switches = frozenset(s.strip() for s in rest.split(",") if s.strip())
+    unknown = sorted(switches - set(FAST_SWITCHES))
+    if name not in BACKEND_NAMES or (switches and name != "fast") or unknown:
+        raise ValueError(f"NMTKIT_BACKEND={text!r} is not a backend (choose from {', '.join(BACKEND_NAMES)}, or "
+                         f"fast:{','.join(FAST_SWITCHES)} with either switch)")
+    return name, switches
+
+
+def fast_switches(environ=os.environ) -> frozenset[str]:
+    """The fast paths ``$NMTKIT_BACKEND`` turns off; none when the setting is not valid (it is refused, with its
+    message, where a model's backend is chosen: :func:`nmtkit.models.registry.default_backend`)."""
+    try:
+        return backend_setting(environ)[1]
+    except ValueError:
+        return frozenset()
 
 
 def tune_malloc() -> None:

@@ -157,6 +157,27 @@ def randomize_(model, std: float = 0.3, seed: int = 1):
     return model
 
 
+def reference_gru(gx, U_zr, U, s0=None):
+    """``reference.gru_step`` over a sequence whose input side is given: gx (T, B, 3n) = [W_z x; W_r x; W x] + b
+    at every step (what the fast recurrences take), U_zr (2n, n), U (n, n), s0 (B, n) or None -> (T, B, n).  The
+    reference reads x through W_z, W_r, W: here x = gx, and each W selects its third of it."""
+    import torch
+
+    from nmtkit.models.reference import gru_step
+
+    n = U.shape[0]
+    eye = torch.eye(3 * n, dtype=gx.dtype)
+    zero = gx.new_zeros(n)
+    P = {"W_z": eye[:n], "W_r": eye[n:2 * n], "W": eye[2 * n:], "U_z": U_zr[:n], "U_r": U_zr[n:], "U": U,
+         "b_z": zero, "b_r": zero, "b": zero}
+    s = gx.new_zeros(gx.shape[1], n) if s0 is None else s0
+    states = []
+    for gx_t in gx:
+        s = gru_step(P, "", gx_t, s)  # (B, n)
+        states.append(s)
+    return torch.stack(states)
+
+
 def make_batch(src_lens, tgt_lens, seed=2):
     """Right-padded source (ending in </s>) and target in/out, as the data pipeline gives them."""
     import torch

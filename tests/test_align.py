@@ -266,6 +266,24 @@ def test_forced_attention_of_own_translation_equals_beam_attention(model):
         assert not words[k] or a.alpha[:-1, :-1].std() > 0  # the random weights attend unevenly
 
 
+def test_reference_backend_aligns_as_the_fast_one(model, monkeypatch):
+    """``Aligner(backend="reference")`` (nmt-align --backend reference): the attention of the paper's equations as
+    they read (nmtkit.models.reference), the same as the fast backend's."""
+    from nmtkit.models import reference
+
+    words = [s.split() for s in ("the house is small .", "we must act now")]
+    targets = [s.split() for s in ("la maison est petite .", "nous devons agir")]
+    fast = Aligner(model, tokenized=True).align_words(words, targets)
+    calls = []
+    by_the_equations = reference.teacher_forced
+    monkeypatch.setattr(reference, "teacher_forced", lambda *a, **k: calls.append(1) or by_the_equations(*a, **k))
+    slow = Aligner(model, tokenized=True, backend="reference").align_words(words, targets)
+    assert calls
+    for a, b in zip(fast, slow):
+        assert a.target == b.target
+        np.testing.assert_allclose(b.alpha, a.alpha, atol=1e-5)
+
+
 def run_align(*args, check=True):
     proc = subprocess.run(ALIGN + [str(a) for a in args], capture_output=True, text=True, env=ENV, timeout=300)
     if check:
@@ -308,6 +326,10 @@ def test_command_on_the_trial_set(model, data_dir, tmp_path):
     assert json.loads(proc.stderr) == {**report, "gold": t["naacl"]}
     assert [set(map(lambda x: tuple(map(int, x.split("-"))), line.split()))
             for line in proc.stdout.split("\n")[:-1]] == hyps
+    # --backend reference: the paper's equations as they read give the same links
+    proc = run_align("-m", model, "-s", t["e"], "-t", t["f"], "--tokenized", "--backend", "reference", "--pharaoh",
+                     "-", "-q")
+    assert [{tuple(map(int, x.split("-"))) for x in line.split()} for line in proc.stdout.split("\n")[:-1]] == hyps
 
 
 def call_in_process(args, capsys) -> tuple[int, str, str]:

@@ -24,7 +24,7 @@ def fresh_library(monkeypatch, tmp_path):
     """kernels with its library forgotten, its cache in tmp_path; forgotten again afterwards, so that the other
     tests load the usual one."""
     monkeypatch.setenv("NMTKIT_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("NMTKIT_KERNELS", raising=False)
+    monkeypatch.delenv("NMTKIT_BACKEND", raising=False)
     kernels._library.cache_clear()
     yield tmp_path / "cache" / "kernels"
     kernels._library.cache_clear()
@@ -119,7 +119,7 @@ def test_the_temporary_fallback_must_be_private(fresh_library, native_kernels, m
 
 
 def test_switched_off_by_the_environment(fresh_library, monkeypatch):
-    monkeypatch.setenv("NMTKIT_KERNELS", "0")
+    monkeypatch.setenv("NMTKIT_BACKEND", "fast:no-onednn,no-kernels")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert not kernels.available()

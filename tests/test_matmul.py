@@ -13,7 +13,7 @@ from nmtkit import kernels
 from nmtkit.models import build_model
 from nmtkit.models.fast import matmul
 from nmtkit.models.fast.matmul import Multiplier
-from nmtkit.models.fast.policy import SpeedPolicy
+from nmtkit.models.fast.policy import SpeedPolicy, policy
 
 
 def _rand(*shape, seed=0):
@@ -26,8 +26,8 @@ def test_onednn_route_is_taken_for_per_step_products_only():
     """On x86 builds (this machine's and CI's) a training step's per-step products go through oneDNN, and
     nothing else does: oneDNN keeps a primitive per product shape, and the large products' shapes change with
     every batch (matmul.py), so any product with more rows than the batch would make a process grow."""
-    if os.environ.get("NMTKIT_ONEDNN") == "0":
-        pytest.skip("NMTKIT_ONEDNN=0 in the environment")
+    if not policy().onednn:
+        pytest.skip(f"oneDNN turned off in the environment (NMTKIT_BACKEND={os.environ.get('NMTKIT_BACKEND')})")
     assert matmul.onednn(torch.zeros(1))
     # bf16 where this CPU runs oneDNN's bf16 products (AVX512-BW / AVX-NE-CONVERT), else torch's products
     assert matmul.onednn(torch.zeros(1, dtype=torch.bfloat16)) == matmul._onednn_works(torch.bfloat16)
@@ -57,7 +57,7 @@ def test_small_weights_stay_with_torch(speed_policy):
 
 def test_switched_off_by_the_environment():
     code = "import torch; from nmtkit.models.fast.matmul import onednn; print(onednn(torch.zeros(1)))"
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "NMTKIT_ONEDNN": "0"},
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "NMTKIT_BACKEND": "fast:no-onednn"},
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

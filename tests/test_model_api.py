@@ -234,3 +234,23 @@ def test_backend_is_one_object_chosen_by_name(monkeypatch):
     monkeypatch.setenv("NMTKIT_BACKEND", "slow")
     with pytest.raises(ValueError, match="NMTKIT_BACKEND='slow' is not a backend"):
         tiny("rnnsearch")
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("", ("fast", set())), ("fast", ("fast", set())), ("reference", ("reference", set())),
+    ("fast:no-onednn", ("fast", {"no-onednn"})), (" fast:no-kernels, no-onednn ", ("fast", {"no-onednn", "no-kernels"})),
+    ("reference:no-kernels", None), ("fast:no-gpu", None), ("fast,no-onednn", None), ("slow", None)])
+def test_one_environment_setting_chooses_backend_and_fast_paths(value, expected):
+    """``$NMTKIT_BACKEND`` is the one setting: the backend's name, and for the fast one the paths it turns off
+    (read by the speed policy and the kernels); anything else is refused, naming the value."""
+    from nmtkit.models.fast.policy import SpeedPolicy
+    from nmtkit.runtime import backend_setting, fast_switches
+
+    env = {"NMTKIT_BACKEND": value}
+    if expected is None:
+        with pytest.raises(ValueError, match=f"NMTKIT_BACKEND={value.strip()!r} is not a backend"):
+            backend_setting(env)
+        assert fast_switches(env) == set() and SpeedPolicy.from_environment(env).onednn
+    else:
+        assert backend_setting(env) == (expected[0], frozenset(expected[1]))
+        assert SpeedPolicy.from_environment(env).onednn == ("no-onednn" not in expected[1])

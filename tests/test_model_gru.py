@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from nmtkit.models import paper_parameters
-from nmtkit.models.gru import PaperGRU, gru_recurrence
+from nmtkit.models.gru import PaperGRU
 from nmtkit.models.fast.fused import gru_sequence
 from nmtkit.models.fast.packed import gru_packed, packing, unpack
 
-from conftest import ARCHS, make_batch, randomize_, tiny  # the shared tiny models and batches
+from conftest import ARCHS, make_batch, randomize_, reference_gru, tiny  # the shared tiny models and batches
 
 
 # ---------------------------------------------------------------------------------------------------------- the GRU
@@ -98,7 +98,7 @@ def test_fused_gru_equals_reference():
     torch.manual_seed(4)
     gx, s0 = torch.randn(6, 3, 15, dtype=torch.float64), torch.randn(3, 5, dtype=torch.float64)
     U_zr, U = torch.randn(10, 5, dtype=torch.float64), torch.randn(5, 5, dtype=torch.float64)
-    torch.testing.assert_close(gru_sequence(gx, U_zr, U, s0), gru_recurrence(gx, U_zr, U, s0))
+    torch.testing.assert_close(gru_sequence(gx, U_zr, U, s0), reference_gru(gx, U_zr, U, s0))
 
 
 def test_packing_layout():
@@ -139,8 +139,8 @@ def test_packed_grus_equal_the_reference_and_gradcheck(lens):
     gx = torch.stack([flat[pack.fwd_index], flat[pack.fwd_index[pack.fwd_of_bwd]]])  # (2, N, 3n)
     H = gru_packed(gx, U_zr, U, pack)  # (2, N, n)
     for b, L in enumerate(lens):
-        fwd = gru_recurrence(x[b, :L].unsqueeze(1), U_zr[0], U[0])[:, 0]  # (L, n)
-        bwd = gru_recurrence(x[b, :L].flip(0).unsqueeze(1), U_zr[1], U[1])[:, 0]  # (L, n)   in reading order
+        fwd = reference_gru(x[b, :L].unsqueeze(1), U_zr[0], U[0])[:, 0]  # (L, n)
+        bwd = reference_gru(x[b, :L].flip(0).unsqueeze(1), U_zr[1], U[1])[:, 0]  # (L, n)   in reading order
         rows_f = [k for k in range(N) if pack.fwd_index[k] // max(lens) == b]
         rows_b = [k for k in range(N) if pack.fwd_index[pack.fwd_of_bwd[k]] // max(lens) == b]
         torch.testing.assert_close(H[0, rows_f], fwd)

@@ -21,6 +21,7 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
+from nmtkit.errors import InputError
 from nmtkit.score import ScoreConfig, evaluate, make_metrics, model_nll, paired_bootstrap
 
 from conftest import REPO
@@ -254,6 +255,26 @@ def test_model_nll_equals_sentence_by_sentence_log_softmax(wmt, shortlist):
     assert result["perplexity"] == pytest.approx(math.exp(result["per_token"]))
 
 
+def test_model_nll_on_the_reference_backend(wmt, shortlist, monkeypatch):
+    """``backend="reference"`` (nmt-score --backend) computes the NLL with the paper's equations as they read:
+    the same figures, from nmtkit.models.reference."""
+    from nmtkit.data import checkpoint
+    from nmtkit.models import reference
+
+    _, ckpt = shortlist
+    src, refs = lines(wmt["src"])[590:602], lines(wmt["ref"])[590:602]
+    payload = checkpoint.load(ckpt)
+    fast = model_nll(payload, src, refs, batch_size=5)
+    calls = []
+    by_the_equations = reference.teacher_forced
+    monkeypatch.setattr(reference, "teacher_forced", lambda *a, **k: calls.append(1) or by_the_equations(*a, **k))
+    slow = model_nll(payload, src, refs, batch_size=5, backend="reference")
+    assert len(calls) == 3  # three batches of at most 5
+    np.testing.assert_allclose(slow["nll"], fast["nll"], rtol=1e-5)
+    with pytest.raises(InputError, match="unknown backend 'slow'"):
+        model_nll(payload, src, refs, backend="slow")
+
+
 def test_by_length_plot_is_a_readable_png(tmp_path):
     import matplotlib.image
 
@@ -357,6 +378,7 @@ def test_command_bad_inputs_are_one_line_errors(small, tmp_path):
         (["-r", small["ref"], "--by-length", small["hyps"][0]], ["-s SRC"]),
         (["-r", small["ref"], "-s", small["src"], "--plot", tmp_path / "p.jpg", small["hyps"][0]], [".png"]),
         (["-r", empty, empty], ["empty"]),
+        (["-r", small["ref"], "--backend", "reference", small["hyps"][0]], ["--backend", "-m CHECKPOINT"]),
     ]
     for args, needles in cases:
         proc = run_score(*args, check=False)

@@ -1479,5 +1479,6 @@ def test_a_bad_backend_is_one_line(small, tmp_path):
                           str(tmp_path / "run"), "--max-updates", "1"], capture_output=True, text=True, env=env,
                          timeout=120)
     assert res.returncode == 1 and res.stderr.strip().splitlines() == [
-        "nmt-train: error: NMTKIT_BACKEND='slow' is not a backend (choose from fast, reference)"], res.stderr
+        ("nmt-train: error: NMTKIT_BACKEND='slow' is not a backend (choose from fast, reference, or "
+         "fast:no-onednn,no-kernels with either switch)")], res.stderr
     assert not (tmp_path / "run").exists()

@@ -24,6 +24,13 @@ from collections.abc import Callable
 import click
 
 
+def backend_option(computes: str):
+    """The ``--backend`` option of the tools that run a model; ``computes``: what the reference gives the same of."""
+    return click.option("--backend", type=click.Choice(["fast", "reference"]), default=None,
+                        help="How the model computes: the fast paths, or the paper's equations as they read "
+                        f"(nmtkit/models/reference.py; the same {computes}, slowly) [$NMTKIT_BACKEND, else fast].")
+
+
 def setup_logging(quiet: bool = False) -> None:
     logging.basicConfig(
         level=logging.WARNING if quiet else logging.INFO,

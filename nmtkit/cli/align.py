@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
+from nmtkit.cli import CONTEXT, ToolCommand, backend_option, run, setup_logging
 
 
 def parse_ranges(spec: str | None, count: int) -> list[int]:
@@ -62,10 +62,11 @@ def render_scores(scores, gold: str) -> str:
 @click.option("--beam", default=12, show_default=True, help="Beam size for the model's translations (no -t).")
 @click.option("--batch-size", default=32, show_default=True)
 @click.option("--device", default="cpu", show_default=True)
+@backend_option("alignments")
 @click.option("--json", "as_json", is_flag=True, help="Print the AER report as JSON.")
 @click.option("--quiet", "-q", is_flag=True)
 def main(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir, plot_format, plot_sentences, force,
-         gold, gold_format, gold_order, beam, batch_size, device, as_json, quiet):
+         gold, gold_format, gold_order, beam, batch_size, device, backend, as_json, quiet):
     """Soft and hard word alignments of an RNNsearch model, by forced decoding of given sentence pairs.
 
     Lines wrapped as '<s snum=N> ... </s>' (the NAACL 2003 Hansards gold sets) are unwrapped. The report (AER,
@@ -81,7 +82,7 @@ def main(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir, p
 
 
 def _align(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir, plot_format, plot_sentences,
-           force, gold, gold_format, gold_order, beam, batch_size, device, as_json, quiet):
+           force, gold, gold_format, gold_order, beam, batch_size, device, backend, as_json, quiet):
     from nmtkit.align import Aligner, align_files
     from nmtkit.files import atomic_file, check_distinct
     from nmtkit.translate.wordalign import pharaoh as pharaoh_line
@@ -94,7 +95,7 @@ def _align(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir,
         pharaoh = "-"
     check_distinct({"--pharaoh": pharaoh, "--plot-dir": plot_dir},
                    {"--model": model, "--source": source, "--target": target, "--gold": gold})
-    aligner = Aligner(model, device=device, tokenized=tokenized, batch_size=batch_size, beam=beam)
+    aligner = Aligner(model, device=device, tokenized=tokenized, batch_size=batch_size, beam=beam, backend=backend)
     if plot_dir is not None:  # check the directory and the line numbers before the model runs
         from nmtkit.align import read_text
         from nmtkit.plots import check_plot_dir

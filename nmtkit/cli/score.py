@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
+from nmtkit.cli import CONTEXT, ToolCommand, backend_option, run, setup_logging
 
 
 def _num(x, digits: int = 2) -> str:
@@ -107,12 +107,13 @@ def render_text(report: dict) -> str:
               help="Paired bootstrap resampling with N resamples: the first system against each other one.")
 @click.option("--batch-size", default=16, show_default=True, help="Sentences per batch for --model's NLL.")
 @click.option("--device", default="cpu", show_default=True, help="Device for --model's NLL.")
+@backend_option("NLL")
 @click.option("--metrics", default="BLEU,chrF,TER,BLEU-tok", show_default=True,
               help="The scores to give, comma-separated, in this order (TER is by far the slowest to compute).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True)
 def main(hypotheses, reference, source, names, model, vocab, src_lang, tgt_lang, by_length, bucket_width, max_length,
-         length_metric, plot, bootstrap, batch_size, device, metrics, as_json, quiet):
+         length_metric, plot, bootstrap, batch_size, device, backend, metrics, as_json, quiet):
     """Score one or more translations of the same source against a reference, side by side.
 
     BLEU is sacreBLEU's detokenized BLEU and chrF its chrF2, each printed with its signature; BLEU-tok is the
@@ -132,7 +133,7 @@ def main(hypotheses, reference, source, names, model, vocab, src_lang, tgt_lang,
                       target_lang=tgt_lang, by_length=by_length, bucket_width=bucket_width, max_length=max_length,
                       length_metric=length_metric, plot=plot, bootstrap=bootstrap, batch_size=batch_size,
                       metrics=[m.strip() for m in metrics.split(",") if m.strip()],
-                      device=device)
+                      device=device, backend=backend)
     setup_logging(quiet)
     run("nmt-score", lambda: _score(cfg, as_json))
 

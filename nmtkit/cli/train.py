@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
+from nmtkit.cli import CONTEXT, ToolCommand, backend_option, run, setup_logging
 from nmtkit.runtime import tune_malloc
 
 
@@ -117,10 +117,7 @@ def _list_archs(ctx, param, value):
                    "needs pip install 'nmtkit[tensorboard]').")
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:1, ...")
 @click.option("--bf16", is_flag=True, help="bfloat16 autocast (mixed precision).")
-@click.option("--backend", type=click.Choice(["fast", "reference"]), default=None,
-              help="How the model computes: the fast paths, or the paper's equations as they read "
-              "(nmtkit/models/reference.py; the same updates to float rounding, many times slower) "
-              "[$NMTKIT_BACKEND, else fast].")
+@backend_option("updates to float rounding")
 @click.option("--threads", default=0, show_default=True, help="Torch threads (0 = torch's default).")
 @click.option("--resume", is_flag=True, help="Continue the run in SAVE_DIR from checkpoint_last.pt.")
 @click.option("--force", is_flag=True, help="Start over in a SAVE_DIR that holds checkpoints (they are deleted).")

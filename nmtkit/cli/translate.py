@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
+from nmtkit.cli import CONTEXT, ToolCommand, backend_option, run, setup_logging
 from nmtkit.runtime import tune_malloc
 
 
@@ -85,9 +85,7 @@ def _output(path: str | None):
 @click.option("--workers", default=0, show_default=True,
               help="Decoding processes sharing the threads (0 = on CPU min(threads, 4), else 1).")
 @click.option("--bf16", is_flag=True, help="bfloat16 autocast.")
-@click.option("--backend", type=click.Choice(["fast", "reference"]), default=None,
-              help="How the model computes: the fast paths, or the paper's equations as they read "
-              "(nmtkit/models/reference.py; the same translations, slowly) [$NMTKIT_BACKEND, else fast].")
+@backend_option("translations")
 @click.option("--quiet", "-q", is_flag=True)
 def main(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, coverage_penalty, prefix_path, sampling,
          seed, no_unk, replace_unk, unk_dict, nbest,

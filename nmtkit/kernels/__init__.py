@@ -21,7 +21,7 @@ that does not load is built once more).  The library links the OpenMP runtime th
 same ``libgomp.so.1`` in torch's Linux wheels), so its threads are torch's (``torch.get_num_threads()``); where
 loading it would bring a second OpenMP runtime into the process, it is not used.
 
-**Fallback.**  Without a C compiler, when the build fails, or with ``NMTKIT_KERNELS=0`` in the environment,
+**Fallback.**  Without a C compiler, when the build fails, or with ``NMTKIT_BACKEND=fast:no-kernels`` in the environment,
 ``available()`` is False and the callers run their torch code, which computes the same values up to float32
 rounding (tests compare both paths); a failed build warns once.  The kernels take float32 CPU tensors only
 (``adadelta`` contiguous ones; the attention kernel also bf16 C_stack h_j and int64 lengths, and wants the last
@@ -46,6 +46,8 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
+
+from nmtkit.runtime import default_cache_dir, fast_switches
 
 SOURCES = ("adadelta.c", "attention.c", "cast.c")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-std=c11", "-shared",
@@ -74,8 +76,6 @@ def _cpu_id() -> str:
 
 
 def _cache_dir() -> Path:
-    from nmtkit.runtime import default_cache_dir
-
     return default_cache_dir() / "kernels"
 
 
@@ -162,7 +162,7 @@ def _load(path: Path):
 
 @functools.cache
 def _library():
-    if os.environ.get("NMTKIT_KERNELS", "1") == "0":
+    if "no-kernels" in fast_switches():
         return None
     try:
         before = _openmp_runtimes()

@@ -32,8 +32,18 @@ from nmtkit.models.fast.output import linear_cross_entropy, linear_cross_entropy
 from nmtkit.models.fast.packed import Packing, packing, unpack
 from nmtkit.models.fast.stepweights import StepWeights, step_weights
 from nmtkit.models.fast.stepweights import usable as usable_step_weights
-from nmtkit.models.gru import gru_update
 from nmtkit.models.reference import initial_carried
+
+
+def gru_update(gx: Tensor, Us_zr: Tensor, s: Tensor, U: Tensor) -> Tensor:
+    """A decoding step's GRU (``reference.gru_step``'s values) from its precomputed products: gx (N, 3n) =
+    W_stack E y + C_stack c + b_stack in the order [z; r; candidate], Us_zr (N, 2n) = [U_z; U_r] s (multiplied
+    with s's other products in one matmul, ``step_products``), s (N, n) -> s' (N, n)."""
+    n = s.shape[-1]
+    gx_zr, gx_h = gx.split([2 * n, n], dim=1)  # (N, 2n), (N, n)
+    z, r = torch.sigmoid(gx_zr + Us_zr).chunk(2, dim=1)  # (N, n) each
+    s_tilde = torch.tanh(torch.addmm(gx_h, r * s, U.t()))  # (N, n)   tanh(W E y + U [r ∘ s] + C c + b)
+    return torch.lerp(s, s_tilde.to(s.dtype), z.to(s.dtype))  # (N, n)   (1 − z) ∘ s + z ∘ s̃ (dtypes: autocast)
 
 
 class FastBackend(Backend):

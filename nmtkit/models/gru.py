@@ -34,42 +34,6 @@ from nmtkit.models.init import normal_, orthogonal_blocks_, zeros_
 from nmtkit.models.fast.matmul import aligned_linear
 
 
-def gru_step(gx: Tensor, s: Tensor, U_zr: Tensor, U: Tensor) -> Tensor:
-    """One step of the paper's unit, given the input-side pre-activations ``gx`` = W_stack x + b_stack (+ C_stack c).
-
-    gx: (B, 3n) in the order [z; r; candidate]; s: (B, n) the previous state.  Returns s' (B, n).
-    """
-    return gru_update(gx, F.linear(s, U_zr), s, U)
-
-
-def gru_update(gx: Tensor, Us_zr: Tensor, s: Tensor, U: Tensor) -> Tensor:
-    """``gru_step`` with [U_z; U_r] s already computed (decoding computes it in one matmul with other products of s).
-
-    gx: (B, 3n) [z; r; candidate] input side; Us_zr: (B, 2n); s: (B, n).  Returns s' (B, n)."""
-    n = s.shape[-1]
-    gx_zr, gx_h = gx.split([2 * n, n], dim=1)  # (B, 2n), (B, n)   split, not slicing: its backward is one cat
-    z, r = torch.sigmoid(gx_zr + Us_zr).chunk(2, dim=1)  # (B, n) each
-    s_tilde = torch.tanh(torch.addmm(gx_h, r * s, U.t()))  # (B, n)   tanh(W x + U [r ∘ s] + b)
-    return torch.lerp(s, s_tilde.to(s.dtype), z.to(s.dtype))  # (B, n)   (1 − z) ∘ s + z ∘ s̃ (dtypes: autocast)
-
-
-def gru_recurrence(gx: Tensor, U_zr: Tensor, U: Tensor, s0: Tensor | None = None) -> Tensor:
-    """Run the paper's unit over a whole sequence of precomputed input projections.
-
-    gx: (T, B, 3n) = W_stack x_t + b_stack for every t; s0: (B, n) or None for zeros.  Returns all states (T, B, n).
-
-    This is the readable reference; ``fused.gru_sequence`` computes the same with a hand-written backward.
-    """
-    T, B, _ = gx.shape
-    n = U.shape[0]
-    s = gx.new_zeros(B, n) if s0 is None else s0  # (B, n)
-    states = []
-    for gx_t in gx.unbind(0):  # unbind, not gx[t]: indexing's backward would fill a (T, B, 3n) zero tensor per step
-        s = gru_step(gx_t, s, U_zr, U)  # (B, n)
-        states.append(s)
-    return torch.stack(states)  # (T, B, n)
-
-
 class PaperGRU(nn.Module):
     """One direction of the paper's gated recurrent layer.
 
@@ -100,7 +64,7 @@ class PaperGRU(nn.Module):
 
     def forward(self, gx: Tensor, s0: Tensor | None = None) -> Tensor:
         """gx (T, B, 3n) from ``input_projections`` -> states (T, B, n), through ``fast.fused.gru_sequence`` (the values
-        of ``gru_recurrence``, with a hand-written backward)."""
+        of ``reference.gru_step`` run over the sequence, with a hand-written backward)."""
         return gru_sequence(gx, self.U_zr, self.U, s0)
 
 

@@ -24,14 +24,12 @@ BACKENDS: dict[str, type[Backend]] = {"fast": FastBackend, "reference": Referenc
 
 
 def default_backend() -> str:
-    """The backend a model is built with: ``$NMTKIT_BACKEND`` when set (``fast`` or ``reference``), else ``fast``.
-    ``nmt-train --backend`` and ``nmt-translate --backend`` set a model's ``backend`` explicitly."""
-    import os
+    """The backend a model is built with: ``$NMTKIT_BACKEND``'s (``fast`` or ``reference``, :func:`nmtkit.runtime.
+    backend_setting`), else ``fast``.  ``nmt-train --backend`` and ``nmt-translate --backend`` set a model's
+    ``backend`` explicitly."""
+    from nmtkit.runtime import backend_setting
 
-    name = os.environ.get("NMTKIT_BACKEND") or "fast"
-    if name not in BACKENDS:
-        raise ValueError(f"NMTKIT_BACKEND={name!r} is not a backend (choose from {', '.join(BACKENDS)})")
-    return name
+    return backend_setting()[0]
 
 
 def make_backend(name: str | None = None) -> Backend:

@@ -12,17 +12,18 @@ from nmtkit.score.subsets import shortlist_from_checkpoint
 
 
 def model_nll(payload: dict, sources: Sequence[str], references: Sequence[str], batch_size: int = 16,
-              device: str = "cpu") -> dict:
+              device: str = "cpu", backend: str | None = None) -> dict:
     """Negative log-likelihood (nats) of each reference given its source under a checkpoint's model, teacher
     forced: ``-Σ_t log p(y_t | y_<t, x)`` over the reference's model tokens and ``</s>``.
 
     Returns ``{"sentences", "tokens", "words", "total", "per_sentence", "per_token", "per_word", "perplexity",
     "nll": array}``: per token counts model tokens with ``</s>``; per word divides by the reference's
-    Moses-tokenized words (``</s>`` not counted); perplexity is ``exp(per_token)``.
+    Moses-tokenized words (``</s>`` not counted); perplexity is ``exp(per_token)``.  ``backend``: how the model
+    computes (:data:`nmtkit.models.BACKENDS`; None: ``$NMTKIT_BACKEND``, else fast).
     """
     import torch
 
-    from nmtkit.models import build_from_checkpoint
+    from nmtkit.models import build_from_checkpoint, set_backend
     from nmtkit.data.batching import collate, eval_batches
     from nmtkit.data.text import Preprocessor
     from nmtkit.data.vocab import PAD
@@ -34,7 +35,7 @@ def model_nll(payload: dict, sources: Sequence[str], references: Sequence[str], 
     device = resolve_device(str(device))
     shortlist = shortlist_from_checkpoint(payload, "checkpoint")
     try:
-        model = build_from_checkpoint(payload).to(device).eval()
+        model = set_backend(build_from_checkpoint(payload), backend).to(device).eval()
     except (ValueError, RuntimeError) as e:
         raise InputError(f"cannot rebuild the checkpoint's model: {str(e).splitlines()[0]}") from None
     src_pre, tgt_pre = Preprocessor(shortlist.src_config), Preprocessor(shortlist.tgt_config)

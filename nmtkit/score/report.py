@@ -33,6 +33,7 @@ class ScoreConfig:
     bootstrap: int = 0  # resamples; 0 = no significance test
     batch_size: int = 16
     device: str = "cpu"
+    backend: str | None = None  # how --model computes (nmtkit.models.BACKENDS; None: $NMTKIT_BACKEND, else fast)
     metrics: list[str] | tuple[str, ...] = METRICS  # which scores, in the table's order
 
     def check(self) -> None:
@@ -62,6 +63,8 @@ class ScoreConfig:
             raise InputError(f"unknown length metric '{self.length_metric}' (choose from {', '.join(METRICS)})")
         if self.bootstrap < 0:
             raise InputError(f"--bootstrap must be >= 0 (got {self.bootstrap})")
+        if self.backend is not None and self.model is None:
+            raise InputError("--backend chooses how --model computes the references' NLL: give -m CHECKPOINT")
         if self.source is None:
             for flag, needed in (("--model", self.model), ("--vocab", self.vocab), ("--by-length", self.by_length),
                                  ("--plot", self.plot)):
@@ -135,7 +138,7 @@ def evaluate(cfg: ScoreConfig) -> dict:
         report["bootstrap"] = [paired_bootstrap(list(zip(names, hyps)), metric, cfg.bootstrap)
                                for metric in metrics.values()]
     if payload is not None:
-        nll = model_nll(payload, src, refs, cfg.batch_size, cfg.device)
+        nll = model_nll(payload, src, refs, cfg.batch_size, cfg.device, cfg.backend)
         nll.pop("nll")
         report["nll"] = {"model": cfg.model, **nll}
     if cfg.plot:  # last, so that no plot is left behind when anything before fails

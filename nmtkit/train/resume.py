@@ -1,5 +1,5 @@
-"""Resuming a training run: which checkpoint, whether it fits what was asked, what changed, and putting the trainer
-back where the checkpoint left it.
+"""Resuming a training run: what a checkpoint holds of the run, which checkpoint to resume from, whether it fits
+what was asked, what changed, and putting the trainer back where the checkpoint left it.
 
 A resumed run must reach the weights of an uninterrupted one, so what it may not change is refused here in one line
 (the model's preset or ``-o`` options, the optimizer, the training pairs, the vocabularies), what changes the updates
@@ -157,6 +157,39 @@ def initial_weights(path: str, cfg, vocabs: dict) -> dict:
         raise InputError(f"its model differs from the one asked for ({', '.join(differ)}); give the checkpoint's "
                          "--arch and -o options", path)
     return payload["model"]
+
+
+def training_payload(trainer, weights: dict | None = None) -> dict:
+    """The checkpoint of a :class:`nmtkit.train.trainer.Trainer`'s run as it is, what :func:`restore_training`
+    reads back; ``weights``: what ``"model"`` holds when averaging (default: the averaged weights now), the raw
+    weights going into the train section (nmtkit/train/averaging.py)."""
+    src, tgt = trainer.data.source_lang, trainer.data.target_lang
+    raw = {k: v.detach().cpu() for k, v in trainer.model.state_dict().items()}
+    if weights is None and trainer.averager is not None:
+        weights = trainer.averager.weights(raw)
+    rng = trainer.procs.rng_state()
+    if trainer._rank_rngs is not None:
+        rng["per_rank"] = trainer._rank_rngs
+    return {
+        "arch": trainer.model.arch,
+        "config": trainer.model.config.to_dict(),
+        "source_lang": src,
+        "target_lang": tgt,
+        "vocab": {"src": list(trainer.src_vocab.tokens), "tgt": list(trainer.tgt_vocab.tokens)},
+        "preprocessing": {"src": trainer.data.text_config(src).to_dict(),
+                          "tgt": trainer.data.text_config(tgt).to_dict()},
+        "model": raw if weights is None else weights,
+        "train": {
+            "optimizer": trainer.optimizer.state_dict(),
+            "state": dataclasses.asdict(trainer.state),
+            "rng": rng,
+            "config": dataclasses.asdict(trainer.cfg),
+            "data": trainer._fingerprint,
+            "log_window": dict(trainer.log_window),
+            "schedule": trainer.schedule.state_dict(),
+            **({} if weights is None else {"raw_model": raw, **trainer.averager.train_entries(weights)}),
+        },
+    }
 
 
 def restore_training(trainer, payload: dict) -> None:

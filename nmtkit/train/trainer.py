@@ -25,7 +25,6 @@ computes for the same total batch (:mod:`nmtkit.train.distributed`).
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import logging
 import math
@@ -173,34 +172,8 @@ class Trainer:
     # -- checkpoints -------------------------------------------------------------------------------------------
 
     def payload(self, weights: dict | None = None) -> dict:
-        """The checkpoint of the run as it is; ``weights``: what ``"model"`` holds when averaging (default: the
-        averaged weights now), the raw weights going into the train section (nmtkit/train/averaging.py)."""
-        src, tgt = self.data.source_lang, self.data.target_lang
-        raw = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
-        if weights is None and self.averager is not None:
-            weights = self.averager.weights(raw)
-        rng = self.procs.rng_state()
-        if self._rank_rngs is not None:
-            rng["per_rank"] = self._rank_rngs
-        return {
-            "arch": self.model.arch,
-            "config": self.model.config.to_dict(),
-            "source_lang": src,
-            "target_lang": tgt,
-            "vocab": {"src": list(self.src_vocab.tokens), "tgt": list(self.tgt_vocab.tokens)},
-            "preprocessing": {"src": self.data.text_config(src).to_dict(), "tgt": self.data.text_config(tgt).to_dict()},
-            "model": raw if weights is None else weights,
-            "train": {
-                "optimizer": self.optimizer.state_dict(),
-                "state": dataclasses.asdict(self.state),
-                "rng": rng,
-                "config": dataclasses.asdict(self.cfg),
-                "data": self._fingerprint,
-                "log_window": dict(self.log_window),
-                "schedule": self.schedule.state_dict(),
-                **({} if weights is None else {"raw_model": raw, **self.averager.train_entries(weights)}),
-            },
-        }
+        """The checkpoint of the run as it is (:func:`nmtkit.train.resume.training_payload`)."""
+        return resume.training_payload(self, weights)
 
     def save(self, is_best: bool, weights: dict | None = None) -> str:
         needed = set() if self.averager is None else self.averager.needed()  # (a resumed average reads them)

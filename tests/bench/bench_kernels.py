@@ -23,7 +23,7 @@
    forwards and backwards, and in bf16 too.
 6. One Adadelta update of rnnsearch-50's 80M weights (30k vocabularies), with random gradients everywhere and with
    the embeddings' gradients zero outside ``USED_WORDS`` rows, as a minibatch leaves them: ``torch.optim.Adadelta``
-   against ``nmtkit.train.adadelta.Adadelta`` with torch's operations block by block (``NMTKIT_KERNELS=0``; rows without
+   against ``nmtkit.train.adadelta.Adadelta`` with torch's operations block by block (``NMTKIT_BACKEND=fast:no-kernels``; rows without
    gradient only decayed; the same values bit for bit), and that against its compiled kernel (``nmtkit.kernels``,
    adadelta.c; the same values to float32 rounding).
 

@@ -1,6 +1,6 @@
 """Recurrences with hand-written backward passes, for training speed.
 
-The readable implementations are ``gru.gru_recurrence`` (the paper's GRU over a sequence) and the reference's
+The readable implementations are the reference's GRU step (``reference.gru_step``, run over a sequence) and its
 step-by-step decoder (``reference.py``, Appendix A as it reads); autograd differentiates those op by op.
 The functions here compute the same values (tests compare them, and check the gradients with gradcheck), but record
 no autograd graph inside the time loop, and rearrange the work so that the loop does as little as possible:
@@ -122,7 +122,7 @@ class _GRUSequence(torch.autograd.Function):
 
 
 def gru_sequence(gx: Tensor, U_zr: Tensor, U: Tensor, s0: Tensor | None = None) -> Tensor:
-    """Same values as ``gru.gru_recurrence``: gx (T, B, 3n) -> states (T, B, n).
+    """The states of ``reference.gru_step`` run over gx (T, B, 3n), the input side precomputed -> (T, B, n).
 
     Under autocast the recurrent matmuls run in the autocast dtype, everything else in float32."""
     if s0 is None:

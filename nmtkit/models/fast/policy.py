@@ -3,9 +3,9 @@
 Each threshold below is where a path measured faster than the plain one it replaces, end to end (the results
 rows cited in ``tests/bench/README.md``); below it the plain path runs.  Every path computes the same thing either
 way, so the policy changes speed only, never what a model computes beyond float rounding.  It is read from the
-environment once (``NMTKIT_ONEDNN=0`` turns the oneDNN products off; ``NMTKIT_KERNELS=0``, read by
-:mod:`nmtkit.kernels` itself, the C kernels), and the tests set it with :func:`override` to run every path at
-their tiny sizes.
+environment once (``NMTKIT_BACKEND=fast:no-onednn`` turns the oneDNN products off; ``fast:no-kernels`` the C
+kernels, which :mod:`nmtkit.kernels` reads itself), and the tests set it with :func:`override` to run every path
+at their tiny sizes.
 """
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ class SpeedPolicy:
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> SpeedPolicy:
-        return cls(onednn=environ.get("NMTKIT_ONEDNN", "1") != "0")
+        from nmtkit.runtime import fast_switches
+
+        return cls(onednn="no-onednn" not in fast_switches(environ))
 
 
 _current = SpeedPolicy.from_environment()
