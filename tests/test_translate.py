@@ -243,6 +243,21 @@ def test_no_unk_and_replace_unk(trained, data_dir, tmp_path):
     src_lines = text.decode().split("\n")
     for src, out in zip(src_lines, replaced.split("\n")):
         assert set(out.split()) <= set(src.split())  # every <unk> became a source word
+    # --unk-dict: the dictionary's translation of the attended source word, where it has one (first entry wins)
+    vocabulary = sorted({w for line in src_lines for w in line.split()})
+    table = tmp_path / "unk.dict"
+    table.write_text("".join(f"{w} {w}_fr\n{w} second_entry\n" for w in vocabulary[::2]) + "\n", encoding="utf-8")
+    looked_up = run_translate(["-m", biased, "--tokenized", "--beam", "3", "--replace-unk", "--unk-dict", table],
+                              text).stdout.decode()
+    translated = {f"{w}_fr" for w in vocabulary[::2]}
+    for plain_line, line in zip(replaced.split("\n"), looked_up.split("\n")):
+        assert line.split() == [f"{w}_fr" if f"{w}_fr" in translated else w for w in plain_line.split()]
+    assert any(w in translated for w in looked_up.split())
+    bad = tmp_path / "bad.dict"
+    bad.write_text("maison house\nchat\tcat extra\n", encoding="utf-8")
+    proc = run_translate(["-m", biased, "--replace-unk", "--unk-dict", bad], text, check=False)
+    assert proc.returncode == 1 and proc.stderr.decode().strip() == (
+        f"nmt-translate: error: {bad}:2: expected 'source_word target_word'"), proc.stderr
 
 
 def test_ensemble_of_one_model_twice_equals_the_model(trained, data_dir):

@@ -114,7 +114,8 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
     from nmtkit.errors import InputError
     from nmtkit.files import check_distinct
     from nmtkit.translate.sampling import parse_sampling
-    from nmtkit.translate.translator import Translator, load_unk_dict
+    from nmtkit.translate.translator import Translator
+    from nmtkit.translate.unkreplace import load_unk_dict
     from nmtkit.translate import outputs
 
     if threads:

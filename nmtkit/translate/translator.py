@@ -49,6 +49,7 @@ from nmtkit.streaming import windows
 from nmtkit.data.text import Preprocessor, TextConfig
 from nmtkit.data.vocab import SPECIALS, UNK, Vocabulary
 from nmtkit.translate.outputs import Translation
+from nmtkit.translate.unkreplace import replace_unks
 from nmtkit.translate.wordalign import block_attention, hard_links, word_matrix
 
 log = logging.getLogger("nmtkit.translate")
@@ -371,12 +372,8 @@ class Translator:
         forced = len(piece.prefix_tokens)
         toks[:forced] = piece.prefix_tokens  # the prefix's words as given, out-of-vocabulary too
         if self.replace_unk and h.attention is not None:
-            src_words, src_word_of = self.src_pre.words_of(piece.tokens)
-            for i, tid in enumerate(h.tokens[forced:], start=forced):
-                if tid == UNK:
-                    j = int(h.attention[i, : len(piece.tokens)].argmax())
-                    word = src_words[src_word_of[j]]
-                    toks[i] = self.unk_dict.get(word, word)
+            toks = replace_unks(toks, h.tokens, h.attention, piece.tokens, self.src_pre.words_of, self.unk_dict,
+                                start=forced)
         return toks
 
     def _render(self, tokens: list[str]) -> str:
@@ -392,17 +389,3 @@ def _words(pre: Preprocessor, line: str, tokenized: bool) -> list[str]:
         return [w.lower() for w in words] if pre.config.lowercase else words
     return pre.words(line)
 
-
-def load_unk_dict(path: str) -> dict[str, str]:
-    """A replacement dictionary for --replace-unk: ``source_word target_word`` per line (first entry wins)."""
-    out: dict[str, str] = {}
-    from nmtkit.files import read_segments
-
-    for seg in read_segments(path):
-        parts = seg.text.split()
-        if not parts:
-            continue
-        if len(parts) != 2:
-            raise InputError("expected 'source_word target_word'", path, seg.line)
-        out.setdefault(parts[0], parts[1])
-    return out
