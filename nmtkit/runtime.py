@@ -1,6 +1,6 @@
 """Process-wide helpers the library and the tools share: the allocator setting of long-running processes, the
-cache directory and the one setting that chooses how models compute (``$NMTKIT_BACKEND``).  At the bottom of the layers (nothing here imports the rest of nmtkit), so that the library never
-imports :mod:`nmtkit.cli` for them."""
+cache directory and the one setting that chooses how models compute (``$NMTKIT_BACKEND``).  At the bottom of the
+layers (nothing here imports the rest of nmtkit), so that the library never imports :mod:`nmtkit.cli` for them."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def tune_malloc() -> None:
 
     Training and decoding free and reallocate large tensors (the (B, T, V) logits) at every step; glibc returns
     such blocks to the kernel and the next allocation page-faults them back in, several times slower than reusing
-    them (a one-off measurement on a batch's logits, when this was written: tests/bench/README.md).
+    them (tests/bench/results/bench_kernels.txt, part 11).
     """
     try:
         import ctypes

@@ -21,9 +21,9 @@ that does not load is built once more).  The library links the OpenMP runtime th
 same ``libgomp.so.1`` in torch's Linux wheels), so its threads are torch's (``torch.get_num_threads()``); where
 loading it would bring a second OpenMP runtime into the process, it is not used.
 
-**Fallback.**  Without a C compiler, when the build fails, or with ``NMTKIT_BACKEND=fast:no-kernels`` in the environment,
-``available()`` is False and the callers run their torch code, which computes the same values up to float32
-rounding (tests compare both paths); a failed build warns once.  The kernels take float32 CPU tensors only
+**Fallback.**  Without a C compiler, when the build fails, or with ``NMTKIT_BACKEND=fast:no-kernels`` in the
+environment, ``available()`` is False and the callers run their torch code, which computes the same values up to
+float32 rounding (tests compare both paths); a failed build warns once.  The kernels take float32 CPU tensors only
 (``adadelta`` contiguous ones; the attention kernel also bf16 C_stack h_j and int64 lengths, and wants the last
 dimension contiguous): other dtypes and CUDA always take the torch path.
 """

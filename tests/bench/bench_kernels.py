@@ -23,9 +23,9 @@
    forwards and backwards, and in bf16 too.
 6. One Adadelta update of rnnsearch-50's 80M weights (30k vocabularies), with random gradients everywhere and with
    the embeddings' gradients zero outside ``USED_WORDS`` rows, as a minibatch leaves them: ``torch.optim.Adadelta``
-   against ``nmtkit.train.adadelta.Adadelta`` with torch's operations block by block (``NMTKIT_BACKEND=fast:no-kernels``; rows without
-   gradient only decayed; the same values bit for bit), and that against its compiled kernel (``nmtkit.kernels``,
-   adadelta.c; the same values to float32 rounding).
+   against ``nmtkit.train.adadelta.Adadelta`` with torch's operations block by block
+   (``NMTKIT_BACKEND=fast:no-kernels``; rows without gradient only decayed; the same values bit for bit), and that
+   against its compiled kernel (``nmtkit.kernels``, adadelta.c; the same values to float32 rounding).
 
 7. The bf16 training loss's three products (``nmtkit.models.fast.output``: logits t W_oᵀ, ∂L/∂t = (p − y) W_o,
    ∂L/∂W_o = (p − y)ᵀ t, with V' = 30,008 and l' = 504) at N target rows, against N rounded up to a multiple
@@ -41,6 +41,14 @@
    autocast and float32) over ``bench_train.py``'s first measured paper-size minibatches (the encoder part's):
    each step's attention as torch ops in row groups (the speed policy's ``attention_kernel`` off) against the C kernel
    (nmtkit/kernels/attention.c).
+10. The same decoder with the attention as torch ops (no C kernel: ``NMTKIT_BACKEND=fast:no-kernels``, or a
+   machine without a compiler): σ(2 (W_a s_{i-1} + U_a h_j)) kept for every step against recomputed in the
+   backward (the speed policy's ``recompute_min_elements``), bf16 and float32, at paper size (above the threshold)
+   and at the small preset's (n = n' = 256, its minibatches: below it); with the size of the σ tensor that keeping
+   stores for the largest of the batches.
+11. ``nmtkit.runtime.tune_malloc`` (freed memory kept in the process) against glibc's defaults, each in a fresh
+   process: a log_softmax over a batch's logits (640 targets × V = 30,000, 73 MiB, a new output each call) and a
+   fill of a newly allocated 73 MiB tensor.
 
 Each figure is the median of interleaved repeats (milliseconds per call); the machine should be quiet.
 """
@@ -154,6 +162,7 @@ def main() -> int:
         loss_rows_case(N)
     small_items_cases(rows, g, default_threads)
     attention_case(rows, default_threads)
+    malloc_cases(rows, default_threads)
 
     out += ["", f"Median milliseconds per call over interleaved repeats ({REPEATS} per round).", ""]
     out += peers.table(["what", "threads", "before", "now", "speed-up"], rows, align="lrrrr")
@@ -336,6 +345,26 @@ def small_items_cases(rows: list, g, threads: int) -> None:
 
 
 def attention_case(rows: list, threads: int) -> None:
+    """Parts 9 and 10: the attentive decoder at paper size (n = n' = 1,000) over Hansards minibatches, the C kernel
+    against torch ops and, with torch ops, σ kept against recomputed; σ also at the small preset's size (n = n' =
+    256), where the policy keeps it."""
+    prep = peers.prepare_real(peers.DEFAULT_WORK)
+    paper = decoder_runner(prep, "rnnsearch-50", 1000, 1000)
+    compare_decoders(rows, threads, "attentive decoder", paper, {"attention_kernel": False},
+                     {"attention_kernel": True}, ("torch ops", "attention.c"))
+    kept, recomputed = 1 << 62, 0  # (recompute_min_elements: never, always)
+    compare_decoders(rows, threads, f"attentive decoder, torch ops (σ kept: {paper.sigma_mb:,.0f} MB)", paper,
+                     {"attention_kernel": False, "recompute_min_elements": kept},
+                     {"attention_kernel": False, "recompute_min_elements": recomputed}, ("σ kept", "σ recomputed"))
+    small = decoder_runner(prep, "rnnsearch-small", 256, 256)  # (below recompute_min_elements: σ kept)
+    compare_decoders(rows, threads, f"small preset's decoder, torch ops (σ kept: {small.sigma_mb:,.0f} MB)", small,
+                     {"attention_kernel": False, "recompute_min_elements": kept},
+                     {"attention_kernel": False, "recompute_min_elements": recomputed}, ("σ kept", "σ recomputed"))
+
+
+def decoder_runner(prep, arch: str, n: int, n_a: int):
+    """A function running ``fused.attentive_decoder`` forwards and backwards over the first measured minibatches
+    of ``arch`` (n hidden units, n' alignment units; random weights), under a speed policy and bf16 or not."""
     import torch
 
     from bench_train import scheduled_lengths
@@ -343,40 +372,82 @@ def attention_case(rows: list, threads: int) -> None:
     from nmtkit.models.fast.packed import packing
     from nmtkit.models.fast.policy import override
 
-    prep = peers.prepare_real(peers.DEFAULT_WORK)
-    lengths = scheduled_lengths(prep, "rnnsearch-50", 3, ENCODER_BATCHES)
-    n, n_a = 1000, 1000
+    lengths = scheduled_lengths(prep, arch, 3, ENCODER_BATCHES)
     g = torch.Generator().manual_seed(1)
     r = lambda *shape, std=0.01: (torch.randn(*shape, generator=g) * std).requires_grad_()  # noqa: E731
     weights = [r(n_a, n), r(n_a, std=0.1), r(2 * n, n), r(n, n), r(3 * n, 2 * n)]  # W_a, v_a, U_zr, U, C_stack
-    cases = []
+    cases, sigma_bytes = [], []
     for src, tgt in lengths:
         L = torch.tensor(sorted(src, reverse=True))  # nll's order: longest source first
         B, Tx, Ty = len(L), int(L.max()), max(tgt)
         mask = torch.arange(Tx).unsqueeze(0) < L.unsqueeze(1)
+        covered = sum((r1 - r0) * T for r0, r1, T in fused._row_groups(mask, n_a))  # as the decoder groups rows
+        sigma_bytes.append(Ty * covered * n_a * 4)  # σ kept for every step: (Ty, covered, n') float32
         H = (torch.randn(B, Tx, 2 * n, generator=g) * mask.unsqueeze(-1)).requires_grad_()
         keys = r(B, Tx, n_a, std=1.0)
         cases.append(((r(Ty, B, 3 * n, std=1.0), r(B, n, std=0.5), H, keys, mask), packing(L, Tx).fwd_index,
                       torch.randn(Ty, B, n, generator=g), torch.randn(Ty, B, 2 * n, generator=g)))
 
-    def run(kernel: bool, bf16: bool):
-        with override(attention_kernel=kernel):
+    def run(bf16: bool, policy: dict):
+        with override(**policy):
             for args, real, wS, wC in cases:
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                     S, CTX, _ = fused.attentive_decoder(*args, *weights, real=real)
                 ((S * wS).sum() + (CTX * wC).sum()).backward()
 
+    run.sigma_mb = max(sigma_bytes) / 2**20  # the largest batch's
+    return run
+
+
+def compare_decoders(rows: list, threads: int, name: str, run, before: dict, now: dict, labels: tuple[str, str]):
     for bf16 in (True, False):
-        name = "bf16" if bf16 else "float32"
-        peers.log(f"attentive decoder ({name}) over {ENCODER_BATCHES} Hansards minibatches: torch against C")
-        times: dict[str, list[float]] = {"torch": [], "now": []}
+        dtype = "bf16" if bf16 else "float32"
+        peers.log(f"{name} ({dtype}) over {ENCODER_BATCHES} Hansards minibatches: {labels[0]} against {labels[1]}")
+        times: dict[str, list[float]] = {"before": [], "now": []}
         for _ in range(3):
-            times["torch"] += timed(lambda: run(False, bf16), repeats=1)
-            times["now"] += timed(lambda: run(True, bf16), repeats=1)
+            times["before"] += timed(lambda: run(bf16, before), repeats=1)
+            times["now"] += timed(lambda: run(bf16, now), repeats=1)
         t = {k: statistics.median(v) for k, v in times.items()}
-        rows.append([f"attentive decoder fwd+bwd ({name}), {ENCODER_BATCHES} Hansards batches of 80",
-                     f"{threads}", f"torch ops: {t['torch']:.0f}", f"attention.c: {t['now']:.0f}",
-                     f"{t['torch'] / t['now']:.2f}×"])
+        rows.append([f"{name} fwd+bwd ({dtype}), {ENCODER_BATCHES} Hansards batches of 80", f"{threads}",
+                     f"{labels[0]}: {t['before']:.0f}", f"{labels[1]}: {t['now']:.0f}",
+                     f"{t['before'] / t['now']:.2f}×"])
+
+
+MALLOC_CHILD = """
+import statistics, sys, time, torch
+if sys.argv[1] == "tuned":
+    from nmtkit.runtime import tune_malloc
+    tune_malloc()
+torch.set_num_threads(int(sys.argv[2]))
+logits = torch.randn(640, 30000)
+def timed(fn):
+    fn()
+    out = []
+    for _ in range(15):
+        t0 = time.perf_counter(); fn(); out.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(out)
+print(timed(lambda: torch.log_softmax(logits, -1)), timed(lambda: torch.empty(640 * 30000).fill_(1.0)))
+"""
+
+
+def malloc_cases(rows: list, threads: int) -> None:
+    """Part 11: each setting in its own process (glibc's settings are the process's), alternating, 3 of each."""
+    import os
+    import subprocess
+
+    peers.log("tune_malloc: log_softmax over (640, 30,000) logits and a 73 MiB fill, fresh processes")
+    env = dict(os.environ, PYTHONPATH=str(peers.REPO))
+    times: dict[str, list[tuple[float, float]]] = {"default": [], "tuned": []}
+    for _ in range(3):
+        for key in times:
+            out = subprocess.run([sys.executable, "-c", MALLOC_CHILD, key, str(threads)], capture_output=True,
+                                 text=True, check=True, env=env).stdout.split()
+            times[key].append((float(out[0]), float(out[1])))
+    for k, what in enumerate(("log_softmax over a batch's logits (640 × 30,000)", "fill of a new 73 MiB tensor")):
+        before = statistics.median(t[k] for t in times["default"])
+        now = statistics.median(t[k] for t in times["tuned"])
+        rows.append([what, f"{threads}", f"glibc defaults: {before:.1f}", f"tune_malloc: {now:.1f}",
+                     f"{before / now:.2f}×"])
 
 
 if __name__ == "__main__":

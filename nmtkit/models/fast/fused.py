@@ -31,10 +31,9 @@ no autograd graph inside the time loop, and rearrange the work so that the loop 
 - backwards, the attention's v_a is applied after the sums over positions and steps (one pass less per step);
 - torch ops, at paper size: the attention's σ(2 (W_a s_{i-1} + U_a h_j)) over (b, T, n') is recomputed in the
   backward from the stored 2 W_a s_{i-1} (B, n' per step) instead of being stored for every step (the kernel
-  recomputes it at every size; the policy's ``recompute_min_elements``):
-  stored, it is the pass's largest tensor (~340 MB), written to and read back from memory, whereas one step's
-  stays in the cache (a one-off measurement of 20 Hansards updates interleaved in one process found it faster in
-  bf16, the same in float32, and slower at the small preset's size, so there σ is kept: tests/bench/README.md);
+  recomputes it at every size; the policy's ``recompute_min_elements``): stored, it is the pass's largest tensor,
+  hundreds of MB at paper size, for no measured gain in speed (tests/bench/results/bench_kernels.txt, part 10,
+  rows "σ kept"/"σ recomputed", which give its size; below the threshold, at the small preset's size, it is kept);
 - the per-step products go through ``matmul.Multiplier`` (oneDNN on CPU, the weight reordered once per pass).
 
 Low precision (bf16 autocast, ``lowp``): the per-step matmuls run in bfloat16 with the weights cast once per pass;

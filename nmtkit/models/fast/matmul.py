@@ -7,9 +7,9 @@ such thin products poorly on this CPU (AMD EPYC, AVX-512); oneDNN, which the sam
 (tests/bench/results/bench_kernels.txt, rows "per step").  ``Multiplier(W)`` does
 that: W reordered once per forward (or backward) pass, then ``product(x)`` / ``add_product(bias, x, out)`` at every step
 (weights of at least the policy's ``onednn_min_weight`` elements: the paper's sizes, not the small preset's).  The
-values are float32 GEMM results like torch's, only summed in another order (tests compare).  Elsewhere -- CUDA, float64,
-float16 autocast, a torch build without oneDNN, or ``NMTKIT_BACKEND=fast:no-onednn`` in the environment -- ``Multiplier`` calls
-torch's products.
+values are float32 GEMM results like torch's, only summed in another order (tests compare).  Elsewhere -- CUDA,
+float64, float16 autocast, a torch build without oneDNN, or ``NMTKIT_BACKEND=fast:no-onednn`` in the environment --
+``Multiplier`` calls torch's products.
 
 Only these: oneDNN keeps a compiled primitive, with its buffers, for every distinct product shape it meets (up to
 1,024 of them).  The per-step shapes are few (rows up to the batch size), but the large products -- the output

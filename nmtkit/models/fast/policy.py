@@ -24,7 +24,8 @@ class SpeedPolicy:
     # measured no faster in groups
     group_min_elements: int = 1 << 21
     # from this many attention elements per step (covered positions · n'), σ(…) is recomputed in the backward
-    # rather than kept for every step: faster at paper size (~1.5M), slower at the small preset's (~0.5M)
+    # rather than kept for every step: a memory rule (kept, σ is the pass's largest tensor at paper size, ~1.5M
+    # elements per step); speed measured the same either way at both sizes (bench_kernels.txt, part 10)
     recompute_min_elements: int = 1 << 20
     # the per-step products through oneDNN with reordered weights (matmul.Multiplier) ...
     onednn: bool = True
