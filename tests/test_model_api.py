@@ -242,9 +242,13 @@ def test_backend_is_one_object_chosen_by_name(monkeypatch):
     ("reference:no-kernels", None), ("fast:no-gpu", None), ("fast,no-onednn", None), ("slow", None)])
 def test_one_environment_setting_chooses_backend_and_fast_paths(value, expected):
     """``$NMTKIT_BACKEND`` is the one setting: the backend's name, and for the fast one the paths it turns off
-    (read by the speed policy and the kernels); anything else is refused, naming the value."""
+    (read by the speed policy and the kernels); anything else is refused, naming the value.  Its names are the
+    registry's."""
+    from nmtkit.models import BACKENDS
     from nmtkit.models.fast.policy import SpeedPolicy
-    from nmtkit.runtime import backend_setting, fast_switches
+    from nmtkit.runtime import BACKEND_NAMES, backend_setting, fast_switches
+
+    assert tuple(BACKENDS) == BACKEND_NAMES
 
     env = {"NMTKIT_BACKEND": value}
     if expected is None:

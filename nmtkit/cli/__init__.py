@@ -26,7 +26,9 @@ import click
 
 def backend_option(computes: str):
     """The ``--backend`` option of the tools that run a model; ``computes``: what the reference gives the same of."""
-    return click.option("--backend", type=click.Choice(["fast", "reference"]), default=None,
+    from nmtkit.runtime import BACKEND_NAMES
+
+    return click.option("--backend", type=click.Choice(BACKEND_NAMES), default=None,
                         help="How the model computes: the fast paths, or the paper's equations as they read "
                         f"(nmtkit/models/reference.py; the same {computes}, slowly) [$NMTKIT_BACKEND, else fast].")
 

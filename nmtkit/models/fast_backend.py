@@ -40,7 +40,7 @@ def gru_update(gx: Tensor, Us_zr: Tensor, s: Tensor, U: Tensor) -> Tensor:
     W_stack E y + C_stack c + b_stack in the order [z; r; candidate], Us_zr (N, 2n) = [U_z; U_r] s (multiplied
     with s's other products in one matmul, ``step_products``), s (N, n) -> s' (N, n)."""
     n = s.shape[-1]
-    gx_zr, gx_h = gx.split([2 * n, n], dim=1)  # (N, 2n), (N, n)
+    gx_zr, gx_h = gx.split([2 * n, n], dim=1)  # (N, 2n), (N, n)   split, not slicing: its backward is one cat
     z, r = torch.sigmoid(gx_zr + Us_zr).chunk(2, dim=1)  # (N, n) each
     s_tilde = torch.tanh(torch.addmm(gx_h, r * s, U.t()))  # (N, n)   tanh(W E y + U [r ∘ s] + C c + b)
     return torch.lerp(s, s_tilde.to(s.dtype), z.to(s.dtype))  # (N, n)   (1 − z) ∘ s + z ∘ s̃ (dtypes: autocast)

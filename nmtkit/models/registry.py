@@ -19,14 +19,15 @@ _PRESETS: dict[str, tuple[str, dict[str, Any]]] = {}
 
 
 # How a model computes (backend.py): the name a model's ``backend`` takes -> the implementation.  The one place
-# where a name becomes a backend.
+# where a name becomes a backend; its names are nmtkit.runtime.BACKEND_NAMES, which the environment setting and the
+# tools' --backend accept (tests/test_model_api.py checks that the two agree).
 BACKENDS: dict[str, type[Backend]] = {"fast": FastBackend, "reference": ReferenceBackend}
 
 
 def default_backend() -> str:
     """The backend a model is built with: ``$NMTKIT_BACKEND``'s (``fast`` or ``reference``, :func:`nmtkit.runtime.
-    backend_setting`), else ``fast``.  ``nmt-train --backend`` and ``nmt-translate --backend`` set a model's
-    ``backend`` explicitly."""
+    backend_setting`), else ``fast``.  The tools' ``--backend`` (nmt-train, nmt-translate, nmt-align, nmt-score)
+    sets a model's ``backend`` explicitly."""
     from nmtkit.runtime import backend_setting
 
     return backend_setting()[0]

@@ -39,7 +39,7 @@ class Processes:
         Why not just exit: gloo's worker threads release a finished call's tensors after the caller has returned,
         and a tensor whose Python object died first needs the GIL to be freed.  At the interpreter's exit a thread
         that waits for the GIL is ended by unwinding, which C++ answers with "terminate called without an active
-        exception" (SIGABRT; one torchrun run in ten, tests/test_faults.py).  ``dist.barrier`` does not help: it
+        exception" (SIGABRT, in some runs of tests/test_faults.py's torchrun test).  ``dist.barrier`` does not help: it
         holds the call before it until it is itself released.  So the last call is an all-reduce of a tensor kept
         here, and the main thread then sleeps without the GIL so that a worker still releasing a call takes it."""
         if self.world == 1:

@@ -1,7 +1,8 @@
 """Which fast path runs at which size, and the block sizes the paths work in: the speed policy, in one object.
 
 Each threshold below is where a path measured faster than the plain one it replaces, end to end (the results
-rows cited in ``tests/bench/README.md``); below it the plain path runs.  Every path computes the same thing either
+rows cited in ``tests/bench/README.md``), or, for ``recompute_min_elements``, where storing σ grows to hundreds of
+MB; below it the plain path runs.  Every path computes the same thing either
 way, so the policy changes speed only, never what a model computes beyond float rounding.  It is read from the
 environment once (``NMTKIT_BACKEND=fast:no-onednn`` turns the oneDNN products off; ``fast:no-kernels`` the C
 kernels, which :mod:`nmtkit.kernels` reads itself), and the tests set it with :func:`override` to run every path
