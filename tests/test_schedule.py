@@ -51,6 +51,45 @@ def test_linear_and_cosine_decay_from_the_warm_up_to_the_floor_at_the_last_updat
         assert LRSchedule(kind, 0.1, total=12).load_state_dict(LRSchedule(kind, 0.1, total=12).state_dict()) is None
 
 
+def test_decay_fraction_holds_the_rate_then_decays_over_the_last_part():
+    s = LRSchedule("linear", 0.1, warmup=2, total=12, decay_fraction=0.5)  # span 2..12: hold to 7, decay to 12
+    assert [s.lr(u) for u in (2, 5, 7)] == pytest.approx([0.1, 0.1, 0.1])
+    assert [s.lr(u) for u in (8, 10, 12)] == pytest.approx([0.08, 0.04, 0.0], abs=1e-15)
+    c = LRSchedule("cosine", 0.1, total=10, decay_fraction=0.2)  # hold to 8, then half a cosine to 10
+    assert c.lr(8) == pytest.approx(0.1) and c.lr(9) == pytest.approx(0.05) and c.lr(10) == pytest.approx(0.0)
+    assert LRSchedule("linear", 0.1, total=10).lr(5) == LRSchedule("linear", 0.1, total=10, decay_fraction=1).lr(5)
+    for bad in (0.0, -0.5, 1.5):
+        with pytest.raises(ValueError, match="decay fraction must be in"):
+            LRSchedule("linear", 0.1, total=10, decay_fraction=bad)
+
+
+def test_a_time_budget_is_carried_to_updates_at_the_rate_so_far():
+    """--max-time without an update horizon: before update u, e seconds into the run, the horizon is (u-1)·B/e, so
+    the rate reaches its floor exactly when the clock reaches the budget, whatever the speed."""
+    s = LRSchedule("linear", 0.1, budget=100.0)
+    assert s.lr(1, 0.0) == pytest.approx(0.1)  # nothing measured yet: the full rate
+    assert s.horizon(11, 10.0) == pytest.approx(100.0)  # 10 updates in 10 s: 100 updates in 100 s
+    assert s.lr(11, 10.0) == pytest.approx(0.1 * (1 - 11 / 100))
+    assert s.horizon(11, 50.0) == pytest.approx(20.0)  # a slower machine: 5 s an update, 20 updates in the budget
+    assert s.lr(11, 50.0) == pytest.approx(0.1 * (1 - 11 / 20))
+    assert s.lr(21, 100.0) == 0.0 and s.lr(30, 150.0) == 0.0  # at and past the budget: the floor
+    # the same share of the budget gives the same rate at any speed (no warm-up, linear: q = e·u / ((u-1)·B))
+    fast, slow = [s.lr(u, (u - 1) * 0.5) for u in (101, 181)], [s.lr(u, (u - 1) * 5.0) for u in (11, 19)]
+    assert fast == pytest.approx([0.1 * (1 - 101 / 200), 0.1 * (1 - 181 / 200)])
+    assert slow == pytest.approx([0.1 * (1 - 11 / 20), 0.1 * (1 - 19 / 20)])
+    # with warm-up and an update limit too: whichever horizon comes first
+    w = LRSchedule("cosine", 0.1, warmup=4, total=50, budget=100.0, min_lr=0.01)
+    assert w.lr(4, 3.0) == pytest.approx(0.1)  # warm-up as always
+    assert w.horizon(21, 10.0) == 50 and w.horizon(21, 80.0) == pytest.approx(25.0)
+    assert w.lr(50, 10.0) == pytest.approx(0.01) and w.lr(25, 96.0) == pytest.approx(0.01)
+    # the state names the budget; a resumed run given another says so
+    assert w.state_dict() == {"factor": 1.0, "bad": 0, "best": None, "total": 50, "budget": 100.0,
+                              "decay_fraction": 1.0}
+    again = LRSchedule("linear", 0.1, budget=200.0)
+    assert again.load_state_dict(s.state_dict()) == "the linear schedule now has a time budget of 200 s, not 100 s"
+    assert LRSchedule("linear", 0.1, budget=100.0).load_state_dict(s.state_dict()) is None
+
+
 def test_plateau_decays_after_patience_bad_validations_down_to_the_floor():
     s = LRSchedule("plateau", 1.0, warmup=2, decay=0.5, patience=2, min_lr=0.2)
     assert s.lr(1) == 0.5
@@ -74,7 +113,7 @@ def test_schedules_other_than_plateau_ignore_validations():
     for kind in ("constant", "inverse-sqrt", "linear", "cosine"):
         s = LRSchedule(kind, 1.0, patience=1, total=10)
         assert not any(s.on_validation(u, -u) for u in range(1, 10))
-        assert s.state_dict() == {"factor": 1.0, "bad": 0, "best": None, **({"total": 10} if kind in BUDGETED else {})}
+        assert s.state_dict() == {"factor": 1.0, "bad": 0, "best": None, **({"total": 10, "budget": 0.0, "decay_fraction": 1.0} if kind in BUDGETED else {})}
 
 
 def test_adadelta_takes_the_rate_from_its_group_at_every_step():

@@ -1153,10 +1153,63 @@ def test_resume_with_schedule_and_averaging_equals_uninterrupted(small, tmp_path
         assert sum(not torch.equal(a["model"][k], raw[k]) for k in raw) >= len(raw) - 1  # (W_a: see above)
 
 
+class _Clock:
+    """A deterministic clock for the trainer (``nmtkit.train.trainer.clock``): every reading is one second after the
+    one before, so an update and a scheduled validation each take one second; at reading ``term_at`` it sends this
+    process a real SIGTERM."""
+
+    def __init__(self, term_at: int | None = None):
+        self.readings, self.term_at = 0, term_at
+
+    def __call__(self) -> float:
+        self.readings += 1
+        if self.readings == self.term_at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return float(self.readings)
+
+
+@pytest.mark.parametrize("kind", ["linear", "cosine"])
+def test_a_time_budget_anneals_by_the_clock_and_resumes_exactly(small, tmp_path, monkeypatch, kind):
+    """--max-time with a decaying schedule: the rate reaches --min-lr when the run's time (updates and scheduled
+    validations) reaches the budget, and a run stopped by SIGTERM and resumed follows the uninterrupted run's rates
+    and reaches its weights bit for bit (given the same clock readings: time is the schedule's input)."""
+    import nmtkit.train.trainer as trainer_module
+
+    common = dict(optimizer="adam", lr=0.01, lr_scheduler=kind, warmup_updates=2, decay_fraction=0.5, min_lr=1e-4,
+                  max_time=24, valid_every=4, keep_last=100)
+    monkeypatch.setattr(trainer_module, "clock", _Clock())
+    a = train(_cfg(small, tmp_path / "A", **common))
+    # two readings per update and per scheduled validation: reading 15 starts update 7 (after 6 updates and one
+    # validation), which the signal lets finish
+    monkeypatch.setattr(trainer_module, "clock", _Clock(term_at=15))
+    stopped = train(_cfg(small, tmp_path / "B", **common))
+    assert stopped["status"] == "interrupted" and stopped["update"] == 7
+    monkeypatch.setattr(trainer_module, "clock", _Clock())
+    b = train(_cfg(small, tmp_path / "B", resume=True, **common))
+    # 1 s an update and 1 s a scheduled validation (updates 4, 8, 12, 16): 24 s are reached at update 20 (20 + 4)
+    assert a["status"] == b["status"] == "done" and a["update"] == b["update"] == 20
+    lrs = [r["lr"] for r in _train_records(tmp_path / "A")]
+    assert lrs == [r["lr"] for r in _train_records(tmp_path / "B")]
+    assert lrs[:2] == pytest.approx([0.005, 0.01])  # warm-up
+    assert lrs[2:6] == pytest.approx([0.01] * 4)  # held: the first half of the span after the warm-up
+    assert all(x > y for x, y in zip(lrs[10:], lrs[11:]))  # then decaying ...
+    assert lrs[-1] == pytest.approx(1e-4, rel=0.2)  # ... to the floor as the time runs out
+    ca = checkpoint.load(tmp_path / "A" / "checkpoint_last.pt")
+    cb = checkpoint.load(tmp_path / "B" / "checkpoint_last.pt")
+    assert ca["train"]["state"]["elapsed"] == cb["train"]["state"]["elapsed"] == 25.0  # (and update 20's validation)
+    assert ca["train"]["schedule"] == cb["train"]["schedule"] == {"factor": 1.0, "bad": 0, "best": None, "total": 0,
+                                                                  "budget": 24.0, "decay_fraction": 0.5}
+    _assert_same(ca["model"], cb["model"], "model")
+    _assert_same(ca["train"]["optimizer"], cb["train"]["optimizer"], "optimizer")
+
+
 @pytest.mark.parametrize("options, words", [
     ({"lr_scheduler": "noam"}, "--lr-scheduler 'noam'"),
-    ({"lr_scheduler": "linear"}, "--lr-scheduler linear decays to --min-lr at the last update: it needs "
-                                 "--schedule-updates or --max-updates above --warmup-updates (got 0 and 0)"),
+    ({"lr_scheduler": "linear"}, "--lr-scheduler linear decays to --min-lr at the end of the run: it needs "
+                                 "--schedule-updates or --max-updates above --warmup-updates (got 0 and 0), or a time "
+                                 "budget (--max-time)"),
+    ({"lr_scheduler": "linear", "max_time": 60, "decay_fraction": 0.0}, "--decay-fraction must be in (0, 1] (got 0.0)"),
+    ({"lr_scheduler": "cosine", "max_time": 60, "decay_fraction": 1.5}, "--decay-fraction must be in (0, 1] (got 1.5)"),
     ({"lr_scheduler": "cosine", "max_updates": 10, "warmup_updates": 10}, "(got 10 and 10)"),
     ({"warmup_updates": -1}, "--warmup-updates must be at least 0 (got -1)"),
     ({"lr_decay": 1.0}, "--lr-decay must be in (0, 1) (got 1.0)"),

@@ -72,14 +72,18 @@ def _list_archs(ctx, param, value):
 @click.option("--lr-scheduler", type=click.Choice(["constant", "inverse-sqrt", "linear", "cosine", "plateau"]),
               default="constant", show_default=True,
               help="Learning-rate schedule: constant; inverse-sqrt (lr·sqrt(N/u) after N warm-up updates); linear "
-              "or cosine (from lr after the warm-up down to --min-lr at --schedule-updates, else --max-updates); plateau "
-              "(lr times --lr-decay after --lr-patience validations without improvement).")
+              "or cosine (from lr after the warm-up down to --min-lr at --schedule-updates, else at --max-updates or "
+              "when --max-time runs out, whichever comes first); plateau (lr times --lr-decay after --lr-patience "
+              "validations without improvement).")
 @click.option("--warmup-updates", default=0, show_default=True,
               help="Linear warm-up: lr·u/N for the first N updates (any scheduler; 0 = none).")
 @click.option("--lr-decay", default=0.5, show_default=True, help="plateau: factor of each decay.")
 @click.option("--lr-patience", default=1, show_default=True,
               help="plateau: decay after this many validations without improvement of --best-metric.")
 @click.option("--min-lr", default=0.0, show_default=True, help="Floor of the decaying schedules (after warm-up).")
+@click.option("--decay-fraction", default=1.0, show_default=True, metavar="F",
+              help="linear, cosine: hold lr, then decay over the last F of the run (warm-up, stable, decay); 1 = "
+              "decay from the end of the warm-up.")
 @click.option("--schedule-updates", default=0, show_default=True, metavar="T",
               help="linear, cosine: the update at which the rate reaches --min-lr (0 = --max-updates). Set it to "
               "stop a run early with --max-updates and resume it on the same schedule.")
@@ -100,7 +104,9 @@ def _list_archs(ctx, param, value):
 @click.option("--clip-norm", default=1.0, show_default=True, help="Rescale gradients to this L2 norm; 0 = off.")
 @click.option("--max-updates", default=0, show_default=True, help="Stop after this many updates (0 = no limit).")
 @click.option("--max-epochs", default=0, show_default=True, help="Stop after this many epochs (0 = no limit).")
-@click.option("--max-time", default=0.0, show_default=True, help="Stop after this many seconds of training.")
+@click.option("--max-time", default=0.0, show_default=True,
+              help="Stop after this many seconds of training (updates and validations, across resumptions; 0 = no "
+              "limit). linear and cosine then reach --min-lr when the time runs out, at the update rate measured.")
 @click.option("--valid-every", default=1000, show_default=True, help="Validate and save every N updates.")
 @click.option("--valid-bleu-sentences", default=500, show_default=True,
               help="Greedy BLEU on the first N validation sentences (0 = none, -1 = all).")

@@ -44,7 +44,9 @@ class TrainConfig:
     lr_decay: float = 0.5  # plateau: the factor of each decay
     lr_patience: int = 1  # plateau: decay after this many validations without improvement
     min_lr: float = 0.0  # the floor of the decaying schedules (after warm-up)
-    schedule_updates: int = 0  # linear, cosine: the update at which the rate reaches min_lr; 0 = max_updates
+    schedule_updates: int = 0  # linear, cosine: the update at which the rate reaches min_lr; 0 = max_updates, and/or
+    #   the time budget (max_time), whichever comes first
+    decay_fraction: float = 1.0  # linear, cosine: decay over this last part of the span, holding lr before
     ema_decay: float = 0.0  # validate and save an exponential moving average of the weights; 0 = off
     average_last: int = 0  # validate and save the mean of the weights at the last N validations; 0 = off
     rho: float = 0.95  # Adadelta's decay
@@ -52,7 +54,7 @@ class TrainConfig:
     clip_norm: float = 1.0  # rescale the gradient to this L2 norm when larger; 0 = never
     max_updates: int = 0  # 0 = no limit
     max_epochs: int = 0
-    max_time: float = 0.0  # seconds of training, 0 = no limit
+    max_time: float = 0.0  # seconds of training (updates and scheduled validations, across resumptions), 0 = none
     valid_every: int = 1000
     valid_bleu_sentences: int = 500  # BLEU on the first N validation sentences; 0 = no BLEU, -1 = all
     valid_beam: int = 1  # beam size of that decoding (1 = greedy)
@@ -72,8 +74,14 @@ class TrainConfig:
 
     @property
     def horizon(self) -> int:
-        """The update at which a linear or cosine schedule reaches ``min_lr``."""
+        """The update at which a linear or cosine schedule reaches ``min_lr`` (0: none, the time budget's)."""
         return self.schedule_updates or self.max_updates
+
+    @property
+    def time_horizon(self) -> float:
+        """The seconds at which a linear or cosine schedule reaches ``min_lr``: the time budget, unless
+        ``--schedule-updates`` names the update (0: none)."""
+        return 0.0 if self.schedule_updates else self.max_time
 
     def check(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -100,6 +108,7 @@ class TrainConfig:
         for name, ok, want in (("warmup_updates", self.warmup_updates >= 0, "at least 0"),
                                ("average_last", self.average_last >= 0, "at least 0"),
                                ("lr_decay", 0 < self.lr_decay < 1, "in (0, 1)"),
+                               ("decay_fraction", 0 < self.decay_fraction <= 1, "in (0, 1]"),
                                ("min_lr", 0 <= self.min_lr < math.inf, "finite and at least 0"),
                                ("ema_decay", 0 <= self.ema_decay < 1, "in [0, 1)"),
                                ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1)"),
@@ -118,10 +127,10 @@ class TrainConfig:
                                ("max_len", self.max_len is None or self.max_len >= 1, "at least 1")):
             if not ok:
                 raise InputError(f"--{name.replace('_', '-')} must be {want} (got {getattr(self, name)})")
-        if self.lr_scheduler in BUDGETED and self.horizon <= self.warmup_updates:
-            raise InputError(f"--lr-scheduler {self.lr_scheduler} decays to --min-lr at the last update: it needs "
+        if self.lr_scheduler in BUDGETED and self.horizon <= self.warmup_updates and not self.time_horizon:
+            raise InputError(f"--lr-scheduler {self.lr_scheduler} decays to --min-lr at the end of the run: it needs "
                              f"--schedule-updates or --max-updates above --warmup-updates (got {self.horizon} and "
-                             f"{self.warmup_updates})")
+                             f"{self.warmup_updates}), or a time budget (--max-time)")
         if self.ema_decay and self.average_last:
             raise InputError("--ema-decay and --average-last exclude each other (choose one averaging)")
         if self.keep_last < self.average_last:
@@ -137,6 +146,7 @@ class TrainConfig:
 # them existed ran with its default)
 TRAINING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)
                      if f.name in ("lr", "lr_scheduler", "warmup_updates", "lr_decay", "lr_patience", "min_lr",
+                                   "decay_fraction", "clip_norm", "rho", "eps",
                                    "ema_decay", "average_last", "label_smoothing")}
 TRAINING_DEFAULTS["bpe_dropout"] = 0.0  # (recorded as resolved: a checkpoint from before it trained without)
 

@@ -94,24 +94,25 @@ class Processes:
         dist.all_gather_object(states, {k: v.cpu() for k, v in self.rng_state().items()})
         return states
 
-    def agree_to_stop(self, stop: bool) -> bool:
-        """Stop when any process would: every process must agree, or the collective calls would hang."""
+    def agree_to_stop(self, stop: bool, elapsed: float) -> tuple[bool, float]:
+        """Stop when any process would (every process must agree, or the collective calls would hang), and the
+        time trained as the slowest process has it (a time budget's schedule must give every process one rate)."""
         if self.world == 1:
-            return stop
+            return stop, elapsed
         import torch.distributed as dist
 
-        flag = torch.tensor([float(stop)], device=self.device)  # NCCL reduces only CUDA tensors
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+        both = torch.tensor([float(stop), elapsed], dtype=torch.float64, device=self.device)  # (NCCL: CUDA tensors)
+        dist.all_reduce(both, op=dist.ReduceOp.MAX)
+        return bool(both[0].item()), float(both[1].item())
 
-    def broadcast_status(self, status: str, schedule) -> str:
-        """The lead's status after a validation, and its schedule's state (plateau's decays come from its
-        validations), to every process."""
+    def broadcast_status(self, status: str, schedule, elapsed: float) -> tuple[str, float]:
+        """The lead's status after a validation, its schedule's state (plateau's decays come from its
+        validations) and its time trained (which counts the validation), to every process."""
         if self.world == 1:
-            return status
+            return status, elapsed
         import torch.distributed as dist
 
-        box = [status, schedule.state_dict()]
+        box = [status, schedule.state_dict(), elapsed]
         dist.broadcast_object_list(box, src=0)
         schedule.load_state_dict(box[1])
-        return box[0]
+        return box[0], box[2]

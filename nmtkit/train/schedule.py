@@ -8,18 +8,31 @@ The learning rate of update u (1-based: the first update is u = 1), for base rat
   then decaying as 1/sqrt(u); without warm-up (N = 0) that is ``lr / sqrt(u)``, ``lr`` at the first update
   (fairseq's formula would make every rate 0 there);
 - ``linear`` (the budgeted-training schedule of Li et al., ICLR 2020; fairseq's ``polynomial_decay`` of power 1):
-  from ``lr`` at the end of the warm-up straight down to ``min_lr`` at update T (``--schedule-updates``, by default
-  the run's ``--max-updates``), ``min_lr + (lr − min_lr) · (T − u) / (T − N)``, and ``min_lr`` after T;
+  from ``lr`` at the end of the warm-up straight down to ``min_lr`` at update T (the horizon, below),
+  ``min_lr + (lr − min_lr) · (1 − q)`` with ``q = (u − N) / (T − N)`` the share of the span done, and ``min_lr``
+  after T;
 - ``cosine`` (Loshchilov & Hutter's SGDR without restarts): over the same span,
-  ``min_lr + (lr − min_lr) · (1 + cos(π (u − N) / (T − N))) / 2``;
+  ``min_lr + (lr − min_lr) · (1 + cos(π q)) / 2``;
+- with ``--decay-fraction F`` < 1, linear and cosine hold ``lr`` for the first 1 − F of the span and decay over its
+  last F only (q above measured over that last part): warm-up, stable, decay, the shape that anneals a run at its
+  end without giving up the full rate while the model is far from converged (fairseq's ``tri_stage``);
 - ``plateau`` (as torch's ReduceLROnPlateau): ``lr · factor``, where ``factor`` starts at 1 and is multiplied by
   ``decay`` whenever ``patience`` validations in a row have not improved on the best value of the run's metric
   (``--best-metric``) so far; the count restarts after each decay.  Validations during the warm-up do not count
   (the rate is still rising), nor does the checkpoint of an interruption (the trainer passes only the validations
   every ``--valid-every`` updates, which an interrupted and resumed run meets alike).
 
+**The horizon T** of linear and cosine is an update (``--schedule-updates``, else ``--max-updates``) or a time
+budget (``--max-time B`` seconds, when no update is given; with both ``--max-time`` and ``--max-updates``, whichever
+comes first).  A time budget is turned into updates at every update from the rate measured so far: before update u,
+with ``e`` seconds trained in the u − 1 updates before it, ``T = (u − 1) · B / e`` (the mean rate so far, validations
+included, carried to the end of the budget), re-estimated at each update, so that q reaches 1, and the rate its
+floor, when the clock reaches B, whatever the machine's speed or load.  ``e`` is the run's ``elapsed`` (training and
+scheduled validations, across resumptions), saved in every checkpoint: a resumed run goes on from the same point of
+the schedule.
+
 After the warm-up no rate falls below ``min_lr`` (the floor of the decaying schedules; 0 = none).  The rate is a
-pure function of the update number and of :class:`LRSchedule`'s state (plateau's factor, count and best), which goes
+pure function of the update number, the time trained (time budgets only) and of :class:`LRSchedule`'s state (plateau's factor, count and best), which goes
 into the checkpoint, so that a resumed run follows the schedule of an uninterrupted one exactly.  The trainer writes the
 rate into every parameter group of the optimizer (``group["lr"]``) before each update: torch's Adam and SGD and
 nmtkit's Adadelta read it there at every step.
@@ -30,26 +43,40 @@ from __future__ import annotations
 import math
 
 SCHEDULERS = ("constant", "inverse-sqrt", "linear", "cosine", "plateau")
-BUDGETED = ("linear", "cosine")  # the schedules that need an update to end at (--schedule-updates or --max-updates)
+BUDGETED = ("linear", "cosine")  # the schedules that need a horizon: an update to end at, or a time budget
 
 
 class LRSchedule:
     """The learning rate at each update; ``lr(u)``, ``on_validation(u, metric)``, ``state_dict()`` for resuming."""
 
     def __init__(self, kind: str, lr: float, warmup: int = 0, decay: float = 0.5, patience: int = 1,
-                 min_lr: float = 0.0, total: int = 0):
+                 min_lr: float = 0.0, total: int = 0, budget: float = 0.0, decay_fraction: float = 1.0):
         if kind not in SCHEDULERS:
             raise ValueError(f"unknown scheduler '{kind}' (choose from {', '.join(SCHEDULERS)})")
-        if kind in BUDGETED and total <= warmup:
-            raise ValueError(f"the {kind} schedule needs a last update after the warm-up ({total} <= {warmup})")
-        self.kind, self.base, self.warmup, self.total = kind, lr, warmup, total
+        if kind in BUDGETED and total <= warmup and not budget > 0:
+            raise ValueError(f"the {kind} schedule needs a last update after the warm-up ({total} <= {warmup}) or "
+                             "a time budget")
+        if not 0 < decay_fraction <= 1:
+            raise ValueError(f"the decay fraction must be in (0, 1] (got {decay_fraction})")
+        self.kind, self.base, self.warmup = kind, lr, warmup
+        self.total = total if total > warmup else 0  # (0: no update horizon, the time budget alone)
+        self.budget, self.decay_fraction = budget, decay_fraction
         self.decay, self.patience, self.min_lr = decay, patience, min_lr
         self.factor = 1.0  # plateau: the product of the decays so far
         self.bad = 0  # plateau: validations since the last improvement or decay
         self.best: float | None = None  # plateau: the best metric so far (higher is better)
 
-    def lr(self, update: int) -> float:
-        """The learning rate of update ``update`` (1-based)."""
+    def horizon(self, update: int, elapsed: float = 0.0) -> float:
+        """T, the update at which a linear or cosine schedule reaches its floor, as known before update ``update``
+        when ``elapsed`` seconds have been trained: the update horizon, or the time budget at the rate so far,
+        whichever comes first (infinite before any time has been measured)."""
+        horizon = float(self.total) if self.total else math.inf
+        if self.budget > 0 and update > 1 and elapsed > 0:
+            horizon = min(horizon, (update - 1) * self.budget / elapsed)
+        return horizon
+
+    def lr(self, update: int, elapsed: float = 0.0) -> float:
+        """The learning rate of update ``update`` (1-based), ``elapsed`` seconds into the run (time budgets)."""
         if update <= self.warmup:
             return self.base * update / self.warmup
         if self.kind == "constant":
@@ -57,7 +84,10 @@ class LRSchedule:
         elif self.kind == "inverse-sqrt":
             rate = self.base * math.sqrt(max(self.warmup, 1) / update)
         elif self.kind in BUDGETED:
-            done = min(update - self.warmup, self.total - self.warmup) / (self.total - self.warmup)  # in (0, 1]
+            span = self.horizon(update, elapsed) - self.warmup
+            done = 1.0 if span <= 0 else min((update - self.warmup) / span, 1.0)  # q, in (0, 1]
+            held = 1 - self.decay_fraction  # (the stable part: the full rate)
+            done = max(done - held, 0.0) / self.decay_fraction
             left = 1 - done if self.kind == "linear" else (1 + math.cos(math.pi * done)) / 2
             rate = self.min_lr + (self.base - self.min_lr) * left
         else:
@@ -83,14 +113,25 @@ class LRSchedule:
     def state_dict(self) -> dict:
         state = {"factor": self.factor, "bad": self.bad, "best": self.best}
         if self.kind in BUDGETED:
-            state["total"] = self.total
+            state.update(total=self.total, budget=self.budget, decay_fraction=self.decay_fraction)
         return state
 
     def load_state_dict(self, state: dict) -> str | None:
         """Restore the state; returns what changed for a resumed run to say (a decaying schedule's last update set
         anew), else None."""
         self.factor, self.bad, self.best = float(state["factor"]), int(state["bad"]), state["best"]
+        if self.kind not in BUDGETED:
+            return None
+        changes = []
         before = state.get("total")
-        if self.kind in BUDGETED and before is not None and before != self.total:
-            return f"the {self.kind} schedule now reaches its floor at update {self.total}, not {before}"
-        return None
+        if before is not None and before != self.total:
+            changes.append(f"reaches its floor at update {self.total or 'the time budget sets'}, not "
+                           f"{before or 'the time budget set'}")
+        before = state.get("budget", 0.0)
+        if before != self.budget:
+            changes.append(f"has a time budget of {self.budget:g} s, not {before:g} s" if self.budget else
+                           f"has no time budget (it had {before:g} s)")
+        before = state.get("decay_fraction", 1.0)
+        if before != self.decay_fraction:
+            changes.append(f"decays over the last {self.decay_fraction:g} of the run, not {before:g}")
+        return f"the {self.kind} schedule now " + " and ".join(changes) if changes else None

@@ -56,6 +56,7 @@ from nmtkit.train.validation import describe as describe_validation
 from nmtkit.train.validation import validation_bleu, validation_loss
 
 log = logging.getLogger("nmtkit.train")
+clock = time.perf_counter  # what the run's time is measured with (tests of time budgets put a deterministic one here)
 
 class Trainer:
     """Owns the model, optimizer, data and state of one training run. ``Trainer(cfg).train()``."""
@@ -163,7 +164,7 @@ class Trainer:
             raise InputError(f"no training pair has at most {max_len} tokens per side", cfg.data)
         self.max_len = max_len
         self.schedule = LRSchedule(cfg.lr_scheduler, cfg.lr, cfg.warmup_updates, cfg.lr_decay, cfg.lr_patience,
-                                   cfg.min_lr, cfg.horizon)
+                                   cfg.min_lr, cfg.horizon, cfg.time_horizon, cfg.decay_fraction)
         self.lr = cfg.lr  # the rate of the latest update
         self.averager = averaging.make(self.model, cfg.ema_decay, cfg.average_last)
         if payload is not None:
@@ -206,7 +207,7 @@ class Trainer:
         # Adadelta takes the factor and rescales block by block (one pass less over the gradients)
         max_norm = self.cfg.clip_norm or math.inf
         # (nmtkit/train/schedule.py: every optimizer reads group["lr"])
-        self.lr = self.schedule.lr(self.state.update + 1)
+        self.lr = self.schedule.lr(self.state.update + 1, self.state.elapsed)
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr
         if isinstance(self.optimizer, Adadelta):
@@ -293,10 +294,10 @@ class Trainer:
                                          self.eligible, cfg.batch_size, cfg.pool_batches, cfg.seed, st.epoch,
                                          self._pool_lengths())
                 while st.batch_in_epoch < len(schedule):
-                    t0 = time.perf_counter()
+                    t0 = clock()
                     group = schedule[st.batch_in_epoch: st.batch_in_epoch + cfg.update_freq]
                     nll, ntok, norm = self._step(group)
-                    dt = time.perf_counter() - t0
+                    dt = clock() - t0
                     st.update += 1
                     st.batch_in_epoch += len(group)
                     st.elapsed += dt
@@ -311,7 +312,7 @@ class Trainer:
                         self._gather_rngs()
                         status = self._validate_and_save(logf, progress) if lead else status
                         saved_at = st.update
-                        status = self.procs.broadcast_status(status, self.schedule)
+                        status, st.elapsed = self.procs.broadcast_status(status, self.schedule, st.elapsed)
                     if stop and status == "done":
                         status = "interrupted" if self.stop_signal is not None else "limit"
                     if status != "done":
@@ -341,10 +342,12 @@ class Trainer:
         self._rank_rngs = self.procs.gather_rngs()
 
     def _should_stop(self) -> bool:
+        """Whether any limit or a signal ends the run here; the processes of a data-parallel run agree on it and on
+        the time trained (the slowest's), which the schedules of a time budget read."""
         cfg, st = self.cfg, self.state
-        stop = (self.stop_signal is not None or (cfg.max_updates and st.update >= cfg.max_updates)
-                or (cfg.max_time and st.elapsed >= cfg.max_time))
-        return self.procs.agree_to_stop(bool(stop))
+        stop, st.elapsed = self.procs.agree_to_stop(self.stop_signal is not None, st.elapsed)
+        return bool(stop or (cfg.max_updates and st.update >= cfg.max_updates)
+                    or (cfg.max_time and st.elapsed >= cfg.max_time))
 
     def _validate_and_save(self, logf, progress) -> str:
         cfg, st = self.cfg, self.state
@@ -357,8 +360,11 @@ class Trainer:
             raw = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
             weights = self.averager.weights(raw)
         if self.valid is not None:
+            t0 = clock()
             with averaging.using_weights(self.model, weights):
                 result = self.validate()
+            if scheduled:  # (the run's time: what a time budget counts; an interruption's validation is not the run's)
+                st.elapsed += clock() - t0
             value = result.get("valid_bleu") if cfg.best_metric == "bleu" else None
             value = -result["valid_loss"] if value is None else value
             if scheduled:
