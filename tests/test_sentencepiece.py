@@ -9,6 +9,7 @@ import base64
 import os
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 import sentencepiece
@@ -17,7 +18,7 @@ from nmtkit.data import checkpoint
 from nmtkit.errors import InputError
 from nmtkit.data.manifest import PreparedData
 from nmtkit.prepare import PrepareConfig, prepare
-from nmtkit.data.text import SPM_SPACE, Preprocessor, TextConfig, learn_spm_model, spm_words_of
+from nmtkit.data.text import SPM_SPACE, Preprocessor, TextConfig, learn_bpe_codes, learn_spm_model, spm_words_of
 
 from conftest import REPO, lines_of, train_tiny
 
@@ -159,7 +160,7 @@ def test_bad_sentencepiece_settings_are_one_line_errors(spm_data, tmp_path):
 def spm_model(spm_data):
     root, _ = spm_data
     return train_tiny(root / "data", root / "run", max_updates=60, valid_every=60, valid_bleu_sentences=20,
-                      log_every=30)
+                      log_every=100)
 
 
 def test_the_checkpoint_carries_the_model_and_translation_segments_with_it(spm_data, spm_model, tmp_path):
@@ -211,3 +212,104 @@ def test_text_config_round_trip_keeps_the_model(spm_data):
     assert again == cfg and again.spm_model is not None and again.bpe_codes is None
     line = "Two young men ride their bicycles past the old harbour."
     assert Preprocessor(again).tokenize(line) == Preprocessor(cfg).tokenize(line)
+
+
+# -- the text a user reads (issue 34: each SentencePiece translation came out as one word) ---------------------------
+
+PREFIX = "Le très honorable Jean Chrétien est ici ."  # a Hansards line, as the issue gave it
+PREFIX_TEXT = "Le très honorable Jean Chrétien est ici."  # ... and as a reader sees it
+FR_WORDS = Preprocessor(TextConfig("fr"))  # the word-level path's detokeniser: the oracle for running text
+
+
+@pytest.fixture(scope="module")
+def hansards_spm(data_dir, tmp_path_factory):
+    """1,500 Hansards pairs prepared with a joint SentencePiece model of 200 units (the issue's setting; most words
+    are several units) and a tiny model trained on them for 150 updates: (root, checkpoint)."""
+    import gzip
+
+    root = tmp_path_factory.mktemp("hansards-spm")
+    for lang in ("en", "fr"):
+        with gzip.open(data_dir / "hansards" / f"train.{lang}.gz", "rt", encoding="utf-8") as f:
+            lines = [line.rstrip("\n") for _, line in zip(range(3500), f)][2000:]  # (past the opening's headings)
+        _write(root / f"train.{lang}", lines)
+        _write(root / f"valid.{lang}", lines_of(data_dir / "hansards" / f"dev.{lang}", 30))
+    prepare(PrepareConfig("en", "fr", train=[str(root / "train")], valid=str(root / "valid"), dest=str(root / "data"),
+                          src_vocab_size=1000, tgt_vocab_size=1000, max_len=50, spm_vocab_size=200))
+    return root, train_tiny(root / "data", root / "run", max_updates=150, valid_every=150, valid_bleu_sentences=0,
+                            log_every=100)
+
+
+def test_detokenize_takes_units_and_gives_the_moses_detokenised_sentence(hansards_spm, data_dir):
+    """detokenize owns the merge: the units of a line (SentencePiece or BPE) give back the running text the
+    word-level path gives for that line's words, spaces and all."""
+    root, _ = hansards_spm
+    lines = [line for line in lines_of(data_dir / "hansards" / "test.fr", 2000) if len(line.split()) >= 6][:60]
+    spm = Preprocessor(PreparedData.open(root / "data").text_config("fr"))
+    words = [FR_WORDS.words(line) for line in lines]
+    bpe = Preprocessor(TextConfig("fr", bpe_codes=learn_bpe_codes(Counter(w for ws in words for w in ws), 200)))
+    assert len(lines) == 60
+    for pre in (spm, bpe):
+        for line, ws in zip(lines, words):
+            units = pre.subwords(ws)
+            assert len(units) > len(ws)  # (200 units or merges: the line really is segmented)
+            text = pre.detokenize(units)
+            assert text == FR_WORDS.detokenize(ws) and " " in text, (line, units)
+            assert pre.detokenize(units) == pre.detokenize(pre.tokenize(line))
+    assert spm.detokenize(spm.tokenize(PREFIX)) == PREFIX_TEXT
+
+
+def _translate_cli(ckpt, inp, prefix, out, nbest, *extra) -> list[str]:
+    proc = subprocess.run([sys.executable, str(REPO / "bin" / "nmt-translate"), "-m", ckpt, "-i", str(inp),
+                           "--prefix", str(prefix), "-o", str(out), "--nbest-file", str(nbest), "--workers", "1",
+                           "-q", *extra], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    return lines_of(out)
+
+
+def _nbest_texts(path, n_lines) -> list[list[str]]:
+    texts: list[list[str]] = [[] for _ in range(n_lines)]
+    for entry in lines_of(path):
+        i, text, _, _ = entry.split(" ||| ")
+        texts[int(i)].append(text)
+    return texts
+
+
+@pytest.mark.parametrize("how", [["--beam", "3", "--nbest", "3"], ["--sampling", "topk:20", "--nbest", "2"]],
+                         ids=["beam-nbest", "sampling"])
+def test_translations_of_a_sentencepiece_model_read_as_words(hansards_spm, data_dir, tmp_path, how):
+    """Through nmt-translate: plain output, a --prefix, every n-best entry, samples.  The same hypotheses come out
+    of a --tokenized run fed the same words; the plain run must read as those words detokenised (the word-level
+    path's Moses detokeniser: spaces kept), and a prefixed line must start with the prefix's text."""
+    root, ckpt = hansards_spm
+    src = [line for line in lines_of(data_dir / "hansards" / "test.en", 2000) if len(line.split()) >= 8][:6]
+    assert len(src) == 6
+    src = src[:3] + [""] + src[3:]  # (an empty line with a prefix gives the prefix itself)
+    prefixes = [PREFIX, "", "", PREFIX, "", PREFIX, ""]
+    en = Preprocessor(PreparedData.open(root / "data").text_config("en"))
+    runs = {}
+    for tokenized in (False, True):
+        d = tmp_path / ("tok" if tokenized else "plain")
+        d.mkdir()
+        _write(d / "in.en", [" ".join(en.words(s)) for s in src] if tokenized else src)
+        _write(d / "prefix.fr", [" ".join(FR_WORDS.words(p)) for p in prefixes] if tokenized else prefixes)
+        out = _translate_cli(ckpt, d / "in.en", d / "prefix.fr", d / "out.fr", d / "nbest",
+                             *how, *(["--tokenized"] if tokenized else []))
+        assert len(out) == len(src)
+        runs[tokenized] = out, _nbest_texts(d / "nbest", len(src))
+    (plain, plain_nbest), (tok, tok_nbest) = runs[False], runs[True]
+    assert all(SPM_SPACE not in h for h in plain + tok)
+    n = int(how[-1])
+    assert [len(e) for e in plain_nbest] == [len(e) for e in tok_nbest] == [n, n, n, 1, n, n, n]
+    for k, prefix in enumerate(prefixes):
+        assert plain_nbest[k][0] == plain[k] and tok_nbest[k][0] == tok[k]
+        for p, t in zip(plain_nbest[k], tok_nbest[k]):  # the best, and every other entry
+            assert p == FR_WORDS.detokenize(t.split()), (k, p, t)
+            if prefix:
+                assert t.startswith(PREFIX) and p.startswith(PREFIX_TEXT), (k, p)
+                assert p.split()[:6] == PREFIX_TEXT.split()[:6]
+    assert plain[3] == PREFIX_TEXT and tok[3] == PREFIX
+    # running text, not one glued word: the prefixed lines have the prefix's seven words, and an unprefixed line
+    # of two or more words (the oracle above holds each line to its exact text)
+    assert all(len(plain[k].split()) >= 7 for k, prefix in enumerate(prefixes) if prefix)
+    assert any(len(plain[k].split()) >= 2 for k, prefix in enumerate(prefixes) if not prefix), plain

@@ -138,11 +138,18 @@ class Preprocessor:
         return self.subwords(self.words(line))
 
     def merge_subwords(self, tokens: list[str]) -> list[str]:
-        """Undo the segmentation: join each word's units back into the word."""
+        """Undo the segmentation: join each word's units back into the word.
+
+        Give it model tokens (units), never words already merged: it is not idempotent.  SentencePiece's words
+        carry no ``▁``, so a second merge reads every word as the continuation of the one before and glues the
+        sentence into one word (BPE's second merge is harmless only while no word ends in ``@@``)."""
         return self.words_of(tokens)[0] if self.segmented else tokens
 
     def detokenize(self, tokens: list[str]) -> str:
-        """Model tokens back to running text: merge subwords, then Moses detokenisation."""
+        """Model tokens (units) back to running text: merge subwords, then Moses detokenisation.
+
+        This method owns the merge, so callers pass the units as the model wrote them, not merged words (see
+        :meth:`merge_subwords`); on the word-level path units are words and the merge is the identity."""
         return self._detokenizer.detokenize(self.merge_subwords(tokens), return_str=True, unescape=False)
 
 

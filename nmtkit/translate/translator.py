@@ -10,7 +10,7 @@ must match) and turns raw lines into translations, **one result per input line, 
 - lines are read in windows of ``window`` lines, sorted by length into batches of ``batch_size`` within the window,
   decoded with batched beam search (:mod:`nmtkit.translate.search`), and the results given back in input order, window
   by window, so memory does not grow with the input;
-- the output undoes the preprocessing (BPE merge, Moses detokenisation) unless ``tokenized``;
+- the output undoes the preprocessing (subword merge, Moses detokenisation) unless ``tokenized``;
 - with ``prefixes`` (one target line per input line, preprocessed as the target side is), each translation starts
   with its line's prefix: the search is forced through it (:mod:`nmtkit.translate.search`) and the prefix's own
   words are written back; an empty source line with a prefix gives the prefix itself;
@@ -377,8 +377,11 @@ class Translator:
         return toks
 
     def _render(self, tokens: list[str]) -> str:
-        words = self.tgt_pre.merge_subwords(tokens)
-        return " ".join(words) if self.tokenized else self.tgt_pre.detokenize(words)
+        """Model tokens → the text the user reads.  The units are merged into words exactly once, here or inside
+        :meth:`Preprocessor.detokenize`: merging words again glues a SentencePiece sentence into one word."""
+        if self.tokenized:
+            return " ".join(self.tgt_pre.merge_subwords(tokens))
+        return self.tgt_pre.detokenize(tokens)
 
 
 def _words(pre: Preprocessor, line: str, tokenized: bool) -> list[str]:
