@@ -1,4 +1,5 @@
-"""``nmt-score``: translations + reference → BLEU/chrF with signatures, no-UNK subset, by-length, bootstrap, NLL.
+"""``nmt-score``: translations + reference → BLEU/chrF with signatures, no-UNK subset, by-length, bootstrap, NLL;
+and beside them numbers carried, repeats and ``<unk>`` per line (nmtkit.score.diagnostics).
 
 The command parses options into :class:`nmtkit.score.ScoreConfig`, calls :func:`nmtkit.score.evaluate` and prints
 its report, as a table (the paper's Table 1 layout, signatures under it) or as JSON (``--json``), on stdout.
@@ -53,6 +54,7 @@ def render_text(report: dict) -> str:
                      f"the shortlists ({no_unk['shortlist_sizes']['source']} source / "
                      f"{no_unk['shortlist_sizes']['target']} target entries of {no_unk['shortlist']}) in source "
                      "or reference")
+    lines += _noticed(report)
     by = report["by_length"]
     if by:
         lines += ["", f"{by['metric']} by sentence length, in {by['unit']}: {by['signature']}"]
@@ -83,24 +85,42 @@ def render_text(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _noticed(report: dict) -> list[str]:
+    """The diagnostics (nmtkit.score.diagnostics): one line per system, after a heading that says how numbers were
+    read, or why they were not checked."""
+    from nmtkit.score.diagnostics import summary
+
+    diag = report["diagnostics"]
+    n = diag["repeat_ngram"]
+    how = diag["note"] or (f"numbers: the {report['source_lang']} source's, read in the {report['target_lang']} "
+                           "translations")
+    out = ["", f"What a reader notices ({how}; repeats: the lines that say a word {n}-gram more often than the "
+               "reference does; any: the lines that say one twice at all):"]
+    width = max(len(s["name"]) for s in report["systems"])
+    out += [f"  {s['name'].ljust(width)}  {summary(s['diagnostics'], diag['reference'])}" for s in report["systems"]]
+    return out
+
+
 @click.command(cls=ToolCommand, context_settings=CONTEXT)
 @click.argument("hypotheses", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--reference", "-r", required=True, type=click.Path(dir_okay=False),
               help="Reference translations (plain text, gzip or WMT SGML).")
 @click.option("--source", "-s", type=click.Path(dir_okay=False),
-              help="Source sentences: needed for --model, --vocab, --by-length and --plot.")
+              help="Source sentences: needed for --model, --vocab, --by-length, --plot and the numbers check.")
 @click.option("--name", "-n", "names", multiple=True, help="A name for each hypothesis file, in order [file names].")
 @click.option("--model", "-m", type=click.Path(dir_okay=False),
               help="Checkpoint: its shortlists give the no-UNK subset; also the references' NLL under it.")
 @click.option("--vocab", type=click.Path(file_okay=False),
               help="Prepared directory (nmt-prepare): its shortlists give the no-UNK subset.")
-@click.option("--src-lang", help="Source language for length counting [checkpoint's/prepared data's, or from -s].")
-@click.option("--tgt-lang", help="Target language for BLEU-tok's Moses tokenizer [likewise, or from -r].")
+@click.option("--src-lang", help="Source language for length counting and the source's numbers "
+              "[checkpoint's/prepared data's, or from -s].")
+@click.option("--tgt-lang", help="Target language for BLEU-tok's Moses tokenizer and the translations' numbers "
+              "[likewise, or from -r].")
 @click.option("--by-length", is_flag=True, help="Scores per source-length bucket (the paper's Figure 2).")
 @click.option("--bucket-width", default=10, show_default=True, help="Words per length bucket.")
 @click.option("--max-length", default=60, show_default=True, help="The last bucket holds this many words and more.")
-@click.option("--length-metric", default="BLEU", show_default=True, type=click.Choice(["BLEU", "chrF", "TER", "BLEU-tok"]),
-              help="The score of --by-length and --plot.")
+@click.option("--length-metric", default="BLEU", show_default=True,
+              type=click.Choice(["BLEU", "chrF", "TER", "BLEU-tok"]), help="The score of --by-length and --plot.")
 @click.option("--plot", type=click.Path(dir_okay=False),
               help="Draw the by-length scores, one line per system (.png, .svg or .pdf); implies --by-length.")
 @click.option("--bootstrap", default=0, show_default=True, metavar="N",
@@ -110,16 +130,20 @@ def render_text(report: dict) -> str:
 @backend_option("NLL")
 @click.option("--metrics", default="BLEU,chrF,TER,BLEU-tok", show_default=True,
               help="The scores to give, comma-separated, in this order (TER is by far the slowest to compute).")
+@click.option("--repeat-ngram", default=3, show_default=True, metavar="N",
+              help="Count the lines that repeat a word N-gram more often than the reference does.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True)
 def main(hypotheses, reference, source, names, model, vocab, src_lang, tgt_lang, by_length, bucket_width, max_length,
-         length_metric, plot, bootstrap, batch_size, device, backend, metrics, as_json, quiet):
+         length_metric, plot, bootstrap, batch_size, device, backend, metrics, repeat_ngram, as_json, quiet):
     """Score one or more translations of the same source against a reference, side by side.
 
     BLEU is sacreBLEU's detokenized BLEU and chrF its chrF2, each printed with its signature; BLEU-tok is the
     paper-era tokenized BLEU (Moses-tokenized text, multi-bleu.perl style), not comparable with sacreBLEU.
     With --model or --vocab the same scores are given on the sentences with no unknown word in source or
-    reference (Table 1's second column), with the subset's size.
+    reference (Table 1's second column), with the subset's size. Beside the scores, what a reader notices: the
+    share of the source's numbers each translation carries (needs -s), the lines that repeat a word n-gram the
+    reference does not repeat, and <unk> per line.
 
     \b
       nmt-score -r newstest2014.fr rnnsearch.fr rnnencdec.fr moses.fr
@@ -133,7 +157,7 @@ def main(hypotheses, reference, source, names, model, vocab, src_lang, tgt_lang,
                       target_lang=tgt_lang, by_length=by_length, bucket_width=bucket_width, max_length=max_length,
                       length_metric=length_metric, plot=plot, bootstrap=bootstrap, batch_size=batch_size,
                       metrics=[m.strip() for m in metrics.split(",") if m.strip()],
-                      device=device, backend=backend)
+                      device=device, backend=backend, repeat_ngram=repeat_ngram)
     setup_logging(quiet)
     run("nmt-score", lambda: _score(cfg, as_json))
 

@@ -16,12 +16,14 @@ extracted once per system; the corpus score, the no-unknown-word subset (Table 1
 sentence-length buckets (Figure 2) are then sums of rows, exactly what sacreBLEU computes on those lines alone.
 Paired bootstrap resampling is sacreBLEU's :class:`~sacrebleu.significance.PairedTest` (seed: ``$SACREBLEU_SEED``,
 12345 by default, as in sacreBLEU). With a checkpoint, :func:`model_nll` gives the references' negative
-log-likelihood under the model (teacher forced, batched).
+log-likelihood under the model (teacher forced, batched). Beside the scores, :class:`Diagnostics` counts what a
+reader notices and the scores hide: the source's numbers a translation carries, the lines that repeat a word n-gram
+the reference does not, and ``<unk>`` per line.
 
 The package's modules: the inputs (``inputs``), the metrics and the bootstrap (``metrics``), the no-UNK subset and
-the length buckets (``subsets``), the model likelihood (``likelihood``) and the whole report (``report``). Their
-public names are importable from the package itself (``from nmtkit.score import evaluate``), each looked up in its
-module on first use.
+the length buckets (``subsets``), the model likelihood (``likelihood``), the reader's figures (``diagnostics``) and
+the whole report (``report``). Their public names are importable from the package itself
+(``nmtkit.score.evaluate``), each looked up in its module on first use.
 """
 
 from nmtkit.runtime import lazy_names
@@ -32,5 +34,6 @@ __all__, __getattr__ = lazy_names(__name__, {
     "SentenceMetric": "metrics", "make_metrics": "metrics", "paired_bootstrap": "metrics", "Shortlist":
     "subsets", "shortlist_from_checkpoint": "subsets", "shortlist_from_prepared": "subsets", "no_unk_rows":
     "subsets", "Buckets": "subsets", "length_buckets": "subsets", "model_nll": "likelihood", "ScoreConfig":
-    "report", "evaluate": "report"
+    "report", "evaluate": "report", "Diagnostics": "diagnostics", "numbers": "diagnostics",
+    "excess_repeats": "diagnostics",
 })

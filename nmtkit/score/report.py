@@ -1,4 +1,5 @@
-"""Everything ``nmt-score`` reports, from one :class:`ScoreConfig`."""
+"""Everything ``nmt-score`` reports, from one :class:`ScoreConfig`: the metrics, their subsets and tests, and beside
+them what a reader notices (numbers, repeats, ``<unk>``: :mod:`nmtkit.score.diagnostics`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 
 
 from nmtkit.errors import InputError
+from nmtkit.score.diagnostics import Diagnostics
 from nmtkit.score.inputs import guess_lang, read_inputs, system_names
 from nmtkit.score.metrics import AXIS_LABELS, DESCRIPTIONS, METRICS, make_metrics, paired_bootstrap
 from nmtkit.score.subsets import length_buckets, no_unk_rows, shortlist_from_checkpoint, shortlist_from_prepared
@@ -35,6 +37,7 @@ class ScoreConfig:
     device: str = "cpu"
     backend: str | None = None  # how --model computes (nmtkit.models.BACKENDS; None: $NMTKIT_BACKEND, else fast)
     metrics: list[str] | tuple[str, ...] = METRICS  # which scores, in the table's order
+    repeat_ngram: int = 3  # the word n-gram whose repetition the diagnostics count
 
     def check(self) -> None:
         """Reject contradictory or incomplete settings before any file is read."""
@@ -61,6 +64,8 @@ class ScoreConfig:
                              f"(got {', '.join(self.names)})")
         if self.length_metric not in METRICS:
             raise InputError(f"unknown length metric '{self.length_metric}' (choose from {', '.join(METRICS)})")
+        if self.repeat_ngram < 1:
+            raise InputError(f"--repeat-ngram must be >= 1 (got {self.repeat_ngram})")
         if self.bootstrap < 0:
             raise InputError(f"--bootstrap must be >= 0 (got {self.bootstrap})")
         if self.backend is not None and self.model is None:
@@ -86,7 +91,9 @@ def evaluate(cfg: ScoreConfig) -> dict:
     "file", "scores": {metric: {"score", "signature"}}, "details": {metric: sacreBLEU's verbose line}}],
     "no_unk": None | {"sentences", "of", "shortlist", "scores": {name: {metric: score}}}, "by_length": None |
     {"metric", "signature", "unit", "labels", "counts", "scores": {name: [score or None]}}, "bootstrap": None |
-    [per metric: see paired_bootstrap], "nll": None | see model_nll, "plot": path or None}``.
+    [per metric: see paired_bootstrap], "nll": None | see model_nll, "plot": path or None, "diagnostics":
+    {"repeat_ngram", "note": why the numbers are not checked, or None, "reference": {"numbers", "repeats"}}}``,
+    and each system's ``"diagnostics"``: :meth:`nmtkit.score.diagnostics.Diagnostics.of`.
     """
     cfg.check()
     refs, hyps, src = read_inputs(cfg.reference, cfg.hypotheses, cfg.source)
@@ -101,6 +108,7 @@ def evaluate(cfg: ScoreConfig) -> dict:
         shortlist = shortlist_from_prepared(cfg.vocab)
     tgt_lang = cfg.target_lang or (shortlist and shortlist.target_lang) or guess_lang(cfg.reference) or "en"
     src_lang = cfg.source_lang or (shortlist and shortlist.source_lang) or guess_lang(cfg.source) or "en"
+    diagnostics = Diagnostics(refs, src, src_lang, tgt_lang, cfg.repeat_ngram)
     metrics = make_metrics(refs, tgt_lang, cfg.metrics)
     stats = {m: [metric.stats(h) for h in hyps] for m, metric in metrics.items()}
     report: dict = {
@@ -109,6 +117,9 @@ def evaluate(cfg: ScoreConfig) -> dict:
         "metrics": {m: {"signature": metric.signature, "description": DESCRIPTIONS[m]}
                     for m, metric in metrics.items()},
         "systems": [], "no_unk": None, "by_length": None, "bootstrap": None, "nll": None, "plot": None,
+        "diagnostics": {"repeat_ngram": cfg.repeat_ngram, "reference": diagnostics.reference,
+                        "note": None if src is not None else "numbers not checked: give the source (-s SRC), whose "
+                                                             "numbers a translation must carry"},
     }
     for k, (name, path) in enumerate(zip(names, cfg.hypotheses)):
         results = {m: metric.score_of(stats[m][k]) for m, metric in metrics.items()}
@@ -116,6 +127,7 @@ def evaluate(cfg: ScoreConfig) -> dict:
             "name": name, "file": path,
             "scores": {m: {"score": float(r.score), "signature": metrics[m].signature} for m, r in results.items()},
             "details": {m: str(r) for m, r in results.items()},
+            "diagnostics": diagnostics.of(hyps[k]),
         })
     if shortlist is not None:
         rows = no_unk_rows(src, refs, shortlist)
