@@ -71,17 +71,22 @@ def open_binary(path: str | os.PathLike):
     return f
 
 
-def is_sgml(path: str | os.PathLike) -> bool:
-    """True when ``path`` is WMT SGML: by extension (``.sgm``, ``.sgml``, optionally ``.gz``) or by its header."""
+def is_sgml(path: str | os.PathLike, stream=None) -> bool:
+    """True when ``path`` is WMT SGML: by extension (``.sgm``, ``.sgml``, optionally ``.gz``) or by its header.
+    Given the open ``stream`` of ``path``, its header is peeked at, not read: a pipe (``<(...)``, ``/dev/stdin``)
+    cannot be opened a second time from its start."""
     name = os.fspath(path).lower().removesuffix(".gz")
     if name.endswith((".sgm", ".sgml")):
         return True
-    with open_binary(path) as f:
-        try:
-            head = f.read(4096).removeprefix(BOM).lstrip()
-        except (OSError, EOFError, zlib.error) as e:
-            raise InputError(f"cannot read: {e}", path) from None
-    return head[:7].lower() in SGML_HEADERS
+    try:
+        if stream is not None:
+            head = stream.peek(4096)[:4096]
+        else:
+            with open_binary(path) as f:
+                head = f.read(4096)
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(f"cannot read: {e}", path) from None
+    return head.removeprefix(BOM).lstrip()[:7].lower() in SGML_HEADERS
 
 
 def without_bom(raw: bytes, line: int) -> bytes:
@@ -100,8 +105,8 @@ def decode_line(raw: bytes, path: str, line: int) -> str:
 def read_segments(path: str | os.PathLike) -> Iterator[Segment]:
     """Yield the segments of a plain, gzip or SGML corpus file, in file order."""
     path = os.fspath(path)
-    sgml = is_sgml(path)
     with open_binary(path) as f:
+        sgml = is_sgml(path, f)
         lineno = 0
         doc = ""
         segments = 0

@@ -145,6 +145,22 @@ def test_sgml_detected_by_header_and_inside_gzip(tmp_path):
     assert not is_sgml(write(tmp_path / "plain.en", "<b>not sgml</b>\n"))
 
 
+@pytest.mark.parametrize("sgml", [False, True])
+def test_a_pipe_is_read_once_from_its_start(sgml):
+    """A pipe (bash's <(...), /dev/stdin) cannot be opened again from its start: the format is peeked at on the one
+    open stream, and no line is lost (reading the header first used to swallow the first 4 KiB)."""
+    import subprocess
+    import sys
+
+    lines = [f"line {i} " + "x" * 40 for i in range(3000)]
+    body = ("<refset>\n<doc docid=\"d\">\n" + "".join(f"<seg id=\"{i + 1}\">{t}</seg>\n" for i, t in enumerate(lines))
+            + "</doc>\n</refset>\n") if sgml else "".join(t + "\n" for t in lines)
+    code = ("import sys; from nmtkit.files import read_segments; "
+            "print('\\n'.join(s.text for s in read_segments('/dev/stdin')))")
+    done = subprocess.run([sys.executable, "-c", code], input=body, capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == lines
+
+
 def test_byte_order_mark_is_dropped_from_line_1_only(tmp_path):
     bom = "\ufeff"
     assert texts(write(tmp_path / "x.en", bom + "Hello world\n" + bom + "kept\n")) == ["Hello world", bom + "kept"]
