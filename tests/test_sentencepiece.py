@@ -122,6 +122,27 @@ def test_spm_type_bpe(spm_data):
         u if u in data.vocab("en") else "<unk>" for u in sp.encode(words, out_type=str)]
 
 
+def test_spm_split_digits_spells_every_number_digit_by_digit(spm_data, tmp_path):
+    """--spm-split-digits: no unit holds two digits, in the vocabularies or in any segmented line, and the numbers
+    of real news lines are spelt digit by digit (what lets a model copy a number it never saw)."""
+    import re
+
+    root, cfg = spm_data
+    prepare(PrepareConfig("en", "fr", dest=str(tmp_path / "digits"), spm_vocab_size=800, spm_split_digits=True,
+                          **cfg))
+    data = PreparedData.open(tmp_path / "digits")
+    assert data.manifest["sentencepiece"]["split_digits"] is True
+    two_digits = re.compile(r"[0-9][0-9]")
+    for lang in ("en", "fr"):
+        assert not any(two_digits.search(u) for u in data.vocab(lang).tokens)
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(tmp_path / "digits" / "spm.model"))
+    numbers = [w for line in lines_of(root / "data" / "test.tok.en") for w in line.split() if re.search(r"\d\d", w)]
+    assert len(numbers) > 10  # (news-test-2014's lines have numbers)
+    assert all(not two_digits.search(u) for w in numbers for u in sp.encode(w, out_type=str))
+    with pytest.raises(InputError, match="--spm-split-digits is a setting of a SentencePiece model being learned"):
+        PrepareConfig("en", "fr", train=["x"], dest=str(tmp_path / "d"), spm_split_digits=True).check()
+
+
 def _prepare_cli(*args) -> tuple[int, str]:
     """(exit code, the one error line): log lines aside, a failed run must print exactly one line."""
     proc = subprocess.run([sys.executable, str(REPO / "bin" / "nmt-prepare"), "-s", "en", "-t", "fr", "-q",

@@ -34,6 +34,9 @@ from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
               help="Learn a joint SentencePiece model of N units on the training words (instead of BPE).")
 @click.option("--spm-type", type=click.Choice(["unigram", "bpe"]), default="unigram", show_default=True,
               help="SentencePiece's model type, with --spm-vocab-size.")
+@click.option("--spm-split-digits", is_flag=True,
+              help="With --spm-vocab-size: every digit is a unit of its own, so that a number is spelt digit by "
+                   "digit in both languages and a model can copy numbers it never saw.")
 @click.option("--spm-model", type=click.Path(dir_okay=False), metavar="FILE",
               help="Apply this SentencePiece model (a .model file) to the Moses words.")
 @click.option("--vocab-from", type=click.Path(file_okay=False), metavar="DIR",
@@ -48,7 +51,7 @@ from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
 @click.option("--quiet", "-q", is_flag=True, help="Report only warnings and errors.")
 def main(source_lang, target_lang, train, valid, test, dest, src_vocab_size, tgt_vocab_size, max_len, lowercase,
          no_normalize, aggressive_dash_splits, bpe_merges, bpe_codes, bpe_dropout, spm_vocab_size, spm_type,
-         spm_model, vocab_from, max_ratio, dedup, workers, force, quiet):
+         spm_split_digits, spm_model, vocab_from, max_ratio, dedup, workers, force, quiet):
     """Tokenise, filter, build shortlist vocabularies and binarize a parallel corpus into DEST.
 
     \b
@@ -64,7 +67,7 @@ def main(source_lang, target_lang, train, valid, test, dest, src_vocab_size, tgt
         dest=dest, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, max_len=max_len,
         lowercase=lowercase, normalize_punctuation=not no_normalize, aggressive_dash_splits=aggressive_dash_splits,
         bpe_merges=bpe_merges, bpe_codes=bpe_codes, bpe_dropout=bpe_dropout, spm_vocab_size=spm_vocab_size,
-        spm_type=spm_type, spm_model=spm_model, vocab_from=vocab_from, max_ratio=max_ratio, dedup=dedup,
+        spm_type=spm_type, spm_split_digits=spm_split_digits, spm_model=spm_model, vocab_from=vocab_from, max_ratio=max_ratio, dedup=dedup,
         workers=workers, force=force,
     )
     run("nmt-prepare", lambda: prepare(cfg))

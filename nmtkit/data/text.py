@@ -219,11 +219,13 @@ def spm_processor(model_b64: str):
     return processor
 
 
-def learn_spm_model(sentences: Iterable[str], vocab_size: int, model_type: str = "unigram") -> str:
+def learn_spm_model(sentences: Iterable[str], vocab_size: int, model_type: str = "unigram",
+                    split_digits: bool = False) -> str:
     """Learn a SentencePiece model of ``vocab_size`` units on lines of space-separated words (the Moses tokens of
     both languages); returns it as base64 text.  Identity normalisation (the words are already normalised, and
     every unit must join back into its word), all characters covered, one thread (the model must not depend on
-    the number of threads).  ValueError with SentencePiece's reason when it cannot learn one (too few types)."""
+    the number of threads); ``split_digits``: every digit a unit of its own.  ValueError with SentencePiece's
+    reason when it cannot learn one (too few types)."""
     import base64
 
     import sentencepiece
@@ -233,7 +235,7 @@ def learn_spm_model(sentences: Iterable[str], vocab_size: int, model_type: str =
     try:
         sentencepiece.SentencePieceTrainer.train(
             sentence_iterator=escaped, model_writer=model, vocab_size=vocab_size, model_type=model_type,
-            character_coverage=1.0, normalization_rule_name="identity", split_digits=False,
+            character_coverage=1.0, normalization_rule_name="identity", split_digits=split_digits,
             unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1, num_threads=1, max_sentence_length=1 << 16,
             train_extremely_large_corpus=False, minloglevel=2)
     except RuntimeError as e:  # ("INTERNAL: src/trainer_interface.cc(744) [...] Vocabulary size too high ...")

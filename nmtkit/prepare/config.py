@@ -31,6 +31,7 @@ class PrepareConfig:
     spm_vocab_size: int | None = None  # learn a joint SentencePiece model of this many units
     spm_model: str | None = None  # path of an existing SentencePiece model file
     spm_type: str = "unigram"  # SentencePiece's model type when learning one: unigram or bpe
+    spm_split_digits: bool = False  # when learning one: every digit a unit of its own
     bpe_dropout: float = 0.0  # BPE-dropout the training will use: the shortlists also count one such segmentation
     vocab_from: str | None = None  # a prepared directory whose vocabularies, BPE codes and text settings are reused
     workers: int = 1
@@ -61,6 +62,9 @@ class PrepareConfig:
             raise InputError("--bpe-dropout needs BPE (--bpe-merges or --bpe-codes)"
                              + ("; --vocab-from brings its directory's vocabularies and BPE-dropout"
                                 if self.vocab_from is not None else ""))
+        if self.spm_split_digits and self.spm_vocab_size is None:
+            raise InputError("--spm-split-digits is a setting of a SentencePiece model being learned: it needs "
+                             "--spm-vocab-size")
         if self.spm_type not in ("unigram", "bpe"):
             raise InputError(f"--spm-type must be unigram or bpe (got '{self.spm_type}')")
         if self.max_ratio is not None and not (1 <= self.max_ratio < math.inf):

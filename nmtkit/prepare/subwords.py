@@ -104,7 +104,8 @@ def subword_segmentation(cfg: PrepareConfig, out: str, splits: dict, given: dict
                 with open(path, encoding="utf-8", newline="\n") as f:
                     yield from (line.rstrip("\n") for line in f)
         try:
-            subwords = {"spm_model": learn_spm_model(lines(), cfg.spm_vocab_size, cfg.spm_type)}
+            subwords = {"spm_model": learn_spm_model(lines(), cfg.spm_vocab_size, cfg.spm_type,
+                                                         split_digits=cfg.spm_split_digits)}
         except ValueError as e:
             raise InputError(f"no SentencePiece model of {cfg.spm_vocab_size} units could be learned ({e}); "
                              "lower --spm-vocab-size", splits["train"][0][0]) from None
@@ -122,6 +123,7 @@ def subword_segmentation(cfg: PrepareConfig, out: str, splits: dict, given: dict
         return subwords, {"kind": "sentencepiece", "model_file": "spm.model",
                           "learned_units": cfg.spm_vocab_size,
                           "model_type": cfg.spm_type if cfg.spm_vocab_size is not None else None,
+                          "split_digits": cfg.spm_split_digits if cfg.spm_vocab_size is not None else None,
                           "given_model": given_from, "joint": True}
     return {}, None
 
