@@ -1286,9 +1286,14 @@ def test_recipes_resolve_to_train_configs(small, tmp_path):
     settings = recipe_settings("fast")
     settings["lr"] = 5.0
     assert RECIPES["fast"]["lr"] == 1e-3  # a copy
-    with pytest.raises(ValueError, match="unknown recipe 'quick' \\(choose from paper, fast\\)"):
+    budget = train_config(str(small), "rnnsearch-small", str(tmp_path), recipe="budget", max_time=600)
+    assert dataclasses.replace(budget, recipe="fast", lr_scheduler="constant", decay_fraction=1.0, min_lr=0.0,
+                               max_time=0.0) == fast  # fast, annealed over the last 30% to 1e-5
+    assert (budget.lr_scheduler, budget.decay_fraction, budget.min_lr) == ("linear", 0.3, 1e-5)
+    with pytest.raises(InputError, match="or a time budget \\(--max-time\\)"):  # it needs a budget
+        train_config(str(small), "rnnsearch-small", str(tmp_path), recipe="budget").check()
+    with pytest.raises(ValueError, match="unknown recipe 'quick' \\(choose from paper, fast, budget\\)"):
         recipe_settings("quick")
-    from nmtkit.errors import InputError
 
     with pytest.raises(InputError, match="unknown recipe 'quick'"):
         Trainer(_cfg(small, tmp_path / "run", recipe="quick"))

@@ -8,6 +8,7 @@ import click
 
 from nmtkit.cli import CONTEXT, ToolCommand, backend_option, run, setup_logging
 from nmtkit.runtime import tune_malloc
+from nmtkit.train.recipes import RECIPES
 
 
 def _model_option(ctx, param, values):
@@ -50,10 +51,11 @@ def _list_archs(ctx, param, value):
 @click.option("--save-dir", required=True, type=click.Path(file_okay=False), help="Where checkpoints go.")
 @click.option("--model-option", "-o", "model_options", multiple=True, callback=_model_option, metavar="KEY=VALUE",
               help="Override a model setting, e.g. -o hidden_dim=512 -o dropout=0.2. Repeatable.")
-@click.option("--recipe", type=click.Choice(["paper", "fast"]),
-              help="Training recipe: the paper's (Adadelta, Appendix B.1 init) or 'fast', which learns within a CPU "
-                   "budget (Glorot init, Adam 1e-3; see nmtkit/train/recipes.py). Options given explicitly win over "
-                   "it. [fast for rnnsearch-small/rnnencdec-small, else paper]")
+@click.option("--recipe", type=click.Choice(list(RECIPES)),
+              help="Training recipe: the paper's (Adadelta, Appendix B.1 init); 'fast', which learns within a CPU "
+                   "budget (Glorot init, Adam 1e-3); 'budget', fast annealed to its floor as --max-time or "
+                   "--max-updates runs out (see nmtkit/train/recipes.py). Options given explicitly win over it. "
+                   "[fast for rnnsearch-small/rnnencdec-small, else paper]")
 @click.option("--init", type=click.Choice(["paper", "xavier", "xavier-flat"]), default="paper", show_default=True,
               help="Weight initialisation: the paper's Appendix B.1, or Glorot-uniform for every non-recurrent "
                    "matrix (recurrent ones orthogonal in both); xavier-flat: xavier with v_a = 0, so α starts uniform.")

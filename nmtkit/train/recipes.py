@@ -14,6 +14,12 @@
   Tried at 5,000 updates beside OpenNMT-py and not adopted: an EMA of the weights (mixed: BLEU up, chrF down) and
   a linear decay of the rate (worse): tests/bench/results/bench_quality.txt, runs 3 and 4.
 
+- ``budget``: ``fast`` trained to a budget, of time (``--max-time``) or of updates (``--max-updates``): the rate
+  held at 10⁻³, then over the last 30% of the run decayed linearly to 10⁻⁵, reaching it as the budget runs out
+  (nmtkit/train/schedule.py: a time budget is carried to updates at the rate measured as the run goes).  The
+  recipe of ``examples/one-hour.sh``; chosen against ``fast`` at equal time by tests/bench/bench_recipe.py
+  (tests/bench/results/bench_recipe.txt).  It needs a budget: without one nmt-train says so.
+
 Batches of 80 sentences, the pools of 1,600 sorted by length and the gradient clipped at L2 norm 1 are the paper's
 in both.  A setting given explicitly (``--lr 0.002`` or ``TrainConfig(lr=…)`` through
 :func:`nmtkit.train.config.train_config`) wins over the recipe's.
@@ -28,6 +34,8 @@ RECIPES: dict[str, dict[str, Any]] = {
                   warmup_updates=0, ema_decay=0.0),
     "fast": dict(optimizer="adam", lr=1e-3, init="xavier-flat", label_smoothing=0.0, lr_scheduler="constant",
                  warmup_updates=0, ema_decay=0.0),
+    "budget": dict(optimizer="adam", lr=1e-3, init="xavier-flat", label_smoothing=0.0, lr_scheduler="linear",
+                   warmup_updates=0, decay_fraction=0.3, min_lr=1e-5, ema_decay=0.0),
 }
 FAST_PRESETS = ("rnnsearch-small", "rnnencdec-small")
 
