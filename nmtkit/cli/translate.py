@@ -56,6 +56,9 @@ def _output(path: str | None):
 @click.option("--coverage-penalty", default=0.0, show_default=True, metavar="BETA",
               help="Rank finished hypotheses with Wu et al. (2016)'s coverage penalty BETA * sum_j log min(sum_i "
                    "alpha_ij, 1) added (attention models; 0 = off; OpenNMT-py's beta, e.g. 0.2).")
+@click.option("--no-repeat-ngram", default=0, show_default=True, metavar="N",
+              help="No hypothesis may produce a target n-gram of N tokens twice (fairseq's --no-repeat-ngram-size; "
+                   "against loops; 0 = off; 1 forbids any repeated token). A --prefix is kept as given.")
 @click.option("--prefix", "prefix_path", type=click.Path(dir_okay=False, allow_dash=False),
               help="Target prefixes, one line per input line: each translation starts with its line's prefix "
                    "(forced decoding; an empty line: no prefix).")
@@ -87,8 +90,8 @@ def _output(path: str | None):
 @click.option("--bf16", is_flag=True, help="bfloat16 autocast.")
 @backend_option("translations")
 @click.option("--quiet", "-q", is_flag=True)
-def main(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, coverage_penalty, prefix_path, sampling,
-         seed, no_unk, replace_unk, unk_dict, nbest,
+def main(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, coverage_penalty, no_repeat_ngram,
+         prefix_path, sampling, seed, no_unk, replace_unk, unk_dict, nbest,
          nbest_file, alignments, attention, scores, tokenized, batch_size, window, max_source_len, device, threads,
          workers, bf16, backend, quiet):
     """Translate text with one or more checkpoints: exactly one output line per input line, in order.
@@ -105,8 +108,8 @@ def main(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, co
     run("nmt-translate", lambda: _translate(**args))
 
 
-def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, coverage_penalty, prefix_path,
-               sampling, seed, no_unk, replace_unk, unk_dict,
+def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, coverage_penalty, no_repeat_ngram,
+               prefix_path, sampling, seed, no_unk, replace_unk, unk_dict,
                nbest, nbest_file, alignments, attention, scores, tokenized, batch_size, window, max_source_len,
                device, threads, workers, bf16, backend, quiet):
     import torch
@@ -150,7 +153,7 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
                             window=window or None, tokenized=tokenized, max_source_len=max_source_len,
                             need_attention=bool(alignments or attention), bf16=bf16, workers=workers,
                             threads=threads, coverage_penalty=coverage_penalty, sampling=how, seed=seed,
-                            backend=backend)
+                            backend=backend, no_repeat_ngram=no_repeat_ngram)
     progress = None
     if sys.stderr.isatty() and not quiet:
         from tqdm import tqdm

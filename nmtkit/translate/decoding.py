@@ -71,7 +71,8 @@ def decode_batch(models: list, sources: list[np.ndarray], device, bf16: bool = F
             hyps = sample(models, src.to(device), lens.to(device), [(seed, *k) for k in keys],
                           n=search["nbest"], sampling=Sampling(**sampling), max_len_a=search["max_len_a"],
                           max_len_b=search["max_len_b"], lenpen=search["lenpen"], no_unk=search["no_unk"],
-                          need_attention=search["need_attention"], prefix=prefix, prefix_lens=prefix_lens)
+                          need_attention=search["need_attention"], prefix=prefix, prefix_lens=prefix_lens,
+                          no_repeat_ngram=search.get("no_repeat_ngram", 0))
         else:
             hyps = beam_search(models, src.to(device), lens.to(device), prefix=prefix, prefix_lens=prefix_lens,
                                **search)

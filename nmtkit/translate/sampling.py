@@ -5,7 +5,9 @@ At every step the next token is drawn from the model's distribution ``p(y_i | y_
 :class:`Sampling`: divided by a ``temperature`` T in the log domain (``p^(1/T)``, renormalised), then cut to the
 ``topk`` most probable tokens, or to the smallest set whose probability reaches ``topp`` (nucleus sampling, Holtzman
 et al. 2020), and renormalised. ``<pad>`` and ``<s>`` are never drawn, ``<unk>`` not with ``no_unk``; a prefix is
-forced and the length limit applies as in :mod:`nmtkit.translate.search`.
+forced and the length limit applies as in :mod:`nmtkit.translate.search`. With ``no_repeat_ngram`` n > 0 the tokens
+that would repeat one of the sample's n-grams are removed before the reshaping (:mod:`nmtkit.translate.ngramblock`,
+as in beam search): a sample is drawn from the model's distribution over the continuations that do not repeat.
 
 **Reproducible**: the draws of sample s of a sentence are a function of that sentence's key (nmt-translate uses
 the seed, the line number and the piece) and s only, through their own generator: the same seed gives the same
@@ -92,7 +94,7 @@ def reshape(logp: torch.Tensor, sampling: Sampling) -> torch.Tensor:
 def sample(models, src: torch.Tensor, src_lens: torch.Tensor, keys: list, n: int = 1,
            sampling: Sampling = Sampling(), max_len_a: float = 2.0, max_len_b: int = 10, lenpen: float = 1.0,
            no_unk: bool = False, need_attention: bool = False, prefix: torch.Tensor | None = None,
-           prefix_lens: torch.Tensor | None = None) -> list[list[Hypothesis]]:
+           prefix_lens: torch.Tensor | None = None, no_repeat_ngram: int = 0) -> list[list[Hypothesis]]:
     """src (B, Tx) with ``</s>``, src_lens (B,), one key per sentence -> for each sentence ``n`` samples, sorted by
     their length-normalised log-probability."""
     if n < 1 or len(keys) != src.shape[0]:
@@ -107,7 +109,8 @@ def sample(models, src: torch.Tensor, src_lens: torch.Tensor, keys: list, n: int
             .clamp_(max=cdf.shape[1] - 1)
 
     tokens, scores, attn = one_token_at_a_time(models, src, src_lens, draw, n, max_len_a, max_len_b, no_unk,
-                                               need_attention, prefix, prefix_lens)  # (B·n rows), α (B·n, T, Tx)
+                                               need_attention, prefix, prefix_lens,
+                                               no_repeat_ngram)  # (B·n rows), α (B·n, T, Tx)
     lens = src_lens.tolist()
     results = []
     for b in range(len(lens)):

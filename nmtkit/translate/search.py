@@ -15,6 +15,10 @@
   ``t < prefix_len`` the only expansion is the prefix's token, scored with the model's own log-probability (also
   when ``no_unk`` would forbid it), so every hypothesis starts with the prefix and the rest is the search continued
   from the state the prefix leads to. The length limit is at least the prefix's length.
+- With ``no_repeat_ngram`` n > 0 (fairseq's ``--no-repeat-ngram-size``) no hypothesis produces an n-gram of target
+  tokens twice: where its last n−1 tokens equal an earlier (n−1)-gram of it, the tokens that followed that earlier
+  one get −inf before the top-k (:mod:`nmtkit.translate.ngramblock`); a forced prefix counts as history but is never
+  blocked, ``</s>`` never is. The history is the hypothesis' own token row, reordered with it after each top-k.
 - :func:`greedy`: the plain batched greedy decoder (validation during training; equal to ``beam = 1``).
 - :func:`beam_search_reference`: one sentence at a time with Python lists — slow, obviously right, and the yardstick
   the batched search is tested against.
@@ -33,6 +37,7 @@ import torch
 
 from nmtkit.data.vocab import BOS, EOS, PAD, UNK
 from nmtkit.models.fast.policy import policy
+from nmtkit.translate.ngramblock import ban_repeats, banned_after
 
 
 @dataclass
@@ -77,9 +82,11 @@ def _limits(src_lens: torch.Tensor, max_len_a: float, max_len_b: int,
 
 
 def _mask_step(logp: torch.Tensor, no_unk: bool, t: int, prefix: torch.Tensor | None = None,
-               prefix_lens: torch.Tensor | None = None, sentences: torch.Tensor | None = None, K: int = 1) -> None:
-    """In place, at step t: :func:`_mask`; then rows (K per sentence, ``sentences`` (A,) their batch ids) whose
-    prefix is longer than t may only continue with its token t, at its log-probability before the masking."""
+               prefix_lens: torch.Tensor | None = None, sentences: torch.Tensor | None = None, K: int = 1,
+               history: torch.Tensor | None = None, no_repeat_ngram: int = 0) -> None:
+    """In place, at step t: :func:`_mask`, and with ``no_repeat_ngram`` the n-gram block over the rows' tokens so
+    far, history (rows, t); then rows (K per sentence, ``sentences`` (A,) their batch ids) whose prefix is longer
+    than t may only continue with its token t, at its log-probability before the masking (so never blocked)."""
     forcing = None
     if prefix is not None and t < prefix.shape[1]:
         rows = (t < prefix_lens[sentences]).repeat_interleave(K).nonzero().squeeze(1)  # (R,)
@@ -87,6 +94,8 @@ def _mask_step(logp: torch.Tensor, no_unk: bool, t: int, prefix: torch.Tensor | 
             tok = prefix[sentences, t].repeat_interleave(K)[rows]  # (R,)
             forcing = rows, tok, logp[rows, tok]  # (a copy of R values, taken before the masking)
     _mask(logp, no_unk)
+    if no_repeat_ngram:
+        ban_repeats(logp, history, no_repeat_ngram)
     if forcing is not None:
         rows, tok, kept = forcing
         logp[rows] = -math.inf
@@ -145,12 +154,16 @@ def top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 def one_token_at_a_time(models, src: torch.Tensor, src_lens: torch.Tensor, choose, n: int = 1,
                         max_len_a: float = 2.0, max_len_b: int = 10, no_unk: bool = False,
                         need_attention: bool = False, prefix: torch.Tensor | None = None,
-                        prefix_lens: torch.Tensor | None = None) -> tuple[list[list[int]], list[float], torch.Tensor | None]:
+                        prefix_lens: torch.Tensor | None = None,
+                        no_repeat_ngram: int = 0) -> tuple[list[list[int]], list[float], torch.Tensor | None]:
     """The left-to-right loop of greedy decoding and of sampling: ``n`` rows per sentence of src (B, Tx) with
     ``</s>``, each extended by one token a step, ``choose(logp (B·n, V), t) -> y (B·n,)`` picking it from the masked
-    log-probabilities (``<pad>``, ``<s>``, with ``no_unk`` ``<unk>``; a prefix's token t where it is longer than t;
-    only ``</s>`` at the length limit), until every row has ended.  -> each row's tokens (without ``</s>``), its
-    log-probability, and with ``need_attention`` α (B·n, T, Tx)."""
+    log-probabilities (``<pad>``, ``<s>``, with ``no_unk`` ``<unk>``; with ``no_repeat_ngram`` the tokens that would
+    repeat an n-gram of the row; a prefix's token t where it is longer than t; only ``</s>`` at the length limit),
+    until every row has ended.  -> each row's tokens (without ``</s>``), its log-probability, and with
+    ``need_attention`` α (B·n, T, Tx)."""
+    if no_repeat_ngram < 0:
+        raise ValueError(f"no_repeat_ngram must be at least 0 (got {no_repeat_ngram})")
     ens = Ensemble(models)
     dev = src.device
     B = src.shape[0]
@@ -164,14 +177,20 @@ def one_token_at_a_time(models, src: torch.Tensor, src_lens: torch.Tensor, choos
     done = torch.zeros(B * n, dtype=torch.bool, device=dev)
     scores = torch.zeros(B * n, dtype=torch.float64, device=dev)
     out, alphas = [], []
-    for t in range(int(limits.max()) + 1):
+    T = int(limits.max()) + 1
+    # with the block: each row's tokens so far, (B·n, T), filled a column a step (rows do not move here)
+    history = torch.zeros((B * n, T), dtype=torch.long, device=dev) if no_repeat_ngram else None
+    for t in range(T):
         logp, states, alpha = ens.step(y, states, encs)  # (B·n, V), α (B·n, Tx)
-        _mask_step(logp, no_unk, t, prefix, prefix_lens, sentences, n)
+        _mask_step(logp, no_unk, t, prefix, prefix_lens, sentences, n,
+                   history[:, :t] if history is not None else None, no_repeat_ngram)
         _only_eos(logp, t >= limits)  # (at the limit only </s> may follow)
         y = choose(logp, t)  # (B·n,)
         step = logp.gather(1, y[:, None]).squeeze(1).double()
         scores += torch.where(done, torch.zeros_like(step), step)
         out.append(torch.where(done, torch.full_like(y, EOS), y))
+        if history is not None:
+            history[:, t] = out[-1]
         if need_attention:
             alphas.append(alpha.float())
         done |= y == EOS
@@ -183,10 +202,11 @@ def one_token_at_a_time(models, src: torch.Tensor, src_lens: torch.Tensor, choos
 
 
 def greedy(models, src: torch.Tensor, src_lens: torch.Tensor, max_len_a: float = 2.0, max_len_b: int = 10,
-           no_unk: bool = False) -> list[Hypothesis]:
+           no_unk: bool = False, no_repeat_ngram: int = 0) -> list[Hypothesis]:
     """Batched greedy decoding: src (B, Tx) with ``</s>``, src_lens (B,) → one hypothesis per sentence, in order."""
     tokens, scores, _ = one_token_at_a_time(models, src, src_lens, lambda logp, t: logp.argmax(dim=-1),
-                                            max_len_a=max_len_a, max_len_b=max_len_b, no_unk=no_unk)
+                                            max_len_a=max_len_a, max_len_b=max_len_b, no_unk=no_unk,
+                                            no_repeat_ngram=no_repeat_ngram)
     return [Hypothesis(toks, score, score) for toks, score in zip(tokens, scores)]
 
 
@@ -194,14 +214,16 @@ def greedy(models, src: torch.Tensor, src_lens: torch.Tensor, max_len_a: float =
 def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 12, nbest: int = 1,
                 max_len_a: float = 2.0, max_len_b: int = 10, lenpen: float = 1.0, no_unk: bool = False,
                 need_attention: bool = False, coverage_penalty: float = 0.0, prefix: torch.Tensor | None = None,
-                prefix_lens: torch.Tensor | None = None) -> list[list[Hypothesis]]:
+                prefix_lens: torch.Tensor | None = None, no_repeat_ngram: int = 0) -> list[list[Hypothesis]]:
     """Batched beam search: src (B, Tx) with ``</s>``, src_lens (B,), optionally prefix (B, P) target ids padded
     with ``<pad>`` and prefix_lens (B,) → for each sentence its ``nbest`` best hypotheses, best first (see the module
-    docstring for the exact procedure)."""
+    docstring for the exact procedure; ``no_repeat_ngram`` n > 0 blocks repeated n-grams, 0 = off)."""
     if beam < 1 or nbest < 1 or nbest > beam:
         raise ValueError(f"need 1 <= nbest <= beam (got nbest {nbest}, beam {beam})")
     if coverage_penalty < 0:
         raise ValueError(f"the coverage penalty must be at least 0 (got {coverage_penalty})")
+    if no_repeat_ngram < 0:
+        raise ValueError(f"no_repeat_ngram must be at least 0 (got {no_repeat_ngram})")
     ens = Ensemble(models)
     dev = src.device
     B, K = src.shape[0], beam
@@ -228,7 +250,7 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
         A = alive.numel()
         logp, states, alpha = ens.step(y, states, encs)  # (A*K, V), α (A*K, Tx)
         V = logp.shape[1]
-        _mask_step(logp, no_unk, t, prefix, prefix_lens, alive, K)
+        _mask_step(logp, no_unk, t, prefix, prefix_lens, alive, K, tokens, no_repeat_ngram)  # tokens (A*K, t)
         if words is not None:
             if alpha is None:
                 raise ValueError("the coverage penalty needs an attention model (rnnsearch)")
@@ -294,7 +316,8 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
 @torch.no_grad()
 def beam_search_reference(models, src_ids: list[int], beam: int = 12, nbest: int = 1, max_len_a: float = 2.0,
                           max_len_b: int = 10, lenpen: float = 1.0, no_unk: bool = False,
-                          coverage_penalty: float = 0.0, prefix: list[int] | None = None) -> list[Hypothesis]:
+                          coverage_penalty: float = 0.0, prefix: list[int] | None = None,
+                          no_repeat_ngram: int = 0) -> list[Hypothesis]:
     """The same search for one sentence (ids without ``</s>``), hypothesis by hypothesis with Python lists."""
     ens = Ensemble(models)
     src = torch.tensor([list(src_ids) + [EOS]])
@@ -312,8 +335,9 @@ def beam_search_reference(models, src_ids: list[int], beam: int = 12, nbest: int
             raw = logp.clone()
             _mask(logp, no_unk)
             new_cov = cov if alpha is None else [c + float(a) for c, a in zip(cov, alpha[0])]
+            banned = banned_after(toks, no_repeat_ngram)  # (the prefix counts as history; its tokens are forced)
             for v in range(logp.shape[1]):
-                lp = float(logp[0, v])
+                lp = -math.inf if v in banned else float(logp[0, v])
                 if t < len(prefix):
                     lp = float(raw[0, v]) if v == prefix[t] else -math.inf
                 if t >= limit and v != EOS:

@@ -86,7 +86,7 @@ class Translator:
                  window: int | None = None, tokenized: bool = False, max_source_len: int = 250,
                  need_attention: bool = False, bf16: bool = False, workers: int = 1, threads: int = 0,
                  coverage_penalty: float = 0.0, sampling: Sampling | None = None, seed: int = 0,
-                 backend: str | None = None):
+                 backend: str | None = None, no_repeat_ngram: int = 0):
         if not checkpoints:
             raise InputError("no checkpoint given (-m CHECKPOINT)")
         if sampling is None and (beam < 1 or not 1 <= nbest <= beam):
@@ -97,6 +97,8 @@ class Translator:
             raise InputError(f"--coverage-penalty must be a finite number of at least 0 (got {coverage_penalty})")
         if sampling is not None and coverage_penalty:
             raise InputError("--coverage-penalty ranks beam search's hypotheses; it has no meaning with --sampling")
+        if not isinstance(no_repeat_ngram, int) or no_repeat_ngram < 0:
+            raise InputError(f"--no-repeat-ngram must be a whole number of at least 0, 0 = off (got {no_repeat_ngram})")
         if batch_size < 1 or max_source_len < 1:
             raise InputError("--batch-size and --max-source-len must be at least 1")
         if workers < 0 or threads < 0:
@@ -138,6 +140,8 @@ class Translator:
                              no_unk=no_unk, need_attention=self.need_attention, bf16=bf16)
         if coverage_penalty:
             self._options["coverage_penalty"] = coverage_penalty
+        if no_repeat_ngram:  # (off: the options, and so the decoding, are exactly those without the block)
+            self._options["no_repeat_ngram"] = no_repeat_ngram
         if sampling is not None:
             self._options.update(sampling=dataclasses.asdict(sampling), seed=seed)
         threads = threads or torch.get_num_threads()
