@@ -162,3 +162,51 @@ def test_cpu_scale_tiny_end_to_end(tmp_path, data_dir):
     stages = [line.split("\t")[0] for line in (work / "timings.tsv").read_text().splitlines()]
     assert stages == ["data", "prepare", "train", "translate", "score", "align", "report"]
     print(f"tiny CPU-scale run: {time.monotonic() - start:.0f} s")
+
+
+ONE_HOUR = REPO / "examples" / "one-hour.sh"
+
+
+def test_one_hour_recipe_end_to_end_on_a_small_corpus(tmp_path, data_dir):
+    """examples/one-hour.sh on 600 real Hansards pairs (gzipped, as a user may give them) with a 20-second budget:
+    it holds pairs out for validation, prepares SentencePiece data, trains to the budget and leaves the annealed
+    model and the options it is decoded with; nmt-translate with those options gives one line of words per input
+    line. Run again, it reuses the prepared data and resumes the finished run instead of training anew."""
+    import gzip
+    import itertools
+
+    for lang in ("en", "fr"):
+        with gzip.open(data_dir / "hansards" / f"train.{lang}.gz", "rt", encoding="utf-8") as f, \
+                gzip.open(tmp_path / f"corpus.{lang}.gz", "wt", encoding="utf-8") as out:
+            out.writelines(itertools.islice(itertools.islice(f, 20000, None), 600))
+    work = tmp_path / "work"
+    env = {**clean_env(), "SPM_UNITS": "400", "VALID_EVERY": "20", "OMP_NUM_THREADS": "1"}
+    run = subprocess.run(["bash", str(ONE_HOUR), str(tmp_path / "corpus"), str(work), "--seconds", "20",
+                          "--threads", "1"], capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "60 of 600 pairs held out for validation" in run.stderr
+    manifest = json.loads((work / "data" / "manifest.json").read_text())
+    assert manifest["sentencepiece"]["learned_units"] == 400
+    records = [json.loads(line) for line in open(work / "model" / "train.jsonl", encoding="utf-8")]
+    made = max(r["update"] for r in records)
+    assert f"== done: {made} updates in 20 s of training" in run.stderr
+    ckpt = work / "model" / "checkpoint_last.pt"
+    from nmtkit.data import checkpoint
+
+    payload = checkpoint.load(ckpt)
+    assert payload["train"]["config"]["recipe"] == "budget" and payload["train"]["state"]["elapsed"] >= 20
+    assert payload["train"]["schedule"]["budget"] == 20.0
+    options = (work / "translate.options").read_text().split()
+    assert "--beam" in options
+    src = (work / "split.valid.en").read_text(encoding="utf-8").splitlines()  # (held out: never trained on)
+    out = subprocess.run([str(REPO / "bin" / "nmt-translate"), "-m", str(ckpt), *options, "-q"],
+                         input="\n".join(src[:20]) + "\n", capture_output=True, text=True, timeout=300,
+                         env={**env, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert len(lines) == 20 and any(len(line.split()) >= 2 for line in lines)  # words, not glued pieces
+    again = subprocess.run(["bash", str(ONE_HOUR), str(tmp_path / "corpus"), str(work), "--seconds", "20",
+                            "--threads", "1"], capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "nmt-prepare" not in again.stderr and "already reached its --max-updates/--max-time limit" in again.stderr
+    assert max(json.loads(line)["update"] for line in open(work / "model" / "train.jsonl")) == made

@@ -969,6 +969,13 @@ def test_validation_bleu_by_beam_search_and_resume_warning(small, tmp_path, capl
         train(_cfg(small, tmp_path / "run", valid_every=2, max_updates=4, valid_bleu_sentences=0, resume=True,
                    batch_size=8))
     assert any("--batch-size" in r.getMessage() and "differ" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="nmtkit.train"):  # (the update's own settings: a warning too)
+        train(_cfg(small, tmp_path / "run", valid_every=2, max_updates=6, valid_bleu_sentences=0, resume=True,
+                   batch_size=8, clip_norm=5.0, rho=0.9, eps=1e-8))
+    changed = [r.getMessage() for r in caplog.records if "other training settings" in r.getMessage()]
+    assert len(changed) == 1 and all(f"--{k}" in changed[0] for k in ("clip-norm 1.0 -> 5.0", "rho 0.95 -> 0.9",
+                                                                      "eps 1e-06 -> 1e-08"))
 
 
 # -- learning-rate schedules and averaged weights --------------------------------------------------------------------

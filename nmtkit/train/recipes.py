@@ -17,8 +17,10 @@
 - ``budget``: ``fast`` trained to a budget, of time (``--max-time``) or of updates (``--max-updates``): the rate
   held at 10⁻³, then over the last 30% of the run decayed linearly to 10⁻⁵, reaching it as the budget runs out
   (nmtkit/train/schedule.py: a time budget is carried to updates at the rate measured as the run goes).  The
-  recipe of ``examples/one-hour.sh``; chosen against ``fast`` at equal time by tests/bench/bench_recipe.py
-  (tests/bench/results/bench_recipe.txt).  It needs a budget: without one nmt-train says so.
+  recipe of ``examples/one-hour.sh``.  Provisional: the shape follows the budgeted-training literature (a rate
+  held while the model is far from converged, annealed at the end; decaying from the first update lost BLEU at
+  5,000 updates, bench_quality.txt run 4), and its comparison with ``fast`` at equal time is still to be run
+  (tests/bench/bench_recipe.py).  It needs a budget: without one nmt-train says so.
 
 Batches of 80 sentences, the pools of 1,600 sorted by length and the gradient clipped at L2 norm 1 are the paper's
 in both.  A setting given explicitly (``--lr 0.002`` or ``TrainConfig(lr=…)`` through
