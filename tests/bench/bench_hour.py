@@ -23,6 +23,7 @@ then.  Stages are cached in WORK (delete a directory to redo it); ``--toolkits``
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -88,10 +89,7 @@ def _score(hyp: Path, prefix: Path, log: Path) -> dict:
 
 
 def _bleu_of(report: dict) -> float:
-    system = report["systems"][0] if "systems" in report else report
-    scores = system.get("scores", system)
-    bleu = scores["BLEU"]
-    return float(bleu["score"] if isinstance(bleu, dict) else bleu)
+    return float(report["systems"][0]["scores"]["BLEU"]["score"])
 
 
 def _choose(candidates: dict, tune: list[Path], decode, log: Path) -> tuple[str, dict]:
@@ -100,7 +98,7 @@ def _choose(candidates: dict, tune: list[Path], decode, log: Path) -> tuple[str,
     for key, options in candidates.items():
         scores[key] = {}
         for prefix in tune:
-            hyp = decode(options, prefix, f"tune-{prefix.name}-{abs(hash(key)) % 10**6}")
+            hyp = decode(options, prefix, f"tune-{prefix.name}-{hashlib.sha1(key.encode()).hexdigest()[:8]}")
             scores[key][prefix.name] = _bleu_of(_score(hyp, prefix, log))
     best = max(scores, key=lambda k: sum(scores[k].values()))
     return best, scores
@@ -228,7 +226,13 @@ def table(results: dict) -> str:
         label = "nmtkit rnnsearch-small, one-hour.sh" if name == "nmtkit" else "OpenNMT-py 3.5.1 (GRU brnn, mlp)"
         lines.append(f"{label}: {r.get('updates', 0):,} updates; decoded with {' '.join(r.get('options', []))}")
         for test, t in r.get("tests", {}).items():
-            lines.append(f"  {test:14} {json.dumps(t['score'].get('systems', [t['score']])[0])[:400]}")
+            system = t["score"]["systems"][0]
+            scores, diag = system["scores"], system["diagnostics"]
+            numbers = diag["numbers"]["share"]
+            lines.append(f"  {test:14} BLEU {scores['BLEU']['score']:5.2f}  chrF {scores['chrF']['score']:5.2f}  "
+                         f"TER {scores['TER']['score']:5.2f}  numbers "
+                         f"{'-' if numbers is None else f'{100 * numbers:.1f}%'}  repeats "
+                         f"{100 * diag['repeats']['share']:.1f}%  unk {diag['unk']['per_line']:.2f}/line")
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ The tuning sets must not be the sets a recipe is finally reported on.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -65,7 +66,7 @@ def decode(a, w: Path, result: dict, options: list[str]) -> None:
         runs = result.setdefault("decodes", {}).setdefault(key, {})
         if name in runs:
             continue
-        tag = f"{name}.{abs(hash(key)) % 10**8}" if options != ["--beam", "12"] else name
+        tag = f"{name}.{hashlib.sha1(key.encode()).hexdigest()[:8]}" if options != ["--beam", "12"] else name
         out = w / f"{tag}.hyp.fr"
         t, _ = _run([sys.executable, REPO / "bin" / "nmt-translate", "-m", model, "-i", f"{prefix}.en", "-o", out,
                      "--threads", a.threads, "--quiet", *options], w / "log.txt", a.cpu)
@@ -102,21 +103,15 @@ def cmd_decode(a) -> None:
     decode(a, w, _load(w), a.decode_options.split())
 
 
-def _cells(score: dict) -> str:
+def _cells(report: dict) -> str:
     """One hypothesis file's figures from nmt-score --json."""
-    sys_ = score["systems"][0] if "systems" in score else score
-    m = sys_.get("scores", sys_)
-    diag = sys_.get("diagnostics", {})
-    parts = [f"BLEU {m['BLEU']['score']:5.2f}" if isinstance(m.get("BLEU"), dict) else f"BLEU {m.get('BLEU', 0):5.2f}",
-             f"chrF {m['chrF']['score']:5.2f}" if isinstance(m.get("chrF"), dict) else f"chrF {m.get('chrF', 0):5.2f}"]
-    if diag:
-        num, rep, unk = diag.get("numbers", {}), diag.get("repeats", {}), diag.get("unk", {})
-        if num.get("share") is not None:
-            parts.append(f"num {100 * num['share']:5.1f}%")
-        if rep:
-            parts.append(f"rep {100 * rep.get('share', 0):4.1f}%")
-        if unk:
-            parts.append(f"unk {unk.get('per_line', 0):.2f}")
+    system = report["systems"][0]
+    scores, diag = system["scores"], system["diagnostics"]
+    parts = [f"BLEU {scores['BLEU']['score']:5.2f}", f"chrF {scores['chrF']['score']:5.2f}",
+             f"TER {scores['TER']['score']:5.2f}"]
+    if diag["numbers"]["share"] is not None:
+        parts.append(f"num {100 * diag['numbers']['share']:5.1f}%")
+    parts += [f"rep {100 * diag['repeats']['share']:4.1f}%", f"unk {diag['unk']['per_line']:.2f}"]
     return "  ".join(parts)
 
 
