@@ -553,6 +553,7 @@ def test_resume_equals_uninterrupted(small, tmp_path, stop, total, options):
     assert first["update"] == stop
     at_stop = _load_state(tmp_path / "B" / "checkpoint_last.pt")
     assert at_stop["update"] == stop
+    mid = checkpoint.load(tmp_path / "B" / f"checkpoint{stop}.pt")  # (off the grid: the resumed run deletes it)
     if stop < epoch:
         assert (at_stop["epoch"], at_stop["batch_in_epoch"]) == (0, stop)
     else:
@@ -567,7 +568,6 @@ def test_resume_equals_uninterrupted(small, tmp_path, stop, total, options):
 
     a = checkpoint.load(tmp_path / "A" / "checkpoint_last.pt")
     b = checkpoint.load(tmp_path / "B" / "checkpoint_last.pt")
-    mid = checkpoint.load(tmp_path / "B" / f"checkpoint{stop}.pt")
     assert a["model"].keys() == b["model"].keys()
     for k in a["model"]:
         assert torch.equal(a["model"][k], b["model"][k]), k
@@ -980,6 +980,22 @@ def test_validation_bleu_by_beam_search_and_resume_warning(small, tmp_path, capl
 
 # -- learning-rate schedules and averaged weights --------------------------------------------------------------------
 
+def test_a_resumed_run_keeps_the_checkpoints_and_log_of_the_uninterrupted_run(small, tmp_path):
+    """An interruption's checkpoint (update 6, off the grid of 4) and its validation record go when the resumed run
+    goes past them: --keep-last 2 keeps 12 and 14 as the uninterrupted run does, not 6 in place of 12."""
+    common = dict(valid_every=4, keep_last=2, valid_bleu_sentences=0)
+    train(_cfg(small, tmp_path / "A", max_updates=14, **common))
+    train(_cfg(small, tmp_path / "B", max_updates=6, **common))
+    assert _numbered(tmp_path / "B") == ["checkpoint4.pt", "checkpoint6.pt"]
+    assert [r["update"] for r in _valid_records(tmp_path / "B")] == [4, 6]  # (6: the limit's, off the grid)
+    train(_cfg(small, tmp_path / "B", max_updates=14, resume=True, **common))
+    assert _numbered(tmp_path / "A") == _numbered(tmp_path / "B") == ["checkpoint12.pt", "checkpoint14.pt"]
+    assert [r["update"] for r in _valid_records(tmp_path / "B")] == [4, 8, 12, 14]
+    assert _valid_records(tmp_path / "A") == _valid_records(tmp_path / "B")
+    state = checkpoint.load(tmp_path / "B" / "checkpoint_last.pt")["train"]["state"]
+    assert [h["update"] for h in state["history"]] == [4, 8, 12, 14]
+
+
 def _train_records(run) -> list[dict]:
     return [r for r in map(json.loads, open(run / "train.jsonl")) if r["type"] == "train"]
 
@@ -1108,9 +1124,17 @@ def test_average_last_starts_with_fewer(small, tmp_path):
         assert torch.equal(second["model"][k], mean.float())
 
 
-def _comparable(history: list, valid_every: int) -> list:
-    """The scheduled validations of a history, without their times (an interruption's checkpoint adds one)."""
-    return [{k: v for k, v in h.items() if k != "elapsed"} for h in history if h["update"] % valid_every == 0]
+def _untimed(records: list) -> list:
+    """Validation records without their times (what two runs on one machine still differ in)."""
+    return [{k: v for k, v in h.items() if k != "elapsed"} for h in records]
+
+
+def _valid_records(run) -> list[dict]:
+    return _untimed([r for r in map(json.loads, open(run / "train.jsonl")) if r["type"] == "valid"])
+
+
+def _numbered(run) -> list[str]:
+    return sorted(p.name for p in run.glob("checkpoint[0-9]*.pt"))
 
 
 # interrupted off the validation grid (the interruption's own checkpoint is not a validation of plateau's or the
@@ -1140,13 +1164,10 @@ def test_resume_with_schedule_and_averaging_equals_uninterrupted(small, tmp_path
             part["train"]["config"].pop(key)
         state = part["train"]["state"]
         state.pop("elapsed")
-        state["history"] = _comparable(state["history"], 4)
-        if stop % 4:  # the interruption's checkpoint counts as a validation for the best and early stopping
-            for key in ("best", "best_update", "bad_validations"):
-                state.pop(key)
-            for h in state["history"]:
-                h.pop("best_update")
-    _assert_same(a, b)  # weights (averaged and raw), optimizer, RNG, schedule, metrics, ... bit for bit
+        state["history"] = _untimed(state["history"])  # (the interruption's validation is not the run's: it went)
+    _assert_same(a, b)  # weights (averaged and raw), optimizer, RNG, schedule, metrics, best, ... bit for bit
+    assert _valid_records(tmp_path / "A") == _valid_records(tmp_path / "B")  # and the log's validations
+    assert _numbered(tmp_path / "A") == _numbered(tmp_path / "B")  # the interruption's checkpoint went too
     for u in range(4, total + 1, 4):  # and every scheduled checkpoint's weights on the way
         _assert_same(checkpoint.load(tmp_path / "A" / f"checkpoint{u}.pt")["model"],
                      checkpoint.load(tmp_path / "B" / f"checkpoint{u}.pt")["model"], f"checkpoint{u}")

@@ -5,13 +5,15 @@ What ``nmt-train --save-dir DIR`` keeps there, and the order it writes it in:
 - the directory itself is locked (an exclusive ``flock``) for the whole run, and the kernel drops the lock when the
   process dies, however it dies; ``.nmt-train.pid`` names the holder while it runs.  A second ``nmt-train`` on the
   same directory is refused in one line naming that pid.
-- ``checkpointN.pt``: the numbered checkpoints, the newest ``keep_last`` kept (and those an averaging still reads).
+- ``checkpointN.pt``: the numbered checkpoints, the newest ``keep_last`` kept (and those an averaging still reads);
+  an interruption's, off the ``--valid-every`` grid, goes at the resumed run's next save.
 - ``checkpoint_best.pt`` and ``checkpoint_last.pt``: hard links to numbered ones.  A new best is linked *before*
   ``checkpoint_last.pt`` moves on, so the best is never held only by a numbered file that a later rotation deletes;
   and :meth:`RunDir.repair_best` (on resume) relinks it from the numbered file the run's state names should a kill
   have come between the two links of an older nmtkit.
 - ``train.jsonl``: the run's log; on resume, the records written after the checkpoint resumed from are dropped
-  (:func:`truncate_log`), so the log reads like the uninterrupted run's.
+  and so are the interruption's validation records (:func:`truncate_log`), so the log reads like the
+  uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -95,15 +97,22 @@ class RunDir:
                 found.append((int(m.group(1)), p))
         return sorted(found)
 
-    def save(self, payload: dict, update: int, is_best: bool, keep_last: int, needed: set[int] = frozenset()) -> str:
+    def save(self, payload: dict, update: int, is_best: bool, keep_last: int, needed: set[int] = frozenset(),
+             valid_every: int = 1) -> str:
         """Write checkpoint ``update``; link it as best (first) and last; delete numbered ones beyond the newest
-        ``keep_last`` except ``needed`` and the one ``checkpoint_best.pt`` may still be the only other name of."""
+        ``keep_last`` except ``needed`` and the one ``checkpoint_best.pt`` may still be the only other name of.
+        An earlier checkpoint off the ``valid_every`` grid (an interruption's, or a limit's that a resumed run went
+        past) is deleted first and does not count among the kept: the run keeps the checkpoints an uninterrupted
+        run keeps."""
         path = self.file(f"checkpoint{update}.pt")
         checkpoint.save(payload, path)
         if is_best:
             checkpoint.link(path, self.file("checkpoint_best.pt"))
         checkpoint.link(path, self.file("checkpoint_last.pt"))
-        for u, old in self.numbered()[:-keep_last]:
+        numbered = self.numbered()
+        passed = [(u, p) for u, p in numbered if u % valid_every and u != update]
+        kept = [(u, p) for u, p in numbered if (u, p) not in passed]
+        for u, old in passed + kept[:-keep_last]:
             if u not in needed:
                 os.unlink(old)
         return path
@@ -120,8 +129,9 @@ class RunDir:
 
 
 def truncate_log(path: str, update: int) -> int:
-    """Drop the records of a JSON-lines training log after ``update`` (and a torn last line); returns how many
-    lines were dropped.  The file is rewritten atomically (temporary name, then rename)."""
+    """Drop the records of a JSON-lines training log after ``update`` (and a torn last line) and the validations
+    off the schedule (an interruption's: the resumed run goes past it); returns how many lines were dropped.  The
+    file is rewritten atomically (temporary name, then rename)."""
     from nmtkit.files import atomic_file
 
     if not os.path.isfile(path):
@@ -137,6 +147,8 @@ def truncate_log(path: str, update: int) -> int:
         if not line.endswith("\n"):
             continue
         if isinstance(record, dict) and isinstance(record.get("update"), int) and record["update"] > update:
+            continue
+        if isinstance(record, dict) and record.get("type") == "valid" and record.get("scheduled") is False:
             continue
         keep.append(line)
     if len(keep) == len(lines):

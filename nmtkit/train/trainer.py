@@ -180,7 +180,8 @@ class Trainer:
         needed = set() if self.averager is None else self.averager.needed()  # (a resumed average reads them)
         if self.state.best_saved_update != self.state.best_update:  # (a resume links the scheduled best back)
             needed.add(self.state.best_update)
-        return self.rundir.save(self.payload(weights), self.state.update, is_best, self.cfg.keep_last, needed)
+        return self.rundir.save(self.payload(weights), self.state.update, is_best, self.cfg.keep_last, needed,
+                                self.cfg.valid_every)
 
     # -- one update --------------------------------------------------------------------------------------------
 

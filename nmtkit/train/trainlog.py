@@ -23,8 +23,8 @@ class TrainLog:
 
     def __init__(self, path: str, resumed_at: int | None, tensorboard_dir: str | None):
         if resumed_at is not None and (dropped := rundir.truncate_log(path, resumed_at)):
-            log.info("dropped %d record(s) of %s written after update %d, the checkpoint resumed from", dropped,
-                     path, resumed_at)
+            log.info("dropped %d record(s) of %s written after update %d, the checkpoint resumed from, or by its "
+                     "interruption", dropped, path, resumed_at)
         try:
             self.file = open(path, "a" if resumed_at is not None else "w", encoding="utf-8")
         except OSError as e:
