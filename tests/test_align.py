@@ -326,6 +326,16 @@ def test_command_on_the_trial_set(model, data_dir, tmp_path):
     assert json.loads(proc.stderr) == {**report, "gold": t["naacl"]}
     assert [set(map(lambda x: tuple(map(int, x.split("-"))), line.split()))
             for line in proc.stdout.split("\n")[:-1]] == hyps
+    # the README's example, exactly as written, on the files of the trial set it names: the same AER
+    line = next(x.strip() for x in (REPO / "README.rst").read_text(encoding="utf-8").splitlines()
+                if x.strip().startswith("nmt-align "))
+    given = {"model.pt": model, **{os.path.basename(v): v for v in t.values()}, "plots": tmp_path / "readme-plots"}
+    args = line.split()[1:]
+    assert {"-s", "-t", "--gold"} <= set(args)
+    for flag in ("-s", "-t", "--gold"):
+        assert args[args.index(flag) + 1] in given, f"the README names {args[args.index(flag) + 1]}: not in the data"
+    proc = run_align(*[given.get(a, a) for a in args], "--json")
+    assert json.loads(proc.stderr)["aer"] == pytest.approx(report["aer"])
     # --backend reference: the paper's equations as they read give the same links
     proc = run_align("-m", model, "-s", t["e"], "-t", t["f"], "--tokenized", "--backend", "reference", "--pharaoh",
                      "-", "-q")
