@@ -27,7 +27,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +37,8 @@ REPO = Path(__file__).resolve().parents[2]
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
 PEERS = REPO.parent / "shared" / "peers"
+
+from peers import kept_tokenised_pairs  # noqa: E402  (tests/bench/peers.py: this script's folder)
 TESTS = {"hansards-test": DATA / "hansards" / "test", "newstest2014": DATA / "wmt14" / "newstest2014"}
 
 
@@ -160,15 +161,7 @@ def onmt(a, work: Path, deadline: float) -> dict:
         _run([sys.executable, REPO / "bin" / "nmt-prepare", "-s", "en", "-t", "fr", "--train",
               DATA / "hansards" / "train", "--valid", valid, "--max-len", "30", "--src-vocab-size", "16000",
               "--tgt-vocab-size", "16000", "--workers", "2", "--force", "-q", "--dest", words], log)
-    if not (w / "train.fr.tok").is_file():
-        kept = {int(x) for x in (words / "train.kept").read_text().split()}
-        for lang in ("en", "fr"):
-            with open(words / f"train.tok.{lang}", encoding="utf-8") as f, \
-                 open(w / f"train.{lang}.tok.part", "w", encoding="utf-8") as out:
-                out.writelines(line for i, line in enumerate(f, 1) if i in kept)
-            shutil.copyfile(words / f"valid.tok.{lang}", w / f"dev.{lang}.tok")
-        for lang in ("en", "fr"):
-            os.replace(w / f"train.{lang}.tok.part", w / f"train.{lang}.tok")
+    kept_tokenised_pairs(words, w)
     if "updates" not in result:
         cfg = (PEERS / "opennmt-hansards.yaml.tmpl").read_text(encoding="utf-8").replace("@WORK@", str(w))
         for key, value in (("train_steps", 1000000), ("save_checkpoint_steps", 200), ("valid_steps", 2500)):

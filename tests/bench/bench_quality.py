@@ -35,6 +35,8 @@ REPO = Path(__file__).resolve().parents[2]
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
 PEERS = REPO.parent / "shared" / "peers"
+
+from peers import kept_tokenised_pairs  # noqa: E402  (tests/bench/peers.py: this script's folder)
 TEST_SETS = {"hansards-test": ("hansards/test.en", "hansards/test.fr"),
              "newstest2014": ("wmt14/newstest2014.en", "wmt14/newstest2014.fr")}
 
@@ -100,15 +102,7 @@ def onmt(a, work: Path) -> dict:
     log = w / "log.txt"
     env = {"OMP_NUM_THREADS": str(a.threads), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     data = Path(a.data)
-    if not (w / "train.fr.tok").is_file():  # the pairs nmtkit trains on: train.tok.* lines listed in train.kept
-        kept = {int(x) for x in (data / "train.kept").read_text().split()}
-        for lang in ("en", "fr"):
-            with open(data / f"train.tok.{lang}", encoding="utf-8") as f, \
-                 open(w / f"train.{lang}.tok.part", "w", encoding="utf-8") as out:
-                out.writelines(line for i, line in enumerate(f, 1) if i in kept)
-            shutil.copyfile(data / f"valid.tok.{lang}", w / f"dev.{lang}.tok")
-        for lang in ("en", "fr"):
-            os.replace(w / f"train.{lang}.tok.part", w / f"train.{lang}.tok")
+    kept_tokenised_pairs(data, w)  # the pairs nmtkit trains on, as Moses tokens
     cfg = (PEERS / "opennmt-hansards.yaml.tmpl").read_text(encoding="utf-8").replace("@WORK@", str(w))
     cfg = re.sub(r"(?m)^train_steps: \d+", f"train_steps: {a.updates}", cfg)
     cfg = re.sub(r"(?m)^save_checkpoint_steps: \d+", f"save_checkpoint_steps: {a.updates}", cfg)

@@ -524,3 +524,19 @@ class Goal:
         verdict = "MET" if self.value >= self.target else "NOT MET"
         f = ",.2f" if self.unit == "×" else ",.0f"
         return f"- {self.what}: {self.value:{f}}{self.unit} (goal ≥ {self.target:{f}}{self.unit}): {verdict}"
+
+
+def kept_tokenised_pairs(prepared: Path, dest: Path) -> None:
+    """The pairs a prepared corpus trains on, as Moses tokens for a peer: the ``train.tok.*`` lines that
+    ``train.kept`` lists, written as ``dest/train.{en,fr}.tok`` (whole files only: temporary names, then renames),
+    with the validation pairs as ``dest/dev.{en,fr}.tok``.  Done once: nothing happens when they exist."""
+    if (dest / "train.fr.tok").is_file():
+        return
+    kept = {int(x) for x in (prepared / "train.kept").read_text().split()}
+    for lang in ("en", "fr"):
+        with open(prepared / f"train.tok.{lang}", encoding="utf-8") as f, \
+             open(dest / f"train.{lang}.tok.part", "w", encoding="utf-8") as out:
+            out.writelines(line for i, line in enumerate(f, 1) if i in kept)
+        shutil.copyfile(prepared / f"valid.tok.{lang}", dest / f"dev.{lang}.tok")
+    for lang in ("en", "fr"):
+        os.replace(dest / f"train.{lang}.tok.part", dest / f"train.{lang}.tok")
