@@ -41,14 +41,18 @@ else
     news="news-test2008 newstest2009 newstest2010 newstest2011"; recipe=()
 fi
 raw="$work/raw"
-mkdir -p "$raw"
 step() { printf '\n== %s\n' "$*" >&2; }
 
 step "1/6 data: the Hansards, older news, news-test-2014"
+# every corpus is found (or downloaded) before anything is written: without the data (one error line that says where
+# to get it), no empty directory is left behind
 prefix() { python3 -m nmtkit.datasets --prefix --quiet "$@"; }
 hansards="$(prefix hansards-train)"
-python3 - "$hansards" "$(prefix hansards-dev)" "$(prefix hansards-test)" "$(prefix newstest2014)" "$raw" \
-    "$pairs" "$nvalid" "$ntest" <<'EOF'
+dev="$(prefix hansards-dev)"; test="$(prefix hansards-test)"; news14="$(prefix newstest2014)"
+news_train=()
+for name in $news; do news_train+=(--train "$(prefix "$name")"); done
+mkdir -p "$raw"
+python3 - "$hansards" "$dev" "$test" "$news14" "$raw" "$pairs" "$nvalid" "$ntest" <<'EOF'
 import sys, random
 from nmtkit.files import read_parallel
 train, dev, test, news, raw = sys.argv[1:6]
@@ -75,7 +79,7 @@ write("hansards-test", sample(read(test), ntest))
 write("news-test", read(news)[:min(ntest, 300)])
 EOF
 [ "$pairs" = 0 ] && train_args=(--train "$hansards") || train_args=(--train "$raw/hansards-train")
-for name in $news; do train_args+=(--train "$(prefix "$name")"); done
+train_args+=("${news_train[@]}")
 
 step "2/6 nmt-prepare"
 nmt-prepare --source-lang en --target-lang fr "${train_args[@]}" \
