@@ -2,7 +2,8 @@
 
 The server (http.server in a thread, stopped by the fixture, and by a timer should a test hang) serves the shared
 data from ``data_dir``, laid out as an HTTP mirror, plus in-memory files (a publisher's archive). It can corrupt a
-file, drop the connection after N bytes on the first request for a file, and ignore ``Range`` headers.
+file, drop the connection after N bytes on the first request for a file, stall after N bytes on the first request
+(until ``release`` is set), and ignore ``Range`` headers.
 """
 
 from __future__ import annotations
@@ -15,17 +16,20 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import tarfile
 import threading
+import time
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from nmtkit import datasets
-from nmtkit.datasets import CATALOGUE, CONVERSIONS, KINDS, Fetcher, download, hansards, sha256sum
+from nmtkit.datasets import CATALOGUE, CHUNK, CONVERSIONS, KINDS, Fetcher, download, hansards, sha256sum
 from nmtkit.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,9 +81,12 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Accept-Ranges", "bytes")
         self.end_headers()
         drop = srv.drop_after.pop(path, None)  # only the first request for the file is cut short
-        if drop is not None:
-            self.wfile.write(body[start:start + drop])
+        stall = srv.stall_after.pop(path, None)  # or stalls, as a server that stops sending does
+        if drop is not None or stall is not None:
+            self.wfile.write(body[start:start + (drop if drop is not None else stall)])
             self.wfile.flush()
+            if stall is not None:
+                srv.release.wait(60)
             self.close_connection = True
             return
         self.wfile.write(body[start:])
@@ -90,7 +97,8 @@ def server(data_dir):
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
     srv.root = Path(data_dir)
-    srv.extra, srv.corrupt, srv.drop_after, srv.requests = {}, set(), {}, []
+    srv.extra, srv.corrupt, srv.drop_after, srv.stall_after, srv.requests = {}, set(), {}, {}, []
+    srv.release = threading.Event()
     srv.ignore_range = False
     srv.url = f"http://127.0.0.1:{srv.server_address[1]}/"
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -102,6 +110,7 @@ def server(data_dir):
         yield srv
     finally:
         watchdog.cancel()
+        srv.release.set()
         srv.shutdown()
         srv.server_close()
         thread.join(5)
@@ -304,11 +313,16 @@ def _publisher_dataset(server) -> datasets.Dataset:
     return dataclasses.replace(d, files={lang: dataclasses.replace(f, download=dl) for lang, f in d.files.items()})
 
 
-def _test_full_tgz(data_dir) -> bytes:
+def _test_full_tgz(data_dir, more: bytes = b"") -> bytes:
+    """The news-test-2014 SGML as test-full.tgz holds it; ``more``: a third member after them."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name in ("newstest2014-fren-src.en.sgm", "newstest2014-fren-ref.fr.sgm"):
             tar.add(data_dir / "wmt14" / "sgm" / name, arcname=f"test-full/{name}")
+        if more:
+            info = tarfile.TarInfo("test-full/newstest2014-deen-src.de.sgm")
+            info.size = len(more)
+            tar.addfile(info, io.BytesIO(more))
     return buf.getvalue()
 
 
@@ -346,6 +360,233 @@ def test_publisher_file_that_is_not_an_archive(server, tmp_path):
     with pytest.raises(InputError, match="is not a tgz file"):
         Fetcher(cache, use_env=False, progress=False, timeout=10).get(_publisher_dataset(server))
     assert files_under(cache / "downloads") == [] and files_under(cache / "data") == []
+
+
+# -- what is trusted: content checks where the catalogue has no checksum ------------------------------------------
+
+EUROPARL = ("wmt14/europarl-v7.fr-en.en", "wmt14/europarl-v7.fr-en.fr")
+ERROR_PAGE = b"<html><body>Service unavailable</body></html>\n"
+
+
+def _europarl(n: int) -> tuple[bytes, bytes]:
+    """A parallel corpus of n lines per side, laid out as the catalogue's europarl-v7."""
+    en = "".join(f"Resumption of the session number {i}, adjourned on Friday.\n" for i in range(n))
+    fr = "".join(f"Reprise de la session numéro {i}, interrompue vendredi.\n" for i in range(n))
+    return en.encode(), fr.encode()
+
+
+def _tool_env() -> dict:
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("NMTKIT_")}, "PYTHONPATH": str(REPO)}
+
+
+def _datasets_tool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nmtkit.datasets", "--quiet", *args], capture_output=True, text=True,
+                          timeout=60, env=_tool_env())
+
+
+def _cached_files(cache: Path) -> list[str]:
+    """What the cache holds, but its lock files (empty: they only serialize fetches)."""
+    return [str(p.relative_to(cache)) for p in files_under(cache) if not p.name.endswith(".lock")]
+
+
+def test_html_error_page_from_a_mirror_is_not_cached(server, tmp_path):
+    """The red team's command: an HTTP mirror answering every request with an error page."""
+    for rel in EUROPARL:
+        server.extra["/" + rel] = ERROR_PAGE
+    cache = tmp_path / "cache"
+    for verify in ([], ["--verify"]):  # the second call downloads again and refuses again: nothing was kept
+        out = _datasets_tool("--mirror-url", server.url, "--cache", str(cache), *verify, "europarl-v7")
+        assert (out.returncode, out.stdout) == (1, "")
+        assert out.stderr.splitlines() == [
+            f"nmtkit.datasets: error: {server.url}{EUROPARL[0]}: is an HTML or XML page, not a corpus (it starts "
+            "with b'<html><body>Service unavailable</body></html>'); the download was removed"]
+        assert _cached_files(cache) == []
+
+
+@pytest.mark.parametrize("layout, body, message", [
+    (EUROPARL[0], b"\n <!DOCTYPE html>\n<html><title>503</title>", r": is an HTML or XML page, not a corpus \(it "
+     r"starts with b'<!DOCTYPE html>'\)"),
+    (EUROPARL[1], b'<?xml version="1.0"?><Error><Code>NoSuchKey</Code></Error>', ": is an HTML or XML page"),
+    (EUROPARL[1], "Reprise de la session\nLe Président déclare\n".encode("latin-1"), r":2: is not UTF-8 text "
+     r"\(byte 0xe9\)"),
+    (EUROPARL[0], b"", ": is empty"),
+    (EUROPARL[0], b"Resumption\0\0\0\n", ":1: holds a NUL byte"),
+    ("wmt14/giga-fren.release2.fixed.en.gz", b"Not Found\n", r": is not gzip-compressed text \(it starts with "
+     r"b'Not Found'\)"),
+    ("wmt14/giga-fren.release2.fixed.en.gz", gzip.compress("".join(f"Hello {i}\n" for i in range(5000)).encode())[
+        :-40], ": cannot decompress: Compressed file ended before the end-of-stream marker was reached"),
+    ("wmt14/sgm/newstest2012-src.en.sgm", ERROR_PAGE, r": is not WMT SGML: no <srcset>, <refset> or <tstset> header"),
+])
+def test_a_mirrors_file_must_look_like_its_kind(server, tmp_path, layout, body, message):
+    """Each kind of catalogue file without a checksum, as an HTTP mirror might serve something else in its place:
+    the other side of the pair is good (and is kept: it passed its checks), the bad one leaves nothing."""
+    d = next(d for d in CATALOGUE.values() if any(f.path == layout for f in d.files.values()))
+    for f, text in zip(d.files.values(), _europarl(3)):
+        server.extra["/" + f.path] = gzip.compress(text) if f.path.endswith(".gz") else text
+    server.extra["/" + layout] = body
+    cache = tmp_path / "cache"
+    with pytest.raises(InputError, match="^" + re.escape(server.url + layout) + message + ".*; the download was "
+                       "removed$"):
+        http_fetcher(server, cache, retries=0).get(d.name)
+    assert [p for p in _cached_files(cache) if layout.rsplit("/", 1)[1] in p or p.endswith(".tmp")] == []
+    records = json.loads((cache / "manifest.json").read_text())["files"] if (cache / "manifest.json").exists() else {}
+    assert "data/" + layout not in records
+
+
+def test_the_two_sides_of_a_mirrors_corpus_must_agree(server, tmp_path):
+    en, fr = _europarl(10)
+    server.extra["/" + EUROPARL[0]], server.extra["/" + EUROPARL[1]] = en, fr.replace(b"\n", b" ", 1)  # 9 lines
+    cache = tmp_path / "cache"
+    with pytest.raises(InputError, match=r"^europarl-v7: wmt14/europarl-v7.fr-en.en has 10 lines \(http://\S+\), "
+                       r"wmt14/europarl-v7.fr-en.fr has 9 \(http://\S+\): not the two sides of one parallel corpus; "
+                       r"wmt14/europarl-v7.fr-en.en and wmt14/europarl-v7.fr-en.fr removed from the cache$"):
+        http_fetcher(server, cache, retries=0).get("europarl-v7")
+    assert _cached_files(cache) == ["manifest.json"]
+    assert json.loads((cache / "manifest.json").read_text())["files"] == {}
+    server.extra["/" + EUROPARL[1]] = en  # the English text twice
+    with pytest.raises(InputError, match="the English and the French file are one and the same"):
+        http_fetcher(server, cache, retries=0).get("europarl-v7")
+    server.extra["/" + EUROPARL[1]] = fr
+    got = http_fetcher(server, cache, retries=0).get("europarl-v7")
+    records = json.loads((cache / "manifest.json").read_text())["files"]
+    assert [records["data/" + rel]["lines"] for rel in EUROPARL] == [10, 10]
+    assert got.files["fr"].read_bytes() == fr
+
+
+def test_verify_finds_an_error_page_cached_without_the_checks(tmp_path):
+    """A cache filled by an nmtkit without the content checks: --verify finds the page it recorded."""
+    cache = tmp_path / "cache"
+    files = {}
+    for rel in EUROPARL:
+        (cache / "data" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (cache / "data" / rel).write_bytes(ERROR_PAGE)
+        files["data/" + rel] = {"sha256": hashlib.sha256(ERROR_PAGE).hexdigest(), "size": len(ERROR_PAGE),
+                                "url": "http://mirror/" + rel, "origin": "http-mirror", "verified": False}
+    (cache / "manifest.json").write_text(json.dumps({"format": "nmtkit-cache", "version": 1, "files": files}))
+    with pytest.raises(InputError, match=r"europarl-v7.fr-en.en: is an HTML or XML page, not a corpus .*cached "
+                                         "without this check: remove it to fetch it again"):
+        Fetcher(cache, use_env=False, verify=True).get("europarl-v7")
+    assert Fetcher(cache, use_env=False).get("europarl-v7").origins == {"en": "cache", "fr": "cache"}  # (trusted)
+
+
+def test_truncated_publisher_archive_is_not_trusted(server, data_dir, tmp_path):
+    """Cut after the members the catalogue takes, Content-Length saying the cut size: the old code used it."""
+    whole = _test_full_tgz(data_dir, more=os.urandom(300_000))  # (random: the cut falls in the third member)
+    server.extra["/wmt14/test-full.tgz"] = whole[:-100_000]
+    cache = tmp_path / "cache"
+    with pytest.raises(InputError, match=r"/wmt14/test-full.tgz: is not a complete tgz file: Compressed file ended "
+                                         r"before the end-of-stream marker was reached; the download was removed$"):
+        Fetcher(cache, use_env=False, progress=False, timeout=10).get(_publisher_dataset(server))
+    assert _cached_files(cache) == []
+    server.extra["/wmt14/test-full.tgz"] = whole  # the whole archive is taken
+    got = Fetcher(cache, use_env=False, progress=False, timeout=10).get(_publisher_dataset(server))
+    assert sha256sum(got.files["fr"]) == CATALOGUE["newstest2014"].files["fr"].sha256
+
+
+def test_tar_cut_at_a_member_boundary_is_not_trusted(server, tmp_path):
+    """A plain tar (the Hansards') that ends after a whole member, before its end-of-archive blocks."""
+    dev = [(stem, n) for stem, split, n in hansards.sittings() if split == "dev"]
+    whole = _isi_archive(dev, v7=False)
+    with tarfile.open(fileobj=io.BytesIO(whole)) as tar:
+        last = tar.getmembers()[-1]
+    cut = last.offset_data + -(-last.size // 512) * 512
+    server.extra[ISI_TAR] = whole[:cut]
+    cache = tmp_path / "cache"
+    with pytest.raises(InputError, match=rf"is not a complete tar file: it ends at byte {cut:,}, without the "
+                                         rf"end-of-archive blocks due after its last member at byte {cut:,}"):
+        Fetcher(cache, use_env=False, progress=False, timeout=10).get(_local(server, CATALOGUE["hansards-dev"]))
+    assert _cached_files(cache) == []
+
+
+def _tatoeba_zip(n: int) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("fra.txt", "".join(f"Go {i}.\tVa {i} !\tCC-BY 2.0 (France)\n" for i in range(n)))
+    return buf.getvalue()
+
+
+def test_failed_extraction_leaves_no_temporary_file(server, tmp_path):
+    """A cached archive damaged in place (same size, so only --verify's checksum would see it): extraction fails in
+    the middle of a member, and its temporary copy goes with it."""
+    d = CATALOGUE["tatoeba"]
+    server.extra["/anki/fra-eng.zip"] = _tatoeba_zip(3000)
+    dl = dataclasses.replace(d.files["en"].download, url=server.url + "anki/fra-eng.zip")
+    local = dataclasses.replace(d, files={k: dataclasses.replace(f, download=dl) for k, f in d.files.items()})
+    cache = tmp_path / "cache"
+    got = Fetcher(cache, use_env=False, progress=False, timeout=10).get(local)
+    assert gzip.decompress(got.files["fr"].read_bytes()).split(b"\n")[2999] == b"Va 2999 !"
+    for path in got.files.values():
+        path.unlink()
+    stored = cache / "downloads" / dl.name
+    raw = bytearray(stored.read_bytes())
+    raw[raw.index(b"Va 1500 !")] ^= 0x20
+    stored.write_bytes(bytes(raw))
+    with pytest.raises(InputError, match=r"cannot read the archive: Bad CRC-32 for file 'fra.txt'"):
+        Fetcher(cache, use_env=False, progress=False, timeout=10).get(local)
+    assert [p for p in _cached_files(cache) if p.endswith(".tmp")] == []
+
+
+def test_unreachable_publisher_says_what_to_do(tmp_path):
+    d = CATALOGUE["europarl-v7"]
+    dl = dataclasses.replace(d.files["en"].download, url="http://nmtkit-offline.invalid/europarl.tgz")
+    local = dataclasses.replace(d, files={k: dataclasses.replace(f, download=dl) for k, f in d.files.items()})
+    with pytest.raises(InputError, match=r"^http://nmtkit-offline.invalid/europarl.tgz: cannot download: .*; without "
+                       r"internet, point \$NMTKIT_DATA \(or --data\) at a copy of the shared data, such as "
+                       r"../shared/data beside a checkout, or \$NMTKIT_MIRROR_URL \(or --mirror-url\) at an HTTP "
+                       "mirror"):
+        Fetcher(tmp_path / "cache", use_env=False, progress=False, retries=0, timeout=10).get(local)
+
+
+def test_quickstart_without_data_says_what_to_do_and_leaves_nothing(tmp_path):
+    """A fresh checkout with no ../shared/data, no $NMTKIT_DATA and no internet (a proxy that does not resolve)."""
+    checkout = tmp_path / "checkout"
+    (checkout / "examples").mkdir(parents=True)
+    (checkout / "examples" / "quickstart.sh").write_bytes((REPO / "examples" / "quickstart.sh").read_bytes())
+    offline = "http://nmtkit-offline.invalid:3128"
+    env = {**{k: v for k, v in _tool_env().items() if k.lower() not in ("no_proxy", "all_proxy")},
+           "NMTKIT_CACHE": str(tmp_path / "cache"), "http_proxy": offline, "https_proxy": offline,
+           "HTTP_PROXY": offline, "HTTPS_PROXY": offline, "QUICKSTART_TINY": "1"}
+    work = tmp_path / "qs"
+    out = subprocess.run(["bash", str(checkout / "examples" / "quickstart.sh"), str(work)], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert out.returncode == 1
+    errors = [line for line in out.stderr.splitlines() if line.strip() and not line.startswith("== ")]
+    assert len(errors) == 1 and errors[0].startswith(f"nmtkit.datasets: error: {hansards.ISI}/"), out.stderr
+    assert all(hint in errors[0] for hint in ("$NMTKIT_DATA", "../shared/data", "--mirror-url"))
+    assert not work.exists()  # no empty runs/quickstart/raw/
+
+
+def test_sigterm_during_a_download_keeps_what_it_says_and_the_next_call_resumes(server, tmp_path):
+    en, fr = _europarl(25_000)  # the English side over one read block (1 MiB): a block reaches the .part file
+    assert len(en) > CHUNK + 4096
+    server.extra["/" + EUROPARL[0]], server.extra["/" + EUROPARL[1]] = en, fr
+    server.stall_after["/" + EUROPARL[0]] = CHUNK + 4096
+    cache = tmp_path / "cache"
+    args = [sys.executable, "-m", "nmtkit.datasets", "--quiet", "--mirror-url", server.url, "--cache", str(cache),
+            "europarl-v7"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_tool_env())
+    part = cache / "data" / (EUROPARL[0] + ".part")
+    deadline = time.monotonic() + 60
+    while not (part.exists() and part.stat().st_size == CHUNK):  # the first block is written; the server stalls
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert (proc.returncode, stdout) == (130, "")
+    said = re.fullmatch(r"nmtkit\.datasets: interrupted; the ([\d,]+) bytes of (\S+) downloaded so far are kept in "
+                        r"(\S+) \(with (\S+)\) for the next call to resume; nothing else was written\n", stderr)
+    assert said, stderr
+    assert (int(said[1].replace(",", "")), said[2], said[3]) == (CHUNK, server.url + EUROPARL[0], str(part))
+    assert part.read_bytes() == en[:CHUNK] and json.loads((part.parent / said[4]).read_text())["url"] == said[2]
+    assert sorted(_cached_files(cache)) == ["data/" + EUROPARL[0] + ".part", "data/" + EUROPARL[0] + ".part.json"]
+
+    server.release.set()
+    out = _datasets_tool("--mirror-url", server.url, "--cache", str(cache), "europarl-v7")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(cache / "data" / rel) for rel in EUROPARL]
+    assert [r["range"] for r in server.requests if r["path"] == "/" + EUROPARL[0]] == [None, f"bytes={CHUNK}-"]
+    assert (cache / "data" / EUROPARL[0]).read_bytes() == en and (cache / "data" / EUROPARL[1]).read_bytes() == fr
+    assert sorted(_cached_files(cache)) == ["data/" + rel for rel in EUROPARL] + ["manifest.json"]
 
 
 def test_converted_file_differing_from_the_reference_is_a_warning(server, tmp_path, caplog):

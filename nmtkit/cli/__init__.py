@@ -135,8 +135,8 @@ def run(tool: str, body: Callable[[], object]) -> None:
         _drop_stdout()  # (what is still buffered for a full stdout would fail again at exit, in a second message)
         click.echo(f"{tool}: error: {where}cannot write: {os.strerror(e.errno).lower()}", err=True)
         sys.exit(1)
-    except KeyboardInterrupt:
-        click.echo(f"{tool}: interrupted; no partial output was left behind", err=True)
+    except KeyboardInterrupt as e:  # (one that kept resumable state, a download's .part, says so in its message)
+        click.echo(f"{tool}: interrupted; {str(e) or 'no partial output was left behind'}", err=True)
         sys.exit(130)
     finally:
         signal.signal(signal.SIGTERM, previous)

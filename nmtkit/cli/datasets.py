@@ -30,7 +30,8 @@ def main(argv=None) -> None:
                   help="A local mirror to use instead of downloading [$NMTKIT_DATA].")
     @click.option("--mirror-url", metavar="URL", help="An HTTP mirror laid out like the shared data "
                   "[$NMTKIT_MIRROR_URL].")
-    @click.option("--verify", is_flag=True, help="Re-check cached files against the sha256 in the cache manifest.")
+    @click.option("--verify", is_flag=True, help="Re-check cached files against the sha256 in the cache manifest "
+                  "(and the content of those the catalogue has no checksum for).")
     @click.option("--retries", default=3, show_default=True, help="Resumed retries of an interrupted download.")
     @click.option("--json", "as_json", is_flag=True, help="With --list: the catalogue as JSON.")
     @click.option("--quiet", "-q", is_flag=True)
@@ -40,7 +41,8 @@ def main(argv=None) -> None:
 
         \b
         Files come from a local mirror ($NMTKIT_DATA), the cache ($NMTKIT_CACHE), an HTTP mirror
-        ($NMTKIT_MIRROR_URL) or the publisher (downloaded once, checked, resumable).
+        ($NMTKIT_MIRROR_URL) or the publisher (downloaded once, checked, resumable: Ctrl-C keeps the
+        partial download for the next call).
           python -m nmtkit.datasets --list
           python -m nmtkit.datasets newstest2014                 # prints .../newstest2014.en and .fr
           python -m nmtkit.datasets --prefix --link data/raw newstest2012 newstest2013 europarl-v7

@@ -32,7 +32,10 @@ sitting's line count checked: :mod:`nmtkit.datasets.hansards` says where the dat
 **Downloads** use urllib only: a tqdm progress bar on a terminal (a log line otherwise), an interrupted download
 kept as ``NAME.part`` and resumed by the next call with an HTTP ``Range`` request (``If-Range`` guards against a file
 that changed meanwhile; a server that ignores ranges makes it start over), a few retries within one call, and an
-atomic rename into place once the file is complete and verified.
+atomic rename into place once the file is complete and verified. Ctrl-C or SIGTERM keeps the ``.part`` and its
+``.part.json`` for the next call to resume, and the message says where they are (an empty ``.part`` is removed);
+an archive extraction that fails or is stopped leaves no temporary file. A publisher's address that cannot be
+reached (no internet) is one error line that says what to do instead: a local mirror or an HTTP mirror.
 
 **Checksum policy.** nmtkit records a checksum only where it could compute one; none is invented.
 
@@ -47,13 +50,32 @@ atomic rename into place once the file is complete and verified.
 - *Downloads* (:attr:`Download.sha256`): the publishers' archives could not be fetched where this catalogue was made,
   so their checksums are ``None`` (except the Hansards trial alignments: files at a fixed commit of a repository,
   whose bytes are the mirror's), and the policy is **trust on first use**: the first download is checked for its
-  format (the archive's magic bytes; its expected members when extracted; the size when the catalogue knows it), its
-  sha256 is recorded with the address and date in the cache's ``manifest.json`` and printed in a warning (pin it by
-  adding it to the catalogue), and every later use of that cached archive is checked against the record (size always,
-  sha256 with ``verify=True`` / ``--verify``). A download whose checksum the catalogue does know is checked strictly:
-  a mismatch is a one-line InputError and the bad file is removed.
+  content (below) and, when the catalogue knows it, its size; its sha256 is recorded with the address and date in
+  the cache's ``manifest.json`` and printed in a warning (pin it by adding it to the catalogue), and every later use
+  of that cached archive is checked against the record (size always, sha256 with ``verify=True`` / ``--verify``). A
+  download whose checksum the catalogue does know is checked strictly: a mismatch is a one-line InputError and the bad
+  file is removed.
 - Files made in the cache are recorded in the manifest the same way (sha256, size, origin), so ``--verify`` detects a
   damaged cache.
+
+**Content checks** (:mod:`nmtkit.datasets.content`): a file whose checksum nmtkit does not know must look like what
+the catalogue says it is before it is renamed into the cache and recorded, so that an HTML error page or a cut
+download is never taken for a corpus:
+
+- an archive (``tgz``, ``tar``, ``zip``, ``gz``) starts with its magic bytes, reads to its end (a tar's end-of-archive
+  blocks, gzip's end and CRC, every zip member's CRC: a truncated file fails, whatever Content-Length said) and holds
+  every member that the catalogue makes a file from (those read in full);
+- a dataset file, downloaded from an HTTP mirror or made from a publisher's archive, is UTF-8 throughout, without a
+  NUL byte, not empty, gzip that decompresses to its end when its name ends in ``.gz``, WMT SGML (its ``<srcset>``-like
+  header) when it ends in ``.sgm``, and otherwise does not start as an HTML or XML page (``<!DOCTYPE``, ``<html``,
+  ``<?xml``, ...); its line count (SGML: segments) is recorded, and the English and French files of a dataset must
+  have as many and must not be one and the same file, unless both are the catalogue's reference copies.
+
+A download that fails is one error line naming its address and what it looked like, a non-zero exit, and is
+removed, nothing recorded; a dataset file that fails is not renamed into place, and a pair that disagrees has its
+newly fetched sides removed. ``--verify`` repeats the content checks on cached files that are not reference copies
+(a cache filled by an older nmtkit). These checks cannot tell a wrong language or a misaligned corpus whose line
+counts agree: only a checksum can.
 
 **Cache layout**::
 
@@ -78,6 +100,7 @@ from nmtkit.datasets.download import (
     MANIFEST,
     MANIFEST_FORMAT,
     MANIFEST_VERSION,
+    DownloadInterrupted,
     default_data_dir,
     default_mirror_url,
     download,
@@ -88,7 +111,7 @@ from nmtkit.runtime import default_cache_dir
 
 __all__ = [
     "CATALOGUE", "CHUNK", "CONVERSIONS", "KINDS", "MANIFEST", "MANIFEST_FORMAT", "MANIFEST_VERSION",
-    "DataFile", "Dataset", "Download", "Fetcher", "Resolved",
+    "DataFile", "Dataset", "Download", "DownloadInterrupted", "Fetcher", "Resolved",
     "catalogue", "default_cache_dir", "default_data_dir", "default_mirror_url", "describe", "download", "get",
     "link", "lookup", "sha256sum",
 ]

@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from nmtkit import __version__
@@ -153,28 +153,68 @@ def _read_json(path: Path) -> dict:
         return {}
 
 
+class DownloadInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a download that is kept as ``NAME.part`` for the next call to resume; its message
+    says so (the tools print it after "interrupted; ")."""
+
+
 def download(url: str, dest: str | os.PathLike, *, sha256: str | None = None, size: int | None = None,
-             progress: bool | None = None, retries: int = 3, timeout: float = 60.0, backoff: float = 1.0) -> str:
+             progress: bool | None = None, retries: int = 3, timeout: float = 60.0, backoff: float = 1.0,
+             check: Callable[[Path], object] | None = None, hint: str = "") -> str:
     """Download ``url`` to ``dest``, resuming ``dest.part`` if an earlier call was interrupted; return the sha256.
 
     The file is written as ``dest.part`` (with ``dest.part.json`` recording the address and the server's validator),
-    checked (``size`` and ``sha256`` when given) and renamed to ``dest``. A checksum or size mismatch is an
-    InputError, and the bad file is removed. An interrupted transfer is retried ``retries`` times within this call,
-    each retry resuming with an HTTP ``Range`` request; when they are spent, an InputError says so and the ``.part``
-    file is kept for the next call to resume. HTTP errors (404, ...) are InputErrors at once.
+    checked (``size`` and ``sha256`` when given, then ``check(part)``, which raises an InputError when the content is
+    not what it should be) and renamed to ``dest``. A failed check is an InputError, and the bad file is removed. An
+    interrupted transfer is retried ``retries`` times within this call, each retry resuming with an HTTP ``Range``
+    request; when they are spent, an InputError says so and the ``.part`` file is kept for the next call to resume.
+    HTTP errors (404, ...) are InputErrors at once; ``hint`` ends the message of an address that cannot be reached.
+    Ctrl-C or SIGTERM (KeyboardInterrupt) keeps a ``.part`` that has bytes, and raises :class:`DownloadInterrupted`
+    saying where it is; an empty one is removed.
     """
     dest = Path(dest)
     part, meta_path = dest.with_name(dest.name + ".part"), dest.with_name(dest.name + ".part.json")
     dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        got = _download_retrying(url, part, meta_path, size, progress, retries, timeout, backoff, dest.name, hint)
+        _check_part(url, part, meta_path, got, sha256, size, check)
+    except KeyboardInterrupt:
+        done = part.stat().st_size if part.exists() else 0
+        if not done:
+            _remove(part, meta_path)
+            raise
+        raise DownloadInterrupted(f"the {done:,} bytes of {url} downloaded so far are kept in {part} (with "
+                                  f"{meta_path.name}) for the next call to resume; nothing else was written") from None
+    os.replace(part, dest)
+    _remove(meta_path)
+    return got
+
+
+def _check_part(url: str, part: Path, meta_path: Path, got: str, sha256: str | None, size: int | None,
+                check: Callable[[Path], object] | None) -> None:
+    """The complete ``part`` is the file asked for; if not, it is removed and an InputError says why."""
+    try:
+        if size is not None and part.stat().st_size != size:
+            raise InputError(f"downloaded {part.stat().st_size:,} bytes, expected {size:,}", url)
+        if sha256 is not None and got != sha256.lower():
+            raise InputError(f"checksum mismatch: sha256 {got}, expected {sha256}", url)
+        if check is not None:
+            check(part)
+    except InputError as e:
+        _remove(part, meta_path)
+        raise InputError(f"{e.message}; the download was removed", e.path, e.line) from None
+
+
+def _download_retrying(url: str, part: Path, meta_path: Path, size: int | None, progress: bool | None,
+                       retries: int, timeout: float, backoff: float, desc: str, hint: str) -> str:
     attempt = 0
     while True:
         try:
-            got = _download_once(url, part, meta_path, size, progress, timeout, dest.name)
-            break
+            return _download_once(url, part, meta_path, size, progress, timeout, desc)
         except _Interrupted as e:
             done = part.stat().st_size if part.exists() else 0
             if not done and (attempt >= retries or e.final):
-                raise InputError(f"cannot download: {e}", url) from None
+                raise InputError(f"cannot download: {e}{hint}", url) from None
             if attempt >= retries:
                 raise InputError(f"download interrupted after {done:,} bytes ({e}); run again to resume from "
                                  f"{part}", url) from None
@@ -182,16 +222,6 @@ def download(url: str, dest: str | os.PathLike, *, sha256: str | None = None, si
             log.warning("%s: interrupted after %s bytes (%s); resuming (retry %d of %d)", url, f"{done:,}", e,
                         attempt, retries)
             time.sleep(backoff * attempt)
-    if size is not None and part.stat().st_size != size:
-        _remove(part, meta_path)
-        raise InputError(f"downloaded {part.stat().st_size:,} bytes, expected {size:,}; the download was removed",
-                         url)
-    if sha256 is not None and got != sha256.lower():
-        _remove(part, meta_path)
-        raise InputError(f"checksum mismatch: sha256 {got}, expected {sha256}; the download was removed", url)
-    os.replace(part, dest)
-    _remove(meta_path)
-    return got
 
 
 def _remove(*paths: Path) -> None:

@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from nmtkit.datasets import hansards
-from nmtkit.datasets.catalogue import CONVERSIONS, DataFile, Dataset, Download, Resolved, lookup
+from nmtkit.datasets.catalogue import CATALOGUE, CONVERSIONS, DataFile, Dataset, Download, Resolved, lookup
+from nmtkit.datasets.content import check_archive, check_format, check_open_file, check_text
 from nmtkit.datasets.download import (
     CHUNK,
     _lock,
@@ -38,30 +39,12 @@ from nmtkit.files import atomic_file
 
 log = logging.getLogger("nmtkit.datasets")
 
-_MAGIC = {"tgz": b"\x1f\x8b", "gz": b"\x1f\x8b", "zip": b"PK\x03\x04"}
+# the end of a message about a publisher's address that cannot be reached (no internet, a firewall)
+OFFLINE_HINT = ("; without internet, point $NMTKIT_DATA (or --data) at a copy of the shared data, such as "
+                "../shared/data beside a checkout, or $NMTKIT_MIRROR_URL (or --mirror-url) at an HTTP mirror of it")
 
 
 # -- extraction ---------------------------------------------------------------------------------------------------
-
-
-def _check_format(path: Path, kind: str, origin: str) -> None:
-    """The download is what the catalogue says it is (not, e.g., an HTML error page)."""
-    with open(path, "rb") as f:
-        head = f.read(512)
-    ok = head.startswith(_MAGIC[kind]) if kind in _MAGIC else True
-    if kind == "tar":  # POSIX or GNU (the magic), old v7 headers (no magic: a valid header), or a gzipped tar
-        ok = head[257:262] == b"ustar" or head.startswith(_MAGIC["gz"]) or _tar_header(head)
-    if not ok:
-        raise InputError(f"is not a {kind} file (it starts with {head[:16]!r}); the download was removed", origin)
-
-
-def _tar_header(block: bytes) -> bool:
-    """``block`` is a tar header with a valid checksum (a tar older than POSIX.1-1988 has no ustar magic)."""
-    try:
-        tarfile.TarInfo.frombuf(block[:tarfile.BLOCKSIZE], "utf-8", "surrogateescape")
-    except (tarfile.HeaderError, ValueError):
-        return False
-    return True
 
 
 def _wanted(f: DataFile) -> list[str]:
@@ -78,9 +61,9 @@ def _members(download: Download, archive: Path, wanted: Iterable[str]) -> dict[s
 
     def sink(member: str, stream) -> None:
         fd, tmp = tempfile.mkstemp(dir=archive.parent, prefix=".member.", suffix=".tmp")
+        out[member] = Path(tmp)  # (before the copy: a copy that fails is removed with the others)
         with os.fdopen(fd, "wb") as f:
             shutil.copyfileobj(stream, f, CHUNK)
-        out[member] = Path(tmp)
 
     try:
         if download.kind in ("tgz", "tar"):
@@ -97,10 +80,12 @@ def _members(download: Download, archive: Path, wanted: Iterable[str]) -> dict[s
                         sink(member, stream)
         else:
             raise ValueError(f"{download.name}: a {download.kind} download has no members")
-    except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
+    except BaseException as e:  # (Ctrl-C and SIGTERM too: no temporary file is left behind)
         for p in out.values():
             _remove(p)
-        raise InputError(f"cannot read the archive: {e}", archive) from None
+        if isinstance(e, (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError, zlib.error)):
+            raise InputError(f"cannot read the archive: {e}", archive) from None
+        raise
     missing = sorted(wanted - set(out))
     if missing:
         for p in out.values():
@@ -186,6 +171,9 @@ class Fetcher:
                     if found[lang] is None:
                         found[lang] = (self.cache / "data" / f.path,
                                        "http-mirror" if self.mirror_url else "publisher")
+                self._check_pair(d, found)
+        elif self.verify:
+            self._check_pair(d, found)
         return Resolved(d.name, {lang: p for lang, (p, _) in found.items()},
                         {lang: o for lang, (_, o) in found.items()})
 
@@ -206,6 +194,12 @@ class Fetcher:
         record = self.manifest.get(rel)
         if path.is_file() and record is not None:
             self._check_cached(path, record)
+            if self.verify and record["sha256"] != f.sha256:  # (a file nmtkit has no checksum for: its content)
+                try:
+                    check_text(path, f.path, str(path))
+                except InputError as e:
+                    raise InputError(f"{e.message}: not what the catalogue describes (cached without this check: "
+                                     "remove it to fetch it again)", e.path, e.line) from None
             return path, "cache"
         return None
 
@@ -217,21 +211,64 @@ class Fetcher:
             raise InputError(f"checksum mismatch: sha256 {got}, the cache manifest recorded {record['sha256']} "
                              "(a damaged cache: remove the file to fetch it again)", path)
 
+    def _check_pair(self, d: Dataset, found: dict) -> None:
+        """The two sides of a parallel corpus have as many lines (SGML: segments) and are not the same file, unless
+        both are the catalogue's reference copies. Checked when a side was just fetched (a fetched side that is not
+        a reference copy is then removed, with its record, should the check fail) or, with ``verify``, cached."""
+        sides = {}
+        for lang in ("en", "fr"):
+            f, (path, origin) = d.files[lang], found[lang]
+            sides[lang] = (f, path, origin, {} if origin == "mirror" else self.manifest.get(f"data/{f.path}") or {})
+        reference = {lang for lang, (f, _, origin, record) in sides.items()
+                     if origin == "mirror" or (f.sha256 is not None and record.get("sha256") == f.sha256)}
+        fresh = {lang for lang, (_, _, origin, _) in sides.items() if origin in ("http-mirror", "publisher")}
+        if len(reference) == 2 or not (fresh or self.verify):
+            return
+
+        def count(f: DataFile, path: Path, record: dict) -> int:
+            n = record.get("segments", record.get("lines"))  # (None: a record of an older nmtkit, or a mirror's file)
+            return next(iter(check_text(path, f.path, str(path)).values())) if n is None else n
+
+        (f_en, p_en, _, r_en), (f_fr, p_fr, _, r_fr) = sides["en"], sides["fr"]
+        n_en, n_fr = count(f_en, p_en, r_en), count(f_fr, p_fr, r_fr)
+        src_en, src_fr = r_en.get("url", str(p_en)), r_fr.get("url", str(p_fr))
+        unit = "segments" if f_en.path.endswith((".sgm", ".sgml")) else "lines"
+        if r_en.get("sha256") is not None and r_en.get("sha256") == r_fr.get("sha256"):
+            problem = f"the English and the French file are one and the same (sha256 {r_en['sha256']}, {src_en})"
+        elif n_en != n_fr:
+            problem = (f"{f_en.path} has {n_en:,} {unit} ({src_en}), {f_fr.path} has {n_fr:,} ({src_fr}): not the two "
+                       "sides of one parallel corpus")
+        else:
+            return
+        removed = sorted(fresh - reference)
+        for lang in removed:
+            self.manifest.put(f"data/{d.files[lang].path}", None)
+            _remove(sides[lang][1])
+        if removed:
+            problem += f"; {' and '.join(d.files[lang].path for lang in removed)} removed from the cache"
+        else:
+            problem += " (remove them from the cache to fetch them again)"
+        raise InputError(problem, d.name)
+
     # fetching -----------------------------------------------------------------------------------------------------
 
     def _from_http_mirror(self, f: DataFile) -> None:
         rel = f"data/{f.path}"
         target = self.cache / rel
         url = urllib.parse.urljoin(self.mirror_url.rstrip("/") + "/", urllib.parse.quote(f.path))
+        content: dict = {}  # (no checksum in the catalogue: the content is checked, and its line count recorded)
+        check = None if f.sha256 else (lambda part: content.update(check_text(part, f.path, url)))
         got = download(url, target, sha256=f.sha256, size=f.size, progress=self.progress, retries=self.retries,
-                       timeout=self.timeout)
+                       timeout=self.timeout, check=check)
         if f.sha256 is None:
             log.warning("%s: no checksum in the catalogue; recorded sha256 %s (trust on first use)", url, got)
         self.manifest.put(rel, {"sha256": got, "size": target.stat().st_size, "url": url, "origin": "http-mirror",
-                                "verified": f.sha256 is not None, "time": _now()})
+                                "verified": f.sha256 is not None, **content, "time": _now()})
 
-    def archive(self, d: Download) -> Path:
-        """The publisher's file in ``CACHE/downloads/``, downloaded once and checked (see the checksum policy)."""
+    def archive(self, d: Download, files: Iterable[DataFile] = ()) -> Path:
+        """The publisher's file in ``CACHE/downloads/``, downloaded once and checked (see the checksum policy):
+        without a checksum in the catalogue, it must be whole and hold the members of ``files`` and of every
+        catalogue file made from it."""
         rel = f"downloads/{d.name}"
         path = self.cache / rel
         record = self.manifest.get(rel)
@@ -241,13 +278,13 @@ class Fetcher:
                 raise InputError(f"the cache manifest records sha256 {record['sha256']}, the catalogue expects "
                                  f"{d.sha256} (remove it to download again)", path)
             return path
+        files = list(files) + [f for ds in CATALOGUE.values() for f in ds.files.values() if f.download == d]
+        members = {m for f in files for m in _wanted(f)}
+        layout = files[0].path if files else d.name
         got = download(d.url, path, sha256=d.sha256, size=d.size, progress=self.progress, retries=self.retries,
-                       timeout=self.timeout)
-        try:
-            _check_format(path, d.kind, d.url)
-        except InputError:
-            _remove(path)
-            raise
+                       timeout=self.timeout, hint=OFFLINE_HINT,
+                       check=lambda part: check_format(part, d.kind, d.url) if d.sha256 else
+                       check_archive(part, d.kind, members, d.url, layout))
         if d.sha256 is None:
             log.warning("%s: the catalogue has no checksum for this file; recorded its sha256 %s in %s (trust on "
                         "first use: later uses are checked against it)", d.url, got, self.manifest.path)
@@ -256,7 +293,7 @@ class Fetcher:
         return path
 
     def _from_publisher(self, d: Download, files: list[DataFile]) -> None:
-        archive = self.archive(d)
+        archive = self.archive(d, files)
         members = {m for f in files for m in _wanted(f)}
         extracted = _members(d, archive, members) if members else {}  # one pass over the archive for all
         try:
@@ -270,6 +307,7 @@ class Fetcher:
                         hansards.convert(f.path, extracted, out, d.url)
                     else:
                         _convert(extracted[f.member] if f.member else archive, f.convert, out, origin)
+                    content = check_open_file(out, f.path, origin)  # before it is renamed into place
                 got = sha256sum(target)
                 same_text = _same_text(target, f) if f.sha256 is not None and got != f.sha256 else None
                 if same_text:
@@ -282,7 +320,7 @@ class Fetcher:
                 self.manifest.put(rel, {"sha256": got, "size": target.stat().st_size, "url": d.url,
                                         "member": f.member, "convert": f.convert, "origin": "publisher",
                                         "matches_reference": None if f.sha256 is None else got == f.sha256,
-                                        "text_matches_reference": same_text,
+                                        "text_matches_reference": same_text, **content,
                                         "time": _now()})
         finally:
             for p in extracted.values():
