@@ -522,7 +522,22 @@ def _poke_idx(d, which: str):
     (d / "train.en.idx").write_bytes(bytes(raw))
 
 
+def _valid_corpus(d, sentences):  # the valid split's source side replaced (as a directory prepared earlier may have)
+    from nmtkit.data.corpus import CorpusWriter
+
+    with CorpusWriter(d / "valid.en", "uint16") as w:
+        for n in sentences:
+            w.add([5] * n)
+
+
 @pytest.mark.parametrize("damage, where, fragment", [
+    (lambda d: _damage_manifest(d, lambda m: m["preprocessing"]["en"].update(stemming=True)), "manifest.json",
+     "malformed manifest: 'preprocessing.en' is not understood: unknown text preprocessing setting(s): stemming"),
+    (lambda d: (d / "bpe.codes").write_text("#version: 0.2\nt h\nth e the\n", encoding="utf-8"), "bpe.codes",
+     "damaged BPE codes: line 3 is not two subword units separated by a space ('th e the')"),
+    (lambda d: _valid_corpus(d, []), "valid.en.idx", "the validation set has no sentence: it needs at least one pair"),
+    (lambda d: _valid_corpus(d, [3, 1001, 2]), "valid.en.idx",
+     "sentence 2 of the validation set has 1,001 model tokens, more than the 1,000 a pair scored whole may have"),
     (lambda d: _damage_manifest(d, lambda m: m.pop("vocab")), "manifest.json",
      "malformed manifest: 'vocab' is missing or not a dict"),
     (lambda d: _damage_manifest(d, lambda m: m.update(source_lang="de")), "manifest.json",
@@ -532,7 +547,8 @@ def _poke_idx(d, which: str):
     (lambda d: _poke_idx(d, "offsets"), "train.en.idx",
      "index offsets are not the running sum of the sentence lengths (from sentence 2 on): corrupt"),
     (lambda d: _poke_idx(d, "length"), "train.en.idx", "index gives sentence 3 a negative length (-4): corrupt"),
-], ids=["manifest-no-vocab", "manifest-other-language", "vocab-line-missing", "bin-id-too-large",
+], ids=["unknown-preprocessing-setting", "bpe-codes", "valid-empty", "valid-too-long", "manifest-no-vocab",
+        "manifest-other-language", "vocab-line-missing", "bin-id-too-large",
         "idx-offsets", "idx-negative-length"])
 def test_damaged_prepared_data_is_refused_when_opened(small, tmp_path, damage, where, fragment):
     import shutil
@@ -556,6 +572,21 @@ def test_damaged_prepared_data_is_one_line_from_the_command(small, tmp_path):
     res = _nmt("nmt-train", data, "-a", "rnnsearch-tiny", "--save-dir", tmp_path / "run", "--max-updates", "1",
                "--threads", "1")
     _one_line_error(res, "nmt-train", f"{data / 'train.fr.bin'}: sentence 1 holds token id 60000")
+
+
+def test_damaged_preprocessing_is_refused_before_training_not_after(small, tmp_path):
+    """Found only when a checkpoint is saved, an unknown setting was a traceback at the first save (and damaged BPE
+    codes trained to the end, for nmt-translate to refuse every checkpoint)."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(small, data)
+    _damage_manifest(data, lambda m: m["preprocessing"]["en"].update(stemming=True))
+    res = _nmt("nmt-train", data, "-a", "rnnsearch-tiny", "--save-dir", tmp_path / "run", "--max-updates", "2",
+               "--valid-every", "1", "--valid-bleu-sentences", "0", "--threads", "1")
+    _one_line_error(res, "nmt-train", f"{data / 'manifest.json'}: malformed manifest: 'preprocessing.en' is not "
+                                      "understood: unknown text preprocessing setting(s): stemming")
+    assert not (tmp_path / "run").exists()
 
 
 # -- streaming: a pipeline that waits for each translation gets it --------------------------------------------------

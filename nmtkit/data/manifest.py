@@ -11,7 +11,8 @@
     train.kept                 for each training pair that passed the filters, its 1-based input line number
 
 Splits are ``train`` (all ``--train`` inputs concatenated, filtered), ``valid`` and ``test``, ``test1``, …
-(never filtered, never reordered: sentence *i* is input line *i*).
+(never filtered, never reordered: sentence *i* is input line *i*).  Validation decodes and scores each ``valid``
+pair whole, so that split holds at least one pair, of at most :data:`MAX_EVAL_TOKENS` model tokens a side.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from nmtkit.data.vocab import Vocabulary
 FORMAT_NAME = "nmtkit-prepared-corpus"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+# the most model tokens a side of a pair that a model scores whole (validation, nmt-score -m's NLL): teacher forcing
+# holds a source x target attention matrix per pair, so a 200,000-token line would ask for a terabyte
+MAX_EVAL_TOKENS = 1000
 
 
 def dumps(manifest: dict) -> str:
@@ -91,7 +95,12 @@ class PreparedData:
 
     @classmethod
     def open(cls, directory: str | os.PathLike) -> PreparedData:
-        return cls(os.fspath(directory), load(directory))
+        """Open a prepared directory, its manifest and both languages' preprocessing checked (:meth:`text_config`):
+        a damaged one is refused here, before a run starts, not when a checkpoint is saved or read."""
+        data = cls(os.fspath(directory), load(directory))
+        for lang in (data.source_lang, data.target_lang):
+            data.text_config(lang)
+        return data
 
     @property
     def source_lang(self) -> str:
@@ -118,26 +127,79 @@ class PreparedData:
         return vocab
 
     def corpus(self, split: str, lang: str) -> Corpus:
-        """A split's binarized corpus of one language, its ids checked against the vocabulary's size."""
+        """A split's binarized corpus of one language, its ids checked against the vocabulary's size (and the
+        ``valid`` split's sentences against :data:`MAX_EVAL_TOKENS`: refused before a run, not at its first
+        validation)."""
         if split not in self.manifest["splits"]:
             raise InputError(f"no split '{split}' (this corpus has: {', '.join(self.splits)})", self.directory)
         corpus = Corpus(self.path(f"{split}.{lang}"))
         size = self.manifest["vocab"].get(lang, {}).get("size")
         if size is not None:
             corpus.check_ids(size)
+        if split == "valid":
+            check_eval_lengths(corpus.sizes, self.path(f"{split}.{lang}.idx"), "the validation set")
         return corpus
 
     def text_config(self, lang: str) -> TextConfig:
-        """The full preprocessing of one language, its subword model included: what a checkpoint must carry."""
-        import base64
+        """The full preprocessing of one language, its subword model included: what a checkpoint must carry.  An
+        unknown setting, BPE codes that are not subword-nmt's or a file that is not a SentencePiece model is an
+        InputError naming the manifest or the file."""
+        from nmtkit.data.text import bpe_codes_problem, spm_processor
 
         settings = dict(self.manifest["preprocessing"][lang])
+        where = self.path(MANIFEST)  # (the file the subword model came from, for messages)
         bpe = self.manifest.get("bpe")
         if bpe is not None:
-            with open(self.path(bpe["codes_file"]), encoding="utf-8", newline="") as f:
-                settings["bpe_codes"] = f.read()
+            where = self._subword_file(bpe, "bpe", "codes_file")
+            try:
+                settings["bpe_codes"] = self._read(where).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"damaged BPE codes: invalid UTF-8 at byte {e.start}", where) from None
         spm = self.manifest.get("sentencepiece")
         if spm is not None:
-            with open(self.path(spm["model_file"]), "rb") as f:
-                settings["spm_model"] = base64.b64encode(f.read()).decode("ascii")
-        return TextConfig.from_dict(settings)
+            import base64
+
+            where = self._subword_file(spm, "sentencepiece", "model_file")
+            settings["spm_model"] = base64.b64encode(self._read(where)).decode("ascii")
+        try:
+            config = TextConfig.from_dict(settings)
+        except (TypeError, ValueError) as e:
+            raise InputError(f"malformed manifest: 'preprocessing.{lang}' is not understood: {e}",
+                             self.path(MANIFEST)) from None
+        if config.bpe_codes is not None:
+            problem = bpe_codes_problem(config.bpe_codes) if isinstance(config.bpe_codes, str) else "not text"
+            if problem is not None:
+                raise InputError(f"damaged BPE codes: {problem}", where)
+        if config.spm_model is not None:
+            try:
+                spm_processor(config.spm_model)
+            except (TypeError, ValueError) as e:
+                raise InputError(f"damaged SentencePiece model: {e}", where) from None
+        return config
+
+    def _subword_file(self, entry, field: str, key: str) -> str:
+        """The path of the subword model file the manifest's ``field`` entry names."""
+        if not isinstance(entry, dict) or not isinstance(entry.get(key), str) or not entry[key]:
+            raise InputError(f"malformed manifest: '{field}.{key}' is missing or not a file name", self.path(MANIFEST))
+        return self.path(entry[key])
+
+    def _read(self, path: str) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise InputError(f"cannot read: {e.strerror}", path) from None
+
+
+def check_eval_lengths(sizes, path: str, what: str) -> None:
+    """Refuse ``what`` (sentence lengths ``sizes``, from ``path``) when it is empty or a sentence has more than
+    :data:`MAX_EVAL_TOKENS` model tokens: a model scores each pair whole."""
+    import numpy as np
+
+    sizes = np.asarray(sizes)
+    if len(sizes) == 0:
+        raise InputError(f"{what} has no sentence: it needs at least one pair", path)
+    longest = int(sizes.argmax())
+    if sizes[longest] > MAX_EVAL_TOKENS:
+        raise InputError(f"sentence {longest + 1} of {what} has {int(sizes[longest]):,} model tokens, more than the "
+                         f"{MAX_EVAL_TOKENS:,} a pair scored whole may have: shorten or remove it", path)
