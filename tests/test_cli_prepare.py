@@ -206,6 +206,43 @@ def test_bad_option_values(tmp_path, corpus, args, needle):
     assert needle in msg
 
 
+def test_vocab_from_refuses_the_vocabulary_sizes_it_would_ignore(tmp_path, corpus):
+    assert nmt_prepare("-s", "en", "-t", "fr", "--train", corpus / "ok", "--dest", tmp_path / "base",
+                       "--src-vocab-size", "20").returncode == 0
+    for option in ("--src-vocab-size", "--tgt-vocab-size"):
+        msg = run_bad(tmp_path, "--train", corpus / "ok", "--vocab-from", tmp_path / "base", option, "100")
+        assert msg == f"--vocab-from brings its directory's vocabularies, of their own sizes; drop {option}"
+
+
+# -- the validation set: a model scores each of its pairs whole ---------------------------------------------------
+
+
+def test_an_empty_valid_set_is_refused(tmp_path, corpus):
+    write(corpus / "empty.en", None, raw=b"")
+    write(corpus / "empty.fr", None, raw=b"")
+    msg = run_bad(tmp_path, "--train", corpus / "ok", "--valid", corpus / "empty")
+    assert msg == f"{corpus / 'empty.en'}: is empty: a validation set needs at least one pair"
+
+
+def test_a_valid_line_too_long_to_score_whole_is_refused_and_the_longest_allowed_is_not(tmp_path, corpus):
+    """Validation's teacher forcing holds a source x target attention matrix per pair: a 200,000-word line asked
+    for a terabyte at the first validation, after the training before it.  1,000 model tokens a side is the most."""
+    def words(n):
+        return " ".join(f"w{i}" for i in range(n))  # (n Moses tokens, n model tokens without subwords)
+
+    write(corpus / "long.en", EN)
+    write(corpus / "long.fr", FR[:2] + [words(1001)] + FR[3:])
+    msg = run_bad(tmp_path, "--train", corpus / "ok", "--valid", corpus / "long")
+    assert msg == (f"{corpus / 'long.fr'}:3: is 1,001 model tokens long, more than the 1,000 a validation pair may "
+                   "have (validation scores and decodes each pair whole): shorten or remove it")
+    write(corpus / "edge.en", EN[:4] + [words(1000)])
+    write(corpus / "edge.fr", FR)
+    r = nmt_prepare("-s", "en", "-t", "fr", "--train", corpus / "ok", "--valid", corpus / "edge", "--dest",
+                    tmp_path / "edge")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "edge" / "valid.tok.en").read_text(encoding="utf-8").splitlines()[4] == words(1000)
+
+
 def test_dest_that_is_a_file_is_a_usage_error(tmp_path, corpus):
     write(tmp_path / "out", ["not a directory"])
     before = snapshot(tmp_path)

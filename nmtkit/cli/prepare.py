@@ -17,9 +17,10 @@ from nmtkit.cli import CONTEXT, ToolCommand, run, setup_logging
 @click.option("--test", "test", multiple=True, metavar="PREFIX",
               help="Test corpus; repeat for several (splits test, test1, ...). Never filtered or reordered.")
 @click.option("--dest", "-d", required=True, type=click.Path(file_okay=False), help="Directory to create.")
-@click.option("--src-vocab-size", default=30000, show_default=True,
-              help="Source shortlist: the K most frequent training tokens (4 specials are added).")
-@click.option("--tgt-vocab-size", default=30000, show_default=True, help="Target shortlist size K.")
+@click.option("--src-vocab-size", type=int,
+              help="Source shortlist: the K most frequent training tokens (4 specials are added) [30000; not with "
+                   "--vocab-from].")
+@click.option("--tgt-vocab-size", type=int, help="Target shortlist size K [30000; not with --vocab-from].")
 @click.option("--max-len", default=50, show_default=True,
               help="Drop training pairs with a side longer than this many tokens (the paper: 30 or 50).")
 @click.option("--lowercase", is_flag=True, help="Lowercase after tokenisation.")

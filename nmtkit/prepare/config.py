@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from nmtkit.errors import InputError
 
+DEFAULT_SHORTLIST = 30000  # the paper's shortlists: the 30,000 most frequent words of each language
+
 
 @dataclass
 class PrepareConfig:
@@ -18,8 +20,8 @@ class PrepareConfig:
     dest: str
     valid: str | None = None
     test: list[str] = field(default_factory=list)
-    src_vocab_size: int = 30000
-    tgt_vocab_size: int = 30000
+    src_vocab_size: int | None = None  # the source shortlist: the K most frequent training tokens (None: 30,000)
+    tgt_vocab_size: int | None = None  # (either refused with vocab_from, which brings its directory's)
     max_len: int = 50
     max_ratio: float | None = None  # drop training pairs whose token counts differ more than this factor (Moses)
     dedup: bool = False  # drop training pairs that repeat an earlier pair exactly (after tokenisation)
@@ -37,6 +39,11 @@ class PrepareConfig:
     workers: int = 1
     force: bool = False
 
+    def shortlist(self, lang: str) -> int:
+        """The shortlist size of language ``lang`` (the source's or the target's)."""
+        size = self.src_vocab_size if lang == self.source_lang else self.tgt_vocab_size
+        return DEFAULT_SHORTLIST if size is None else size
+
     def check(self) -> None:
         if not self.source_lang or not self.target_lang or self.source_lang == self.target_lang:
             raise InputError(f"source and target languages must be two different codes "
@@ -45,8 +52,13 @@ class PrepareConfig:
             raise InputError("at least one --train corpus is needed (the vocabularies come from it)")
         for name, value in (("--src-vocab-size", self.src_vocab_size), ("--tgt-vocab-size", self.tgt_vocab_size),
                             ("--max-len", self.max_len), ("--workers", self.workers)):
-            if value < 1:
+            if value is not None and value < 1:
                 raise InputError(f"{name} must be at least 1 (got {value})")
+        sizes = [name for name, v in (("--src-vocab-size", self.src_vocab_size),
+                                      ("--tgt-vocab-size", self.tgt_vocab_size)) if v is not None]
+        if self.vocab_from is not None and sizes:
+            raise InputError(f"--vocab-from brings its directory's vocabularies, of their own sizes; drop "
+                             f"{' and '.join(sizes)}")
         segmentations = [name for name, v in (("--bpe-merges", self.bpe_merges), ("--bpe-codes", self.bpe_codes),
                                                ("--spm-vocab-size", self.spm_vocab_size),
                                                ("--spm-model", self.spm_model)) if v is not None]

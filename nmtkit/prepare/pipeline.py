@@ -28,7 +28,7 @@ from nmtkit.data.corpus import CorpusWriter, dtype_for_vocab
 from nmtkit.data.text import Preprocessor, TextConfig
 from nmtkit.data.vocab import Vocabulary
 from nmtkit.errors import InputError
-from nmtkit.files import atomic_dir, read_parallel, resolve_prefix
+from nmtkit.files import WRITE_ERRORS, atomic_dir, is_sgml, read_parallel, resolve_prefix
 from nmtkit.parallel import CHUNK, Mapper
 from nmtkit.prepare.config import PrepareConfig
 from nmtkit.prepare.subwords import given_subwords, read_tokens, subword_segmentation, vocabs_from
@@ -93,44 +93,62 @@ def prepare(cfg: PrepareConfig) -> dict:
     if cfg.vocab_from is not None:  # (a corpus to fine-tune a model of that directory on: the same ids)
         given_vocabs, subwords, inherited_dropout = vocabs_from(cfg.vocab_from, src, tgt, text_cfg)
 
-    with atomic_dir(cfg.dest, force=cfg.force, marker=manifest_format.MANIFEST, kind="a prepared corpus") as out:
-        stats: dict[str, dict] = {}
-        # 1. tokenise every split into words
-        with _Mapper(cfg.workers, text_cfg[src], text_cfg[tgt]) as mapper:
-            for split, files in splits.items():
-                stats[split] = _tokenize_split(mapper, files, out, split, src, tgt)
-                log.info("%s: %d pairs read and tokenised", split, stats[split]["lines_in"])
+    out = None
+    try:
+        with atomic_dir(cfg.dest, force=cfg.force, marker=manifest_format.MANIFEST, kind="a prepared corpus") as out:
+            return _prepare_in(out, cfg, splits, subwords, text_cfg, given_vocabs, inherited_dropout)
+    except OSError as e:  # (a full disk: the temporary directory is gone, DEST is as it was; say which output failed)
+        if e.errno not in WRITE_ERRORS:
+            raise
+        raise InputError(f"cannot write: {os.strerror(e.errno).lower()}; nothing was written", cfg.dest) from None
+    except InputError as e:  # (a file of the temporary directory named: name it as it would have been in DEST)
+        if out is None or e.path is None or not e.path.startswith(out + os.sep):
+            raise
+        raise InputError(e.message, os.path.join(cfg.dest, os.path.relpath(e.path, out)), e.line) from None
 
-        # 2. subword segmentation: learned jointly on the training words, or given
-        subwords, subword_info = subword_segmentation(cfg, out, splits, subwords)
-        model_cfg = {lang: TextConfig(**{**c.to_dict(), **subwords}) for lang, c in text_cfg.items()}
 
-        # 3. model tokens, filtering (train only) and counts; 4. vocabularies and binarized corpora
-        with _Mapper(cfg.workers if subwords else 1, model_cfg[src], model_cfg[tgt]) as mapper:
-            counts = {}
-            for split in splits:
-                counts[split] = _filter_and_count(mapper, out, split, src, tgt, stats[split],
-                                                  cfg.max_len if split == "train" else None,
-                                                  cfg.max_ratio, cfg.dedup)
-            shortlist_counts = counts["train"]
-            if cfg.bpe_dropout:  # the units BPE-dropout makes must be in the shortlists too
-                shortlist_counts = _dropout_counts(mapper, out, src, tgt, cfg.bpe_dropout, counts["train"])
-                subword_info["dropout"] = cfg.bpe_dropout
-        if inherited_dropout:  # (--vocab-from: the shortlists were made for that directory's BPE-dropout)
-            subword_info["dropout"] = inherited_dropout
-        vocabs = given_vocabs or {src: Vocabulary.build(shortlist_counts[0], cfg.src_vocab_size),
-                                  tgt: Vocabulary.build(shortlist_counts[1], cfg.tgt_vocab_size)}
-        for lang, vocab in vocabs.items():
-            vocab.save(os.path.join(out, f"vocab.{lang}"))
+def _prepare_in(out: str, cfg: PrepareConfig, splits, subwords, text_cfg, given_vocabs, inherited_dropout) -> dict:
+    """The preparation's steps, building the prepared directory in ``out`` (a temporary one)."""
+    src, tgt = cfg.source_lang, cfg.target_lang
+    stats: dict[str, dict] = {}
+    # 1. tokenise every split into words
+    with _Mapper(cfg.workers, text_cfg[src], text_cfg[tgt]) as mapper:
+        for split, files in splits.items():
+            stats[split] = _tokenize_split(mapper, files, out, split, src, tgt)
+            log.info("%s: %d pairs read and tokenised", split, stats[split]["lines_in"])
+            if split == "valid" and stats[split]["lines_in"] == 0:
+                raise InputError("is empty: a validation set needs at least one pair", files[0][0])
+
+    # 2. subword segmentation: learned jointly on the training words, or given
+    subwords, subword_info = subword_segmentation(cfg, out, splits, subwords)
+    model_cfg = {lang: TextConfig(**{**c.to_dict(), **subwords}) for lang, c in text_cfg.items()}
+
+    # 3. model tokens, filtering (train only) and counts; 4. vocabularies and binarized corpora
+    with _Mapper(cfg.workers if subwords else 1, model_cfg[src], model_cfg[tgt]) as mapper:
+        counts = {}
         for split in splits:
-            for k, lang in enumerate((src, tgt)):
-                _binarize(os.path.join(out, f".{split}.model.{lang}"), os.path.join(out, f"{split}.{lang}"),
-                          vocabs[lang])
-                stats[split]["coverage"][lang] = round(vocabs[lang].coverage(counts[split][k]), 6)
-        manifest = _manifest(cfg, splits, stats, vocabs, counts["train"], model_cfg, subword_info)
-        with open(os.path.join(out, manifest_format.MANIFEST), "w", encoding="utf-8", newline="\n") as f:
-            f.write(manifest_format.dumps(manifest))
-        _report(manifest)
+            counts[split] = _filter_and_count(mapper, out, split, src, tgt, stats[split],
+                                              cfg.max_len if split == "train" else None,
+                                              cfg.max_ratio, cfg.dedup, whole=split == "valid")
+        shortlist_counts = counts["train"]
+        if cfg.bpe_dropout:  # the units BPE-dropout makes must be in the shortlists too
+            shortlist_counts = _dropout_counts(mapper, out, src, tgt, cfg.bpe_dropout, counts["train"])
+            subword_info["dropout"] = cfg.bpe_dropout
+    if inherited_dropout:  # (--vocab-from: the shortlists were made for that directory's BPE-dropout)
+        subword_info["dropout"] = inherited_dropout
+    vocabs = given_vocabs or {src: Vocabulary.build(shortlist_counts[0], cfg.shortlist(src)),
+                              tgt: Vocabulary.build(shortlist_counts[1], cfg.shortlist(tgt))}
+    for lang, vocab in vocabs.items():
+        vocab.save(os.path.join(out, f"vocab.{lang}"))
+    for split in splits:
+        for k, lang in enumerate((src, tgt)):
+            _binarize(os.path.join(out, f".{split}.model.{lang}"), os.path.join(out, f"{split}.{lang}"),
+                      vocabs[lang])
+            stats[split]["coverage"][lang] = round(vocabs[lang].coverage(counts[split][k]), 6)
+    manifest = _manifest(cfg, splits, stats, vocabs, counts["train"], model_cfg, subword_info)
+    with open(os.path.join(out, manifest_format.MANIFEST), "w", encoding="utf-8", newline="\n") as f:
+        f.write(manifest_format.dumps(manifest))
+    _report(manifest)
     return manifest
 
 
@@ -146,11 +164,13 @@ def _tokenize_split(mapper: _Mapper, files, out: str, split: str, src: str, tgt:
 
 
 def _filter_and_count(mapper: _Mapper, out: str, split: str, src: str, tgt: str, stats: dict,
-                      max_len: int | None, max_ratio: float | None = None, dedup: bool = False
+                      max_len: int | None, max_ratio: float | None = None, dedup: bool = False, whole: bool = False
                       ) -> tuple[Counter, Counter]:
     """Write the model tokens of the kept lines to hidden files; return the token counts per language.  With
     ``max_len`` (the training split) pairs with an empty side, longer than ``max_len`` tokens, with a length ratio
-    above ``max_ratio`` (clean-corpus-n.perl's) or repeating an earlier pair (``dedup``) are left out, counted."""
+    above ``max_ratio`` (clean-corpus-n.perl's) or repeating an earlier pair (``dedup``) are left out, counted.
+    With ``whole`` (the validation split, which a model scores whole) a side longer than MAX_EVAL_TOKENS is an
+    error naming its input line."""
     import hashlib
 
     src_counts, tgt_counts = Counter(), Counter()
@@ -161,6 +181,9 @@ def _filter_and_count(mapper: _Mapper, out: str, split: str, src: str, tgt: str,
     with open(os.path.join(out, f".{split}.model.{src}"), "w", encoding="utf-8", newline="\n") as fs, \
          open(os.path.join(out, f".{split}.model.{tgt}"), "w", encoding="utf-8", newline="\n") as ft:
         for line, (s, t) in enumerate(mapper.map(_subword_chunk, pairs), start=1):
+            if whole and max(len(s), len(t)) > manifest_format.MAX_EVAL_TOKENS:
+                side = 0 if len(s) >= len(t) else 1  # (the longer side's input file is named)
+                _too_long_to_score(stats["inputs"][0][side], line, max(len(s), len(t)))
             if max_len is not None:
                 if not s or not t:
                     empty += 1
@@ -198,6 +221,13 @@ def _filter_and_count(mapper: _Mapper, out: str, split: str, src: str, tgt: str,
             raise InputError(f"no training pair is left after filtering ({empty} had an empty side, {too_long} "
                              f"were longer than {max_len} tokens)", stats["inputs"][0][0])
     return src_counts, tgt_counts
+
+
+def _too_long_to_score(path: str, line: int, tokens: int) -> None:
+    limit = manifest_format.MAX_EVAL_TOKENS
+    where = (f"segment {line} is", None) if is_sgml(path) else ("is", line)
+    raise InputError(f"{where[0]} {tokens:,} model tokens long, more than the {limit:,} a validation pair may have "
+                     "(validation scores and decodes each pair whole): shorten or remove it", path, where[1])
 
 
 def _dropout_chunk(items: list[tuple[int, list[str], list[str], float]]) -> list[tuple[list[str], list[str]]]:
@@ -265,8 +295,8 @@ def _manifest(cfg: PrepareConfig, splits, stats, vocabs, train_counts, model_cfg
             lang: {"file": f"vocab.{lang}", "shortlist": size, "size": len(vocabs[lang]),
                    "specials": ["<pad>", "<unk>", "<s>", "</s>"], "types_in_training": len(train_counts[k]),
                    "dtype": str(dtype_for_vocab(len(vocabs[lang])))}
-            for k, (lang, size) in enumerate(((src, len(vocabs[src]) - 4 if cfg.vocab_from else cfg.src_vocab_size),
-                                              (tgt, len(vocabs[tgt]) - 4 if cfg.vocab_from else cfg.tgt_vocab_size)))
+            for k, (lang, size) in enumerate(((src, len(vocabs[src]) - 4 if cfg.vocab_from else cfg.shortlist(src)),
+                                              (tgt, len(vocabs[tgt]) - 4 if cfg.vocab_from else cfg.shortlist(tgt))))
         },
         "splits": stats,
     }
