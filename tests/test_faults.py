@@ -203,6 +203,29 @@ def test_a_second_nmt_train_process_is_refused_while_the_first_runs(small, tmp_p
     assert first.returncode == 130  # it was not disturbed: it saved and stopped on SIGTERM
 
 
+def test_a_second_run_writing_the_same_log_file_is_refused_while_the_first_writes_it(small, tmp_path):
+    """Two runs of other save directories naming one --log-file: the second would empty the first's log and write
+    its records among the first's (NUL bytes where the first's appends land past the new end).  The first here is
+    a run's log as nmt-train opens it (TrainLog), held by this process."""
+    from nmtkit.train.trainlog import TrainLog
+
+    log = tmp_path / "shared.jsonl"
+    first = TrainLog(str(log), None, None)
+    try:
+        first.record({"type": "train", "update": 1})
+        second = _nmt("nmt-train", small, "-a", "rnnsearch-tiny", "--save-dir", tmp_path / "second", "--log-file",
+                      log, "--max-updates", "2", "--threads", "1", "-q")
+        _one_line_error(second, "nmt-train", f"{log}: another nmt-train is writing this training log; give each run "
+                                             "its own --log-file (or wait for the other to finish)")
+        assert log.read_text(encoding="utf-8") == '{"type": "train", "update": 1}\n'  # (not emptied)
+        assert not list((tmp_path / "second").glob("checkpoint*.pt"))
+    finally:
+        first.close()
+    train(_cfg(small, tmp_path / "second", max_updates=1, log_file=str(log)))  # free once closed: a new run's log
+    records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    assert [(r["type"], r["update"]) for r in records] == [("train", 1), ("valid", 1)]
+
+
 # -- the best checkpoint survives a kill at any instant ----------------------------------------------------------
 
 KILLER = textwrap.dedent("""

@@ -13,7 +13,9 @@ What ``nmt-train --save-dir DIR`` keeps there, and the order it writes it in:
   have come between the two links of an older nmtkit.
 - ``train.jsonl``: the run's log; on resume, the records written after the checkpoint resumed from are dropped
   and so are the interruption's validation records (:func:`truncate_log`), so the log reads like the
-  uninterrupted run's.
+  uninterrupted run's.  The log -- there or wherever ``--log-file`` puts it -- is locked as the directory is, for
+  as long as the run writes it (:func:`open_log`): two runs of other save directories naming one ``--log-file``
+  would truncate and interleave each other's records, so the second is refused in one line.
 """
 
 from __future__ import annotations
@@ -51,12 +53,8 @@ class RunDir:
         """Take the directory's exclusive lock, or refuse: another live run holds it (its pid is named)."""
         os.makedirs(self.path, exist_ok=True)
         fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)  # (the directory itself: no lock file to leave)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
+        if not _try_lock(fd):
             os.close(fd)
-            if e.errno not in (errno.EWOULDBLOCK, errno.EACCES):
-                raise
             try:
                 with open(self.file(PID_FILE), encoding="ascii") as f:
                     holder = f.read().strip() or "unknown"
@@ -126,6 +124,55 @@ class RunDir:
             return False
         checkpoint.link(numbered, best)
         return True
+
+
+def _try_lock(fd: int) -> bool:
+    """Take the exclusive ``flock`` of an open file or directory; False when another process holds it.  The kernel
+    drops it when the process dies, however it dies."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+            raise
+        return False
+    return True
+
+
+def _locked_log(path: str) -> int:
+    """A descriptor of the log ``path`` (created if missing) holding its lock, or the refusal: another run's."""
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise InputError(f"cannot write the training log: {e.strerror}", path) from None
+        if not _try_lock(fd):
+            os.close(fd)
+            raise InputError("another nmt-train is writing this training log; give each run its own --log-file "
+                             "(or wait for the other to finish)", path)
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # (replaced by a rename while we locked it: lock the file that has the name now)
+
+
+def open_log(path: str, resumed_at: int | None):
+    """Open a run's JSON-lines log for appending, locked while it is open (the refusal of a second writer is one
+    line); returns (the file, how many records were dropped).  A resumed run's log loses what :func:`truncate_log`
+    drops, under the lock; a new run's is emptied, once the lock is ours."""
+    fd = _locked_log(path)
+    try:
+        dropped = 0
+        if resumed_at is None:
+            os.ftruncate(fd, 0)
+        elif dropped := truncate_log(path, resumed_at):  # (rewritten under a new inode: lock that, drop the old)
+            fd, old = _locked_log(path), fd
+            os.close(old)
+        return os.fdopen(fd, "a", encoding="utf-8"), dropped
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def truncate_log(path: str, update: int) -> int:

@@ -22,13 +22,10 @@ class TrainLog:
     """The open log of one run (the lead process's); ``resumed_at``: the update a resumed run starts from."""
 
     def __init__(self, path: str, resumed_at: int | None, tensorboard_dir: str | None):
-        if resumed_at is not None and (dropped := rundir.truncate_log(path, resumed_at)):
+        self.file, dropped = rundir.open_log(path, resumed_at)  # (locked: a second run writing it is refused)
+        if dropped:
             log.info("dropped %d record(s) of %s written after update %d, the checkpoint resumed from, or by its "
                      "interruption", dropped, path, resumed_at)
-        try:
-            self.file = open(path, "a" if resumed_at is not None else "w", encoding="utf-8")
-        except OSError as e:
-            raise InputError(f"cannot write the training log: {e.strerror}", path) from None
         self.tensorboard = None
         if tensorboard_dir:
             from nmtkit.train.tblog import TensorBoardLog
