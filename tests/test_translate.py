@@ -390,3 +390,51 @@ def test_bad_checkpoints_are_one_line_errors(trained, tmp_path, problem):
     assert {"missing": "no such", "corrupt": "not a readable", "truncated": "not a readable",
             "version": "version 99"}[problem] in err
     assert not out.exists()
+
+
+# -- options, stdin and prefixes given carelessly ------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, closed, message", [
+    (["--threads", "-1"], False, "--threads must be at least 0 (got -1; 0 = torch's default)"),
+    (["--coverage-penalty", "1e308"], False,
+     "--coverage-penalty must be a finite number of at least 0 and at most 10 (got 1e+308; Wu et al. use 0.2)"),
+    (["--prefix", "-"], False, "--prefix - and the input both name standard input: give the input with -i FILE or "
+                               "the prefixes as a file"),
+    ([], True, "standard input: is closed: give --input a file, or pipe the text in"),
+], ids=["threads", "coverage-penalty", "prefix-and-input-on-stdin", "stdin-closed"])
+def test_bad_options_and_a_closed_stdin_are_one_line_errors(trained, tmp_path, args, closed, message):
+    _, ckpt = trained
+    out = tmp_path / "out.fr"
+    proc = subprocess.run(TRANSLATE + ["-m", ckpt, "-o", str(out), *args], input=None if closed else b"a man .\n",
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, timeout=300,
+                          preexec_fn=(lambda: os.close(0)) if closed else None)  # (nmt-translate <&-)
+    assert proc.returncode == 1 and proc.stdout == b""
+    assert proc.stderr.decode().splitlines() == [f"nmt-translate: error: {message}"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_prefixes_from_stdin_come_out_as_written_and_the_largest_coverage_penalty_scores_finitely(trained, data_dir,
+                                                                                                  tmp_path):
+    """--prefix - reads the prefixes from stdin when the input is a file; each translation starts with its prefix
+    exactly as written, which the preprocessing alone does not give back ("</s> <s>" reads "< / s > < s >", the
+    spacing and "l'" are Moses'), n-best entries too; an empty source line gives its prefix alone."""
+    _, ckpt = trained
+    src = _lines(data_dir / "multi30k" / "val.en", 5)
+    src[4] = ""
+    prefixes = ["</s> <s>", "Un  homme,", "l' homme", "", "« Le chat »"]
+    inp = tmp_path / "in.en"
+    inp.write_text("".join(s + "\n" for s in src), encoding="utf-8")
+    nbest = tmp_path / "out.nbest"
+    proc = run_translate(["-m", ckpt, "-i", str(inp), "--prefix", "-", "--beam", "3", "--nbest", "3",
+                          "--nbest-file", str(nbest), "--coverage-penalty", "10"],
+                         "".join(p + "\n" for p in prefixes).encode())
+    out = proc.stdout.decode().split("\n")
+    assert len(out) == 6 and out[-1] == ""
+    for k, p in enumerate(prefixes[:4]):
+        if p:
+            assert out[k].startswith(p) and len(out[k]) > len(p), (p, out[k])
+    assert out[4] == "« Le chat »"
+    entries = [line.split(" ||| ") for line in nbest.read_text(encoding="utf-8").splitlines()]
+    assert {int(e[0]) for e in entries} == set(range(5))
+    for line, text, _, score in entries:
+        assert text.startswith(prefixes[int(line)]) and math.isfinite(float(score)), (line, text, score)

@@ -55,13 +55,14 @@ def _output(path: str | None):
 @click.option("--max-len-b", default=10, show_default=True)
 @click.option("--coverage-penalty", default=0.0, show_default=True, metavar="BETA",
               help="Rank finished hypotheses with Wu et al. (2016)'s coverage penalty BETA * sum_j log min(sum_i "
-                   "alpha_ij, 1) added (attention models; 0 = off; OpenNMT-py's beta, e.g. 0.2).")
+                   "alpha_ij, 1) added (attention models; 0 = off, at most 10; OpenNMT-py's beta, e.g. 0.2).")
 @click.option("--no-repeat-ngram", default=0, show_default=True, metavar="N",
               help="No hypothesis may produce a target n-gram of N tokens twice (fairseq's --no-repeat-ngram-size; "
                    "against loops; 0 = off; 1 forbids any repeated token). A --prefix is kept as given.")
-@click.option("--prefix", "prefix_path", type=click.Path(dir_okay=False, allow_dash=False),
-              help="Target prefixes, one line per input line: each translation starts with its line's prefix "
-                   "(forced decoding; an empty line: no prefix).")
+@click.option("--prefix", "prefix_path", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Target prefixes, one line per input line: each translation starts with its line's prefix, "
+                   "written as given (forced decoding; an empty line: no prefix; '-': stdin, when the input is a "
+                   "file).")
 @click.option("--sampling", metavar="SPEC",
               help="Sample instead of searching: topk:K, topp:P, temperature:T or several joined by commas "
                    "(e.g. topk:10,temperature:0.8); --nbest N draws N samples per line.")
@@ -121,6 +122,8 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
     from nmtkit.translate.unkreplace import load_unk_dict
     from nmtkit.translate import outputs
 
+    if threads < 0:  # (checked here: torch.set_num_threads refuses it with a traceback)
+        raise InputError(f"--threads must be at least 0 (got {threads}; 0 = torch's default)")
     if threads:
         torch.set_num_threads(threads)
     if nbest > 1 and nbest_file is None and output_path in (None, "-"):
@@ -133,20 +136,15 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
         how = parse_sampling(sampling) if sampling is not None else None
     except ValueError as e:
         raise InputError(f"--sampling: {e}") from None
-    if input_path == "-":
-        stream, name = sys.stdin.buffer, "<stdin>"
-    else:
-        try:
-            stream, name = open(input_path, "rb"), input_path
-        except OSError as e:
-            raise InputError(f"cannot open: {e.strerror}", input_path) from None
+    if prefix_path == "-" and input_path == "-":
+        raise InputError("--prefix - and the input both name standard input: give the input with -i FILE or the "
+                         "prefixes as a file")
+    stream, name = _open_input(input_path, "--input")
     prefixes = prefix_stream = None
+    prefix_name = "prefixes"
     if prefix_path is not None:  # (opened before the checkpoints are loaded: a missing file is reported at once)
-        try:
-            prefix_stream = open(prefix_path, "rb")
-        except OSError as e:
-            raise InputError(f"cannot open: {e.strerror}", prefix_path) from None
-        prefixes = (text for _, text in read_input(prefix_stream, prefix_path))
+        prefix_stream, prefix_name = _open_input(prefix_path, "--prefix")
+        prefixes = (text for _, text in read_input(prefix_stream, prefix_name))
     translator = Translator(list(models), device=device, beam=beam, nbest=nbest, lenpen=lenpen, max_len_a=max_len_a,
                             max_len_b=max_len_b, no_unk=no_unk, replace_unk=replace_unk,
                             unk_dict=load_unk_dict(unk_dict) if unk_dict else None, batch_size=batch_size,
@@ -161,7 +159,7 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
         progress = tqdm(unit="line", dynamic_ncols=True)
     with contextlib.ExitStack() as stack:
         stack.enter_context(translator)  # stops its worker processes however this ends
-        if prefix_stream is not None:
+        if prefix_stream is not None and prefix_path != "-":
             stack.enter_context(prefix_stream)
         main_out = None if nbest_file == "-" else stack.enter_context(_output(output_path))
         nbest_out = stack.enter_context(_output(nbest_file)) if nbest_file else None
@@ -169,7 +167,7 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
         attn_out = stack.enter_context(_output(attention)) if attention else None
         score_out = stack.enter_context(_output(scores)) if scores else None
         files = [f for f in (main_out, nbest_out, align_out, attn_out, score_out) if f is not None]
-        for t in translator.translate(read_input(stream, name), prefixes, prefix_path or "prefixes"):
+        for t in translator.translate(read_input(stream, name), prefixes, prefix_name):
             if main_out is not None:
                 main_out.write(t.text + "\n")
             for out, line in ((nbest_out, outputs.nbest_entries), (align_out, outputs.alignment_line),
@@ -184,8 +182,22 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
             f.flush()
     if progress is not None:
         progress.close()
-    if stream is not sys.stdin.buffer:
+    if input_path != "-":
         stream.close()
+
+
+def _open_input(path: str, option: str):
+    """(binary stream, name for messages) of an input: standard input for '-' (one line if it is closed)."""
+    from nmtkit.errors import InputError
+
+    if path == "-":
+        if sys.stdin is None:  # (started with stdin closed: nmt-translate <&-)
+            raise InputError(f"is closed: give {option} a file, or pipe the text in", "standard input")
+        return sys.stdin.buffer, "<stdin>"
+    try:
+        return open(path, "rb"), path
+    except OSError as e:
+        raise InputError(f"cannot open: {e.strerror}", path) from None
 
 
 def entry() -> None:

@@ -13,7 +13,8 @@ must match) and turns raw lines into translations, **one result per input line, 
 - the output undoes the preprocessing (subword merge, Moses detokenisation) unless ``tokenized``;
 - with ``prefixes`` (one target line per input line, preprocessed as the target side is), each translation starts
   with its line's prefix: the search is forced through it (:mod:`nmtkit.translate.search`) and the prefix's own
-  words are written back; an empty source line with a prefix gives the prefix itself;
+  text is written back as given (its words out of the vocabulary, its spacing and case too); an empty source line
+  with a prefix gives the prefix itself;
 - with ``sampling``, translations are drawn from the model (:mod:`nmtkit.translate.sampling`) instead of searched for,
   ``nbest`` samples per line, reproducibly from ``seed``, the line number and the piece.
 
@@ -41,6 +42,7 @@ import numpy as np
 import torch
 
 # (also the library's names here)
+from nmtkit.translate import linetext
 from nmtkit.translate.decoding import build_models, decode_batch, load_checkpoints  # noqa: F401
 from nmtkit.errors import InputError, WorkerError
 from nmtkit.translate.sampling import Sampling
@@ -54,6 +56,7 @@ from nmtkit.translate.wordalign import block_attention, hard_links, word_matrix
 
 log = logging.getLogger("nmtkit.translate")
 MAX_AUTO_WORKERS = 4  # workers=0 starts min(threads, this) processes on a CPU
+MAX_COVERAGE_PENALTY = 10.0  # (Wu et al. use 0.2; far above, the penalty alone ranks and its sums overflow)
 AHEAD = 1  # windows queued behind the one being decoded, with worker processes
 
 
@@ -73,6 +76,7 @@ class _Window:
     lines: list[tuple[int, str]]  # (line number, text)
     words: list[list[str]]  # each line's source words
     prefixes: list[list[str]]  # each line's target prefix tokens (empty: none)
+    given: list[str]  # each line's prefix as the user wrote it (what the translation starts with)
     batches: list[list[_Piece]]  # length-sorted
     tickets: list[int] = field(default_factory=list)  # the batches' tickets in the decoding pool
 
@@ -93,8 +97,9 @@ class Translator:
             raise InputError(f"need beam >= 1 and 1 <= nbest <= beam (got beam {beam}, nbest {nbest})")
         if sampling is not None and nbest < 1:
             raise InputError(f"--nbest must be at least 1 sample (got {nbest})")
-        if not (math.isfinite(coverage_penalty) and coverage_penalty >= 0):
-            raise InputError(f"--coverage-penalty must be a finite number of at least 0 (got {coverage_penalty})")
+        if not 0 <= coverage_penalty <= MAX_COVERAGE_PENALTY:
+            raise InputError(f"--coverage-penalty must be a finite number of at least 0 and at most "
+                             f"{MAX_COVERAGE_PENALTY:g} (got {coverage_penalty}; Wu et al. use 0.2)")
         if sampling is not None and coverage_penalty:
             raise InputError("--coverage-penalty ranks beam search's hypotheses; it has no meaning with --sampling")
         if not isinstance(no_repeat_ngram, int) or no_repeat_ngram < 0:
@@ -198,20 +203,7 @@ class Translator:
     # -- preprocessing -----------------------------------------------------------------------------------------
 
     def source_words(self, line: str) -> list[str]:
-        return _words(self.src_pre, line, self.tokenized)
-
-    def _pieces(self, tokens: list[str]) -> list[list[str]]:
-        """Cut a long token sequence into pieces of at most max_source_len tokens, at word ends where possible."""
-        limit, pieces, start = self.max_source_len, [], 0
-        word_of = self.src_pre.words_of(tokens)[1] if len(tokens) > limit else None
-        while len(tokens) - start > limit:
-            cut = start + limit
-            while cut > start + 1 and word_of[cut] == word_of[cut - 1]:  # (not inside a word)
-                cut -= 1
-            pieces.append(tokens[start:cut])
-            start = cut
-        pieces.append(tokens[start:])
-        return pieces
+        return linetext.words(self.src_pre, line, self.tokenized)
 
     # -- translation -------------------------------------------------------------------------------------------
 
@@ -229,7 +221,7 @@ class Translator:
         last = 0
         for window, stalled in windows(lines, self.window):
             last = window[-1][0]
-            w = self._prepare(window, self._read_prefixes(prefix_lines, window, prefix_name))
+            w = self._prepare(window, *self._read_prefixes(prefix_lines, window, prefix_name))
             if self._pool is None and self._lazy_pool and self.workers > 1 and len(window) == self.window \
                     and not stalled:
                 self._start_lazy_pool()  # the input is large: worth the processes' start-up
@@ -244,22 +236,24 @@ class Translator:
         if prefix_lines is not None and next(prefix_lines, None) is not None:
             raise InputError(f"has more lines than the input ({last})", prefix_name, last + 1)
 
-    def _read_prefixes(self, prefix_lines, window: list[tuple[int, str]], name: str) -> list[list[str]]:
-        """The window's target prefixes as model tokens (none: every line's empty)."""
+    def _read_prefixes(self, prefix_lines, window: list[tuple[int, str]], name: str
+                       ) -> tuple[list[list[str]], list[str]]:
+        """The window's target prefixes as model tokens, and as given (none: every line's empty)."""
         if prefix_lines is None:
-            return [[] for _ in window]
-        out = []
+            return [[] for _ in window], ["" for _ in window]
+        tokens, given = [], []
         for lineno, _ in window:
             text = next(prefix_lines, None)
             if text is None:
                 raise InputError(f"has fewer lines than the input (no prefix for input line {lineno})", name, lineno)
             words = self.target_words(text)
-            out.append(self.tgt_pre.subwords(words) if words else [])
-        return out
+            tokens.append(self.tgt_pre.subwords(words) if words else [])
+            given.append(text)
+        return tokens, given
 
     def target_words(self, line: str) -> list[str]:
         """A target-side line (a prefix) as the target side's words."""
-        return _words(self.tgt_pre, line, self.tokenized)
+        return linetext.words(self.tgt_pre, line, self.tokenized)
 
     def _extras(self, batch: list[_Piece]) -> dict:
         """What a batch's sentences need beside their source ids: prefixes, and the keys of their random draws."""
@@ -298,13 +292,13 @@ class Translator:
     def _decode(self, batch: list[_Piece]) -> list[list[Hypothesis]]:
         return decode_batch(self.models, [p.ids for p in batch], self.device, **self._options, **self._extras(batch))
 
-    def _prepare(self, window: list[tuple[int, str]], prefixes: list[list[str]]) -> _Window:
+    def _prepare(self, window: list[tuple[int, str]], prefixes: list[list[str]], given: list[str]) -> _Window:
         """Words, model-token pieces and length-sorted batches of a window of lines."""
         words = [self.source_words(text) for _, text in window]
         pieces: list[_Piece] = []
         for k, (lineno, _) in enumerate(window):
             tokens = self.src_pre.subwords(words[k])
-            parts = self._pieces(tokens) if tokens else []
+            parts = linetext.pieces(self.src_pre, tokens, self.max_source_len) if tokens else []
             if len(parts) > 1:
                 log.warning("line %d: %d source tokens, more than --max-source-len %d: translated in %d pieces",
                             lineno, len(tokens), self.max_source_len, len(parts))
@@ -318,7 +312,7 @@ class Translator:
         order = sorted(range(len(pieces)), key=lambda i: len(pieces[i].ids))
         batches = [[pieces[i] for i in order[start: start + self.batch_size]]
                    for start in range(0, len(order), self.batch_size)]
-        return _Window(window, words, prefixes, batches)
+        return _Window(window, words, prefixes, given, batches)
 
     def _assemble(self, w: _Window, hyps: list[list[list[Hypothesis]]]) -> list[Translation]:
         """The window's translations in input order, from each batch's hypotheses."""
@@ -328,13 +322,14 @@ class Translator:
                 results[p.index].append((p, h))
         for r in results:  # pieces of a line were sorted by length: restore their order
             r.sort(key=lambda ph: ph[0].order)
-        return [self._finish(lineno, w.words[k], results[k], w.prefixes[k]) for k, (lineno, _) in enumerate(w.lines)]
+        return [self._finish(lineno, w.words[k], results[k], w.prefixes[k], w.given[k])
+                for k, (lineno, _) in enumerate(w.lines)]
 
     def _finish(self, lineno: int, src_words: list[str], parts: list[tuple[_Piece, list[Hypothesis]]],
-                prefix: list[str]) -> Translation:
+                prefix: list[str], given: str) -> Translation:
         if not parts:  # an empty line: nothing to translate, the prefix (if any) as it was given
             # (counted and shaped as a decoded line's: its tokens and </s>, all attention on the source's </s>)
-            text = self._render(prefix)
+            text = self._render(prefix, given, len(prefix))
             return Translation(lineno, text, src_words, self.tgt_pre.merge_subwords(prefix), 0.0,
                                nbest=[(text, 0.0, 0.0, len(prefix) + 1)],
                                alignment=[] if self.need_attention else None,
@@ -363,8 +358,9 @@ class Translator:
                 norm += h.norm_score
                 length += len(h.tokens) + 1
             if k < max(len(hyps) for _, hyps in parts):
-                nbest.append((self._render(toks), logprob, norm, length))
-        t = Translation(lineno, self._render(best_tokens), src_words, target_words, score, nbest, pieces=len(parts))
+                nbest.append((self._render(toks, given, len(prefix)), logprob, norm, length))
+        t = Translation(lineno, self._render(best_tokens, given, len(prefix)), src_words, target_words, score, nbest,
+                        pieces=len(parts))
         if self.need_attention:
             t.attention = block_attention(alphas)
             t.alignment = hard_links(word_matrix(src_tokens, best_tokens, np.asarray(t.attention["alpha"]),
@@ -380,19 +376,5 @@ class Translator:
                                 start=forced)
         return toks
 
-    def _render(self, tokens: list[str]) -> str:
-        """Model tokens → the text the user reads.  The units are merged into words exactly once, here or inside
-        :meth:`Preprocessor.detokenize`: merging words again glues a SentencePiece sentence into one word."""
-        if self.tokenized:
-            return " ".join(self.tgt_pre.merge_subwords(tokens))
-        return self.tgt_pre.detokenize(tokens)
-
-
-def _words(pre: Preprocessor, line: str, tokenized: bool) -> list[str]:
-    """A line as one side's words: the side's preprocessing, or with ``tokenized`` its whitespace-separated words
-    (lowercased when the side is)."""
-    if tokenized:
-        words = line.split()
-        return [w.lower() for w in words] if pre.config.lowercase else words
-    return pre.words(line)
-
+    def _render(self, tokens: list[str], given: str = "", forced: int = 0) -> str:
+        return linetext.render(self.tgt_pre, tokens, self.tokenized, given, forced)
