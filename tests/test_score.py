@@ -390,6 +390,32 @@ def test_command_bad_inputs_are_one_line_errors(small, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["empty.fr", "short.fr"]  # no plot, no temporary file
 
 
+def test_a_line_too_long_for_the_models_nll_is_one_line(shortlist, tmp_path):
+    """--model's NLL scores each pair whole (teacher forcing holds a source x target attention matrix): a side of
+    more than 1,000 model tokens is refused before anything is computed, naming its file and line."""
+    _, ckpt = shortlist
+    src = write(tmp_path / "src.en", ["A cat sleeps .", "Two dogs play .", "It rains ."])
+    ref = write(tmp_path / "ref.fr", ["Un chat dort .", " ".join(["chat"] * 1001), "Il pleut ."])
+    hyp = write(tmp_path / "hyp.fr", ["Un chat dort .", "Deux chiens jouent .", "Il pleut ."])
+    proc = run_score("-r", ref, "-s", src, "-m", ckpt, "--metrics", "BLEU", hyp, check=False)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        f"nmt-score: error: {ref}:2: has 1,001 model tokens, more than the 1,000 a pair scored whole may have "
+        "(--model's NLL scores each pair whole): shorten or remove the line, or score without --model"]
+
+
+def test_a_huge_bootstrap_and_a_closed_stdin_are_one_line_errors(tmp_path):
+    ref = write(tmp_path / "ref.fr", ["Un chat dort .", "Il pleut ."])
+    proc = run_score("-r", ref, "--bootstrap", "99999999999999999999", ref, check=False)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
+        "nmt-score: error: --bootstrap must be from 0 to 10,000 resamples (got 99999999999999999999; sacreBLEU's "
+        "default is 1,000, and each resample holds a statistics row per sentence)"]
+    proc = subprocess.run(SCORE + ["-r", ref, "-"], capture_output=True, text=True, env=ENV, timeout=300,
+                          preexec_fn=lambda: os.close(0))  # (nmt-score -r ref.fr - <&-)
+    assert proc.returncode == 1 and proc.stdout == "" and proc.stderr.strip().splitlines() == [
+        "nmt-score: error: standard input: is closed: give the file's name instead of '-', or pipe the text in"]
+
+
 def test_help_does_not_import_torch():
     code = ("import sys\n"
             "from click.testing import CliRunner\n"

@@ -19,6 +19,8 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     if path == "-":
         import sys
 
+        if sys.stdin is None:  # (started with stdin closed: nmt-score ... - <&-)
+            raise InputError("is closed: give the file's name instead of '-', or pipe the text in", "standard input")
         data = sys.stdin.buffer.read().split(b"\n")
         if data[-1] == b"":
             data.pop()

@@ -7,19 +7,23 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from nmtkit.data.manifest import MAX_EVAL_TOKENS
 from nmtkit.errors import InputError
 from nmtkit.score.subsets import shortlist_from_checkpoint
 
 
 def model_nll(payload: dict, sources: Sequence[str], references: Sequence[str], batch_size: int = 16,
-              device: str = "cpu", backend: str | None = None) -> dict:
+              device: str = "cpu", backend: str | None = None,
+              paths: tuple[str, str] = ("source", "reference")) -> dict:
     """Negative log-likelihood (nats) of each reference given its source under a checkpoint's model, teacher
     forced: ``-Σ_t log p(y_t | y_<t, x)`` over the reference's model tokens and ``</s>``.
 
     Returns ``{"sentences", "tokens", "words", "total", "per_sentence", "per_token", "per_word", "perplexity",
     "nll": array}``: per token counts model tokens with ``</s>``; per word divides by the reference's
     Moses-tokenized words (``</s>`` not counted); perplexity is ``exp(per_token)``.  ``backend``: how the model
-    computes (:data:`nmtkit.models.BACKENDS`; None: ``$NMTKIT_BACKEND``, else fast).
+    computes (:data:`nmtkit.models.BACKENDS`; None: ``$NMTKIT_BACKEND``, else fast).  A pair is scored whole: a
+    side of more than :data:`~nmtkit.data.manifest.MAX_EVAL_TOKENS` model tokens is an InputError naming its file
+    (``paths``: the source's and the reference's) and line, before anything is computed.
     """
     import torch
 
@@ -45,6 +49,12 @@ def model_nll(payload: dict, sources: Sequence[str], references: Sequence[str], 
     nll = np.zeros(len(sources), dtype=np.float64)
     src_sizes = np.array([len(s) for s in src_ids])
     tgt_sizes = np.array([len(t) for t in tgt_ids])
+    for sizes, path in zip((src_sizes, tgt_sizes), paths):
+        if len(sizes) and sizes.max() > MAX_EVAL_TOKENS:
+            line = int(sizes.argmax())
+            raise InputError(f"has {int(sizes[line]):,} model tokens, more than the {MAX_EVAL_TOKENS:,} a pair "
+                             "scored whole may have (--model's NLL scores each pair whole): shorten or remove the "
+                             "line, or score without --model", path, line + 1)
     with torch.no_grad():
         for ids in eval_batches(src_sizes, tgt_sizes, batch_size):
             b = collate(src_ids, tgt_ids, ids).to(device)

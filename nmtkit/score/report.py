@@ -15,6 +15,9 @@ from nmtkit.score.subsets import length_buckets, no_unk_rows, shortlist_from_che
 from nmtkit.score.likelihood import model_nll
 
 
+MAX_BOOTSTRAP = 10_000  # paired bootstrap resamples: sacreBLEU holds them all at once, (resamples x sentences) rows
+
+
 @dataclass
 class ScoreConfig:
     """The settings of one scoring run (``nmt-score``'s options)."""
@@ -66,8 +69,9 @@ class ScoreConfig:
             raise InputError(f"unknown length metric '{self.length_metric}' (choose from {', '.join(METRICS)})")
         if self.repeat_ngram < 1:
             raise InputError(f"--repeat-ngram must be >= 1 (got {self.repeat_ngram})")
-        if self.bootstrap < 0:
-            raise InputError(f"--bootstrap must be >= 0 (got {self.bootstrap})")
+        if not 0 <= self.bootstrap <= MAX_BOOTSTRAP:
+            raise InputError(f"--bootstrap must be from 0 to {MAX_BOOTSTRAP:,} resamples (got {self.bootstrap}; "
+                             "sacreBLEU's default is 1,000, and each resample holds a statistics row per sentence)")
         if self.backend is not None and self.model is None:
             raise InputError("--backend chooses how --model computes the references' NLL: give -m CHECKPOINT")
         if self.source is None:
@@ -150,7 +154,7 @@ def evaluate(cfg: ScoreConfig) -> dict:
         report["bootstrap"] = [paired_bootstrap(list(zip(names, hyps)), metric, cfg.bootstrap)
                                for metric in metrics.values()]
     if payload is not None:
-        nll = model_nll(payload, src, refs, cfg.batch_size, cfg.device, cfg.backend)
+        nll = model_nll(payload, src, refs, cfg.batch_size, cfg.device, cfg.backend, paths=(cfg.source, cfg.reference))
         nll.pop("nll")
         report["nll"] = {"model": cfg.model, **nll}
     if cfg.plot:  # last, so that no plot is left behind when anything before fails
