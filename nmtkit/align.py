@@ -265,7 +265,7 @@ class Aligner:
             raise InputError(f"nmt-align needs an attention model (rnnsearch); this checkpoint is "
                              f"{payload['arch']}", checkpoint_path)
         try:
-            self.model = set_backend(build_from_checkpoint(payload), backend).to(device).eval()
+            self.model = set_backend(build_from_checkpoint(payload, checkpoint_path), backend).to(device).eval()
         except (ValueError, RuntimeError) as e:
             raise InputError(f"cannot rebuild the model: {str(e).splitlines()[0]}", checkpoint_path) from None
         self.src_vocab, self.tgt_vocab = Vocabulary(payload["vocab"]["src"]), Vocabulary(payload["vocab"]["tgt"])

@@ -13,6 +13,7 @@ import torch
 
 from nmtkit import __version__
 from nmtkit.data import checkpoint
+from nmtkit.data.vocab import SPECIALS
 from nmtkit.models import build_from_checkpoint
 from nmtkit.errors import InputError
 
@@ -66,7 +67,8 @@ def _build_payload():
         "config": model.config.to_dict(),
         "source_lang": "en",
         "target_lang": "fr",
-        "vocab": {"src": [f"s{i}" for i in range(12)], "tgt": [f"t{i}" for i in range(14)]},
+        "vocab": {"src": list(SPECIALS) + [f"s{i}" for i in range(4, 12)],
+                  "tgt": list(SPECIALS) + [f"t{i}" for i in range(4, 14)]},
         "preprocessing": {"src": {"lang": "en"}, "tgt": {"lang": "fr"}},
         "model": model.state_dict(),
         "train": {"optimizer": torch.optim.Adadelta(model.parameters()).state_dict(),

@@ -21,10 +21,17 @@ weights-only unpickler is slow over tens of thousands of small strings, and that
 ``nmt-translate``.  :func:`load` gives the vocabularies as lists of tokens either way.
 
 Writes are atomic: a temporary file in the same directory is written, fsynced and renamed over the target.
+
+:func:`load` takes a checkpoint only whole: every field a tool reads of its type, vocabularies of the config's sizes
+with the specials once each, weights dense, real, finite and bounded (:func:`check_weights`).  What needs the model
+is checked where one is built: the weights' names and shapes against the config's model on the meta device
+(:func:`check_shapes`, from :func:`nmtkit.models.build_from_checkpoint`), and the ``"train"`` section where a run
+resumes from it (:func:`nmtkit.train.resume.check_training_state`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tempfile
@@ -113,8 +120,6 @@ def load(path: str | os.PathLike, map_location="cpu") -> dict:
         except Exception as e:  # torch raises many types for bad files: zip errors, unpickling errors, EOF ...
             raise InputError(f"not a readable checkpoint (corrupt, truncated or not made by nmtkit): "
                              f"{_reason(e)}", path) from None
-    for w in held:
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if not isinstance(payload, dict) or payload.get("format") != FORMAT_NAME:
         raise InputError("not an nmtkit checkpoint", path)
     version = payload.get("format_version")
@@ -125,6 +130,8 @@ def load(path: str | os.PathLike, map_location="cpu") -> dict:
         if key not in payload:
             raise InputError(f"checkpoint lacks '{key}'", path)
     _check_structure(payload, path)
+    for w in held:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return payload
 
 
@@ -133,6 +140,7 @@ def _check_structure(payload: dict, path: str) -> None:
     import torch
 
     from nmtkit.data.text import TextConfig, bpe_codes_problem, spm_processor
+    from nmtkit.data.vocab import Vocabulary
 
     def bad(field: str, problem: str):
         return InputError(f"malformed checkpoint: {field} {problem}", path)
@@ -153,6 +161,10 @@ def _check_structure(payload: dict, path: str) -> None:
         for i, tok in enumerate(tokens):
             if not isinstance(tok, str) or not tok or _SPACE.search(tok):
                 raise bad(f"'vocab.{side}'[{i}]", f"is not a token without spaces ({tok!r})")
+        try:  # (the specials first, once each, and no token twice)
+            Vocabulary(tokens)
+        except ValueError as e:
+            raise bad(f"'vocab.{side}'", str(e)) from None
     pre = payload["preprocessing"]
     if not isinstance(pre, dict):
         raise bad("'preprocessing'", "is not a dict")
@@ -176,15 +188,73 @@ def _check_structure(payload: dict, path: str) -> None:
                 spm_processor(config.spm_model)
             except ValueError as e:
                 raise bad(f"'preprocessing.{side}.spm_model'", str(e)) from None
+    sizes = {side: payload["config"].get(f"{side}_vocab_size") for side in ("src", "tgt")}
+    for side, size in sizes.items():  # (every architecture's shortlists: the embeddings' and the output's rows)
+        if size is None:
+            raise bad(f"'config.{side}_vocab_size'", "is missing")
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise bad(f"'config.{side}_vocab_size'", f"is not a whole number ({size!r})")
+        if size != len(vocab[side]):
+            raise bad(f"'vocab.{side}'", f"has {len(vocab[side]):,} entries; 'config.{side}_vocab_size' is {size:,}")
     model = payload["model"]
     if not isinstance(model, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                               for k, v in model.items()):
         raise bad("'model'", "is not a dict of named tensors")
-    for name, tensor in model.items():
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+    check_weights(model, "model", path)
+
+
+# The largest weight magnitude a checkpoint may hold.  Trained weights are O(1): Appendix B.1 draws them at 0.01
+# and orthogonal, and a trained GRU's and its embeddings' stay within a few units.  1e4 is far above any of them,
+# and far below where float32 products overflow: a layer's sum of at most ~1e5 terms, each a weight times an
+# activation in [-1, 1] or an embedding (both at most 1e4), stays below 1e13, where weights of 3e38 overflow to
+# infinity at the first product, the softmax to NaN, and every translation and alignment to word 0.
+WEIGHT_BOUND = 1e4
+
+
+def check_weights(weights: dict, field: str, path: str) -> None:
+    """The named tensors ``weights`` (``field`` of the checkpoint: ``model``, ``train.raw_model`` ...) as a model
+    can take them: dense, real floating point, finite and at most :data:`WEIGHT_BOUND` in magnitude; else one
+    InputError naming the file and the tensor."""
+    import torch
+
+    for name, tensor in weights.items():
+        key = f"'{field}.{name}'"
+        odd = [what for what, flag in (("sparse", tensor.layout != torch.strided), ("nested", tensor.is_nested),
+                                       ("meta", tensor.is_meta), ("quantized", tensor.is_quantized)) if flag]
+        if odd:
+            raise InputError(f"malformed checkpoint: {key} is not a dense tensor of weights ({odd[0]}, "
+                             f"{str(tensor.layout).replace('torch.', '')})", path)
+        if tensor.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+            raise InputError(f"malformed checkpoint: {key} is {str(tensor.dtype).replace('torch.', '')}, not real "
+                             "floating-point weights", path)
+        if not tensor.numel():
+            continue
+        low, high = (float(x) for x in torch.aminmax(tensor))  # (NaN if any is NaN)
+        if not (math.isfinite(low) and math.isfinite(high)):
             count = int((~torch.isfinite(tensor)).sum())
-            raise InputError(f"the weights are not finite ({count:,} NaN or infinite value(s) in '{name}'): the "
+            raise InputError(f"the weights are not finite ({count:,} NaN or infinite value(s) in {key}): the "
                              "training run that made this checkpoint diverged", path)
+        if max(-low, high) > WEIGHT_BOUND:
+            raise InputError(f"malformed checkpoint: {key} holds a weight of {max(-low, high):.3g}, beyond any "
+                             f"trained model's (at most {WEIGHT_BOUND:g} is read)", path)
+
+
+def check_shapes(weights: dict, expected: dict, field: str, path: str | None) -> None:
+    """``weights`` (named tensors, ``field`` of the checkpoint) with the names and shapes of ``expected`` (a
+    model's state dict, e.g. built on the meta device); else one InputError naming the file and the tensor."""
+    def shape(t) -> str:
+        return f"[{', '.join(map(str, t.shape))}]"
+
+    for name, want in expected.items():
+        if name not in weights:
+            raise InputError(f"malformed checkpoint: '{field}' lacks '{name}', a weight of shape {shape(want)} "
+                             "of its config's model", path)
+        if weights[name].shape != want.shape:
+            raise InputError(f"malformed checkpoint: '{field}.{name}' has shape {shape(weights[name])}; its "
+                             f"config's model has {shape(want)}", path)
+    extra = next((name for name in weights if name not in expected), None)
+    if extra is not None:
+        raise InputError(f"malformed checkpoint: '{field}.{extra}' is not a weight of its config's model", path)
 
 
 def _reason(e: Exception) -> str:

@@ -38,7 +38,8 @@ class Vocabulary:
     def __init__(self, tokens: Iterable[str], counts: Iterable[int] | None = None):
         self.tokens: list[str] = list(tokens)
         if tuple(self.tokens[: len(SPECIALS)]) != SPECIALS:
-            raise ValueError(f"a vocabulary must start with the specials {SPECIALS}")
+            raise ValueError(f"does not start with the specials {' '.join(SPECIALS)} (it starts with "
+                             f"{' '.join(self.tokens[: len(SPECIALS)]) or 'nothing'})")
         self.counts: list[int] = [0] * len(self.tokens) if counts is None else list(counts)
         if len(self.counts) != len(self.tokens):
             raise ValueError("tokens and counts differ in length")
@@ -47,7 +48,7 @@ class Vocabulary:
             if not tok or _SPACE.search(tok):
                 raise ValueError(f"token {tok!r} (id {i}) is empty or contains whitespace")
             if tok in self.index:
-                raise ValueError(f"token {tok!r} appears twice (ids {self.index[tok]} and {i})")
+                raise ValueError(f"has the token {tok!r} twice (ids {self.index[tok]} and {i})")
             self.index[tok] = i
 
     @classmethod

@@ -20,8 +20,9 @@ ALIGN_STD = 0.001  # W_a and U_a
 
 @torch.no_grad()
 def normal_(t: Tensor, std: float) -> Tensor:
-    """N(0, std²) in place."""
-    return t.normal_(0.0, std)
+    """N(0, std²) in place (on the meta device nothing: torch's meta ``normal_`` first loads its Python meta
+    kernels, seconds of a checkpoint's loading; registry.empty_model)."""
+    return t if t.is_meta else t.normal_(0.0, std)
 
 
 @torch.no_grad()
@@ -34,6 +35,8 @@ def orthogonal_blocks_(t: Tensor, n: int) -> Tensor:
     """Fill a (k·n, n) matrix with k independent random orthogonal n×n blocks stacked along the rows."""
     if t.dim() != 2 or t.shape[1] != n or t.shape[0] % n:
         raise ValueError(f"orthogonal_blocks_ expects a (k*{n}, {n}) matrix, got {tuple(t.shape)}")
+    if t.is_meta:  # (see normal_)
+        return t
     for k in range(t.shape[0] // n):
         torch.nn.init.orthogonal_(t[k * n : (k + 1) * n])
     return t

@@ -117,15 +117,25 @@ def model_class(arch: str) -> type:
     return _MODELS[arch]
 
 
-def build_from_checkpoint(payload: dict) -> nn.Module:
+def empty_model(arch_or_preset: str, **config: Any) -> nn.Module:
+    """The model :func:`build_model` builds, on the meta device: its weights' names and shapes, with no memory and
+    nothing drawn (a model about to receive a checkpoint's weights needs no initialisation: QR decompositions of
+    every recurrent matrix, seconds at the paper's sizes)."""
+    import torch
+
+    with torch.device("meta"):
+        return build_model(arch_or_preset, **config)
+
+
+def build_from_checkpoint(payload: dict, path: str | None = None) -> nn.Module:
     """The model of a loaded checkpoint (:func:`nmtkit.data.checkpoint.load`'s payload: ``arch``, ``config``,
-    ``model``), weights restored, on CPU (move it with ``.to(device)``).  Weights that do not fit the config ->
-    ValueError."""
-    model = build_model(payload["arch"], **payload["config"])
-    try:
-        model.load_state_dict(payload["model"])
-    except RuntimeError as e:  # (missing or unexpected weights, or shapes that do not fit the config)
-        first = str(e).strip().splitlines()
-        raise ValueError(f"the weights do not fit the model of the checkpoint's config: "
-                         f"{' '.join(x.strip() for x in first[:2])[:300]}") from None
+    ``model``), its weights the checkpoint's exactly, on CPU (move it with ``.to(device)``).  A config that builds no
+    model -> ValueError; weights other than the config's model's (a name or a shape) -> an InputError naming
+    ``path`` and the weight."""
+    from nmtkit.data.checkpoint import check_shapes
+
+    model = empty_model(payload["arch"], **payload["config"])
+    check_shapes(payload["model"], model.state_dict(), "model", path)
+    model.to_empty(device="cpu")  # (memory, uninitialised: every tensor is the checkpoint's next)
+    model.load_state_dict(payload["model"])
     return model

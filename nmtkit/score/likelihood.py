@@ -13,7 +13,7 @@ from nmtkit.score.subsets import shortlist_from_checkpoint
 
 
 def model_nll(payload: dict, sources: Sequence[str], references: Sequence[str], batch_size: int = 16,
-              device: str = "cpu", backend: str | None = None,
+              device: str = "cpu", backend: str | None = None, origin: str | None = None,
               paths: tuple[str, str] = ("source", "reference")) -> dict:
     """Negative log-likelihood (nats) of each reference given its source under a checkpoint's model, teacher
     forced: ``-Σ_t log p(y_t | y_<t, x)`` over the reference's model tokens and ``</s>``.
@@ -21,9 +21,10 @@ def model_nll(payload: dict, sources: Sequence[str], references: Sequence[str], 
     Returns ``{"sentences", "tokens", "words", "total", "per_sentence", "per_token", "per_word", "perplexity",
     "nll": array}``: per token counts model tokens with ``</s>``; per word divides by the reference's
     Moses-tokenized words (``</s>`` not counted); perplexity is ``exp(per_token)``.  ``backend``: how the model
-    computes (:data:`nmtkit.models.BACKENDS`; None: ``$NMTKIT_BACKEND``, else fast).  A pair is scored whole: a
-    side of more than :data:`~nmtkit.data.manifest.MAX_EVAL_TOKENS` model tokens is an InputError naming its file
-    (``paths``: the source's and the reference's) and line, before anything is computed.
+    computes (:data:`nmtkit.models.BACKENDS`; None: ``$NMTKIT_BACKEND``, else fast).  ``origin``: the checkpoint's
+    file, which an error names.  A pair is scored whole: a side of more than
+    :data:`~nmtkit.data.manifest.MAX_EVAL_TOKENS` model tokens is an InputError naming its file (``paths``: the
+    source's and the reference's) and line, before anything is computed.
     """
     import torch
 
@@ -37,11 +38,11 @@ def model_nll(payload: dict, sources: Sequence[str], references: Sequence[str], 
     from nmtkit.device import resolve_device
 
     device = resolve_device(str(device))
-    shortlist = shortlist_from_checkpoint(payload, "checkpoint")
+    shortlist = shortlist_from_checkpoint(payload, origin or "checkpoint")
     try:
-        model = set_backend(build_from_checkpoint(payload), backend).to(device).eval()
+        model = set_backend(build_from_checkpoint(payload, origin), backend).to(device).eval()
     except (ValueError, RuntimeError) as e:
-        raise InputError(f"cannot rebuild the checkpoint's model: {str(e).splitlines()[0]}") from None
+        raise InputError(f"cannot rebuild the checkpoint's model: {str(e).splitlines()[0]}", origin) from None
     src_pre, tgt_pre = Preprocessor(shortlist.src_config), Preprocessor(shortlist.tgt_config)
     src_ids = [shortlist.src_vocab.encode(src_pre.tokenize(s)) for s in sources]
     words = [tgt_pre.words(r) for r in references]

@@ -154,7 +154,8 @@ def evaluate(cfg: ScoreConfig) -> dict:
         report["bootstrap"] = [paired_bootstrap(list(zip(names, hyps)), metric, cfg.bootstrap)
                                for metric in metrics.values()]
     if payload is not None:
-        nll = model_nll(payload, src, refs, cfg.batch_size, cfg.device, cfg.backend, paths=(cfg.source, cfg.reference))
+        nll = model_nll(payload, src, refs, cfg.batch_size, cfg.device, cfg.backend, cfg.model,
+                        paths=(cfg.source, cfg.reference))
         nll.pop("nll")
         report["nll"] = {"model": cfg.model, **nll}
     if cfg.plot:  # last, so that no plot is left behind when anything before fails

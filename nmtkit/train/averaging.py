@@ -31,6 +31,7 @@ import os
 import torch
 
 from nmtkit.data import checkpoint
+from nmtkit.train.resume import check_training_state
 
 log = logging.getLogger("nmtkit.train")
 
@@ -151,6 +152,8 @@ class LastN:
         for u in reversed(updates):
             path = os.path.join(save_dir, f"checkpoint{u}.pt")
             other = payload if u == here else checkpoint.load(path) if os.path.isfile(path) else None
+            if other is not None and other is not payload:  # (read as the resumed checkpoint was)
+                check_training_state(other, path)
             if other is None or other["train"]["state"]["update"] != u:
                 log.warning("--average-last %d: no %s with the raw weights of update %d, so the average restarts "
                             "from the %d validation(s) after it", self.n, path, u, len(found))

@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import glob
 import logging
+import math
 import os
+import typing
 import zlib
 
 import numpy as np
@@ -51,13 +53,163 @@ def find_checkpoint(rundir, resume: bool, force: bool, vocabs: dict) -> dict | N
     if not os.path.isfile(last):
         raise InputError("nothing to resume: no checkpoint_last.pt", rundir.path)
     payload = checkpoint.load(last)
-    if "train" not in payload:
-        raise InputError("checkpoint has no training state to resume from", last)
+    check_training_state(payload, last)
     for side, vocab in vocabs.items():
         if payload["vocab"][side] != vocab.tokens:
             raise InputError(f"the {side} vocabulary of the checkpoint ({len(payload['vocab'][side])} entries) "
                              f"differs from the data's ({len(vocab)} entries)", last)
     return payload
+
+
+# What LRSchedule.state_dict and the trainer's log window hold (the schedule's last three: budgeted schedules only)
+SCHEDULE_ENTRIES = {"factor": (float,), "bad": (int,), "best": (float, type(None)), "total": (int,),
+                    "budget": (float,), "decay_fraction": (float,)}
+LOG_WINDOW_ENTRIES = {"nll": (float,), "tok": (int,), "time": (float,), "norm": (float,), "n": (int,)}
+_KINDS = {int: "a whole number", float: "a finite number", type(None): "None", list: "a list", bool: "true or false"}
+
+
+def check_training_state(payload: dict, path: str) -> None:
+    """The checkpoint's ``"train"`` section as :func:`restore_training`, :func:`check_fits` and the averaging read
+    it (what :func:`training_payload` writes): each entry of its type; the weights (``model``, ``raw_model``,
+    ``ema``) those of the checkpoint's config; the optimizer's state one group over the model's weights, each
+    tensor shaped as its weight; the RNG states this torch's.  Else one InputError naming the file and the entry."""
+    def bad(field: str, problem: str) -> InputError:
+        return InputError(f"malformed checkpoint: 'train{field}' {problem}", path)
+
+    train = payload.get("train")
+    if train is None:
+        raise InputError("checkpoint has no training state to resume from", path)
+    if not isinstance(train, dict):
+        raise bad("", "is not a dict")
+    for key in ("state", "optimizer", "rng"):
+        if key not in train:
+            raise bad(f".{key}", "is missing")
+    model = model_of(payload, path)
+    shapes = model.state_dict()
+    checkpoint.check_shapes(payload["model"], shapes, "model", path)
+    for key in ("raw_model", "ema"):
+        weights = train.get(key)
+        if key not in train:
+            continue
+        if not isinstance(weights, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                                    for k, v in weights.items()):
+            raise bad(f".{key}", "is not a dict of named tensors")
+        checkpoint.check_shapes(weights, shapes, f"train.{key}", path)
+        checkpoint.check_weights(weights, f"train.{key}", path)
+    hints = typing.get_type_hints(TrainState)
+    _check_entries(train["state"], {k: typing.get_args(h) or (h,) for k, h in hints.items()}, (), ".state", bad)
+    for i, record in enumerate(train["state"].get("history", [])):
+        if not isinstance(record, dict):
+            raise bad(f".state.history[{i}]", "is not a dict of a validation's figures")
+    _check_optimizer(train["optimizer"], list(model.named_parameters()), bad)
+    _check_rng(train["rng"], ".rng", bad)
+    for i, rng in enumerate(train["rng"].get("per_rank") or []):
+        _check_rng(rng, f".rng.per_rank[{i}]", bad)
+    if "schedule" in train:
+        _check_entries(train["schedule"], SCHEDULE_ENTRIES, ("factor", "bad", "best"), ".schedule", bad)
+    if "log_window" in train:
+        _check_entries(train["log_window"], LOG_WINDOW_ENTRIES, (), ".log_window", bad)
+    if not isinstance(train.get("config", {}), dict) or not all(isinstance(k, str) for k in train.get("config", {})):
+        raise bad(".config", "is not a dict of settings")
+    if not isinstance(train.get("config", {}).get("optimizer", ""), str):
+        raise bad(".config.optimizer", "is not an optimizer's name")
+    if train.get("data") is not None:
+        _check_entries(train["data"], {"pairs": (int,), "tokens": (list,), "crc32": (int,)}, ("pairs", "tokens",
+                                                                                              "crc32"), ".data", bad)
+        tokens = train["data"]["tokens"]
+        if len(tokens) != 2 or not all(_fits(n, (int,)) for n in tokens):
+            raise bad(".data.tokens", "is not two token counts")
+    updates = train.get("average_updates", [])
+    if not isinstance(updates, list) or not all(_fits(u, (int,)) for u in updates):
+        raise bad(".average_updates", "is not a list of update numbers")
+
+
+def model_of(payload: dict, path: str):
+    """The model of a checkpoint's ``arch`` and ``config`` on the meta device (names and shapes only); a config
+    that builds none is one InputError naming the file."""
+    from nmtkit.models import empty_model
+
+    try:
+        return empty_model(payload["arch"], **payload["config"])
+    except (TypeError, ValueError) as e:
+        raise InputError(f"malformed checkpoint: 'config' builds no {payload['arch']} model: {e}", path) from None
+
+
+def _fits(value, kinds: tuple) -> bool:
+    """Whether ``value`` is of one of ``kinds`` (an int is a float too, a bool no number; floats are finite)."""
+    if isinstance(value, bool):
+        return bool in kinds
+    if isinstance(value, float):
+        return float in kinds and math.isfinite(value)
+    if isinstance(value, int):
+        return int in kinds or float in kinds
+    return isinstance(value, kinds)
+
+
+def _check_entries(value, spec: dict, required: tuple, field: str, bad) -> None:
+    """``value`` a dict of ``spec``'s keys only (``required`` among them), each of one of its kinds."""
+    if not isinstance(value, dict):
+        raise bad(field, f"is not a dict ({type(value).__name__})")
+    for key in required:
+        if key not in value:
+            raise bad(f"{field}.{key}", "is missing")
+    for key, item in value.items():
+        if key not in spec:
+            raise bad(field, f"has {key!r}, which is none of {', '.join(spec)}")
+        if not _fits(item, spec[key]):
+            kinds = " or ".join(_KINDS.get(k, k.__name__) for k in spec[key])
+            raise bad(f"{field}.{key}", f"is {repr(item)[:40]}, not {kinds}")
+
+
+def _check_optimizer(state, params: list, bad) -> None:
+    """An optimizer's ``state_dict`` over ``params`` ((name, weight) in the model's order): one group naming each
+    weight once; each weight's state tensors dense, real, finite, and of its shape (or scalars)."""
+    if not isinstance(state, dict) or not isinstance(state.get("state"), dict) \
+            or not isinstance(state.get("param_groups"), list):
+        raise bad(".optimizer", "is not an optimizer's state (a dict of 'state' and 'param_groups')")
+    groups = state["param_groups"]
+    ids = groups[0].get("params") if len(groups) == 1 and isinstance(groups[0], dict) else None
+    if not isinstance(ids, list) or not all(_fits(i, (int,)) for i in ids) or len(set(ids)) != len(ids) \
+            or len(ids) != len(params):
+        raise bad(".optimizer.param_groups", f"is not one group of the model's {len(params)} weights")
+    for key, value in groups[0].items():
+        if key in ("lr", "rho", "eps", "weight_decay", "momentum", "dampening") and not _fits(value, (float,)):
+            raise bad(f".optimizer.param_groups[0].{key}", f"is {repr(value)[:40]}, not a finite number")
+    weight = dict(zip(ids, params))
+    for i, entry in state["state"].items():
+        if i not in weight or not isinstance(entry, dict):
+            raise bad(".optimizer.state", f"has an entry {repr(i)[:40]} that is no weight's state")
+        name, p = weight[i]
+        for key, t in entry.items():
+            if not isinstance(t, torch.Tensor):
+                if t is not None and not _fits(t, (float,)):
+                    raise bad(f".optimizer.state[{i}].{key}", f"is {repr(t)[:40]}, not a tensor or number")
+            elif t.layout != torch.strided or not t.is_floating_point():
+                raise bad(f".optimizer.state[{i}].{key}", f"is not a dense real tensor ({t.layout}, {t.dtype})")
+            elif t.dim() and t.shape != p.shape:
+                raise bad(f".optimizer.state[{i}].{key}", f"has shape {list(t.shape)}; its weight '{name}' has "
+                          f"{list(p.shape)}")
+            elif not bool(torch.isfinite(t).all()):
+                raise bad(f".optimizer.state[{i}].{key}", "is not finite")
+
+
+def _check_rng(rng, field: str, bad) -> None:
+    """A process's RNG states: torch's (this torch's size) and, on CUDA, the device's; uint8 vectors."""
+    if not isinstance(rng, dict):
+        raise bad(field, "is not a dict of generator states")
+    if "torch" not in rng:
+        raise bad(f"{field}.torch", "is missing")
+    size = torch.get_rng_state().numel()
+    for key in ("torch", "cuda"):
+        t = rng.get(key)
+        if key not in rng:
+            continue
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8 or t.layout != torch.strided or t.dim() != 1 \
+                or (key == "torch" and t.numel() != size):
+            what = f"{t.dtype} {list(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise bad(f"{field}.{key}", f"is not a generator's state ({what}; this torch's is uint8 [{size}])")
+    if "per_rank" in rng and (field != ".rng" or not isinstance(rng["per_rank"], list)):
+        raise bad(f"{field}.per_rank", "is not a list of the processes' states")
 
 
 def saved_config(payload: dict) -> dict:
@@ -150,6 +302,7 @@ def initial_weights(path: str, cfg, vocabs: dict) -> dict:
             raise InputError(f"its {side} vocabulary ({len(theirs)} entries) differs from the prepared data's "
                              f"({len(vocab)} entries) from id {first} on; prepare the data with the checkpoint's "
                              "vocabularies (nmt-prepare --src-vocab/--tgt-vocab) or start from scratch", path)
+    model = model_of(payload, path)
     want = get_config(cfg.arch, src_vocab_size=len(vocabs["src"]), tgt_vocab_size=len(vocabs["tgt"]),
                       **cfg.model_options).to_dict()
     have = saved_config(payload)
@@ -158,6 +311,7 @@ def initial_weights(path: str, cfg, vocabs: dict) -> dict:
     if differ:
         raise InputError(f"its model differs from the one asked for ({', '.join(differ)}); give the checkpoint's "
                          "--arch and -o options", path)
+    checkpoint.check_shapes(payload["model"], model.state_dict(), "model", path)
     return payload["model"]
 
 

@@ -36,10 +36,13 @@ def build_models(paths: list[str], device: str = "cpu", payloads: list[dict] | N
     """The checkpoints' models, in eval mode on ``device``, on ``backend`` (None:
     :func:`nmtkit.models.default_backend`)."""
     payloads = payloads if payloads is not None else load_checkpoints(paths)
-    try:
-        return [set_backend(build_from_checkpoint(p), backend).to(torch.device(device)).eval() for p in payloads]
-    except (ValueError, RuntimeError) as e:
-        raise InputError(f"cannot rebuild the model: {str(e).splitlines()[0]}", paths[0]) from None
+    models = []
+    for path, p in zip(paths, payloads):
+        try:
+            models.append(set_backend(build_from_checkpoint(p, path), backend).to(torch.device(device)).eval())
+        except (ValueError, RuntimeError) as e:
+            raise InputError(f"cannot rebuild the model: {str(e).splitlines()[0]}", path) from None
+    return models
 
 
 def collate_prefixes(prefixes: list[np.ndarray | None]) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:

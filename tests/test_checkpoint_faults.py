@@ -1,0 +1,214 @@
+"""Malformed checkpoints given to the tools (issue 34, items 3 to 5): each is one error line naming the file and the
+entry, exit code 1, no traceback -- never a wrong result.  Each case edits the payload of a tiny real checkpoint
+(2 updates, with an EMA, so that its train section holds every entry) and saves it with ``torch.save``; every case
+goes through what the command runs (its library entry point, in this process), and one case of each item and tool
+through the command itself."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmtkit.data import checkpoint
+from nmtkit.errors import InputError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def run(data_dir, tmp_path_factory):
+    """(prepared data, its run's checkpoint, the payload): the tiny RNNsearch after 2 updates on 60 Multi30K pairs,
+    with --ema-decay (the train section holds raw_model and ema)."""
+    from nmtkit.prepare import PrepareConfig, prepare
+    from nmtkit.train.trainer import TrainConfig, train
+
+    root = tmp_path_factory.mktemp("ckpt-faults")
+    for split, name, n in (("train", "train", 60), ("valid", "val", 10)):
+        for lang in ("en", "fr"):
+            with open(data_dir / "multi30k" / f"{name}.{lang}", encoding="utf-8") as f:
+                (root / f"{split}.{lang}").write_text("".join(itertools.islice(f, n)), encoding="utf-8")
+    prepare(PrepareConfig("en", "fr", [str(root / "train")], str(root / "data"), valid=str(root / "valid"),
+                          src_vocab_size=50, tgt_vocab_size=60))
+    threads = torch.get_num_threads()
+    try:
+        train(TrainConfig(data=str(root / "data"), arch="rnnsearch-tiny", save_dir=str(root / "run"), batch_size=16,
+                          pool_batches=2, max_updates=2, valid_every=2, valid_bleu_sentences=0, threads=1,
+                          ema_decay=0.5))
+    finally:
+        torch.set_num_threads(threads)
+    last = root / "run" / "checkpoint_last.pt"
+    (root / "src.en").write_text("a man is walking .\n", encoding="utf-8")
+    (root / "tgt.fr").write_text("un homme marche .\n", encoding="utf-8")
+    return root, last, checkpoint.load(last)
+
+
+def _nmt(tool: str, *args, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "bin" / tool), *map(str, args)], input=stdin,
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)))
+
+
+def _command(tool: str, root: Path, bad: Path, workdir: Path) -> subprocess.CompletedProcess:
+    if tool == "translate":
+        return _nmt("nmt-translate", "-m", bad, stdin="a man is walking .\n")
+    if tool == "align":
+        return _nmt("nmt-align", "-m", bad, "-s", root / "src.en", "-t", root / "tgt.fr")
+    if tool == "score":
+        return _nmt("nmt-score", root / "tgt.fr", "-r", root / "tgt.fr", "-s", root / "src.en", "-m", bad,
+                    "--metrics", "BLEU")
+    if tool == "init-from":
+        return _nmt("nmt-train", root / "data", "--arch", "rnnsearch-tiny", "--save-dir", workdir / "new",
+                    "--init-from", bad, "--max-updates", "1", "--threads", "1")
+    assert tool == "resume"  # (the malformed checkpoint is the run's checkpoint_last.pt)
+    return _nmt("nmt-train", root / "data", "--arch", "rnnsearch-tiny", "--save-dir", bad.parent, "--resume",
+                "--ema-decay", "0.5", "--max-updates", "3", "--threads", "1")
+
+
+def _each(weights: dict, make) -> None:
+    for name, value in weights.items():
+        weights[name] = make(value)
+
+
+def _first_tensor(p, key):
+    """The name of the first state tensor of the optimizer's weight ``key`` that is not a scalar."""
+    return next(k for k, v in p["train"]["optimizer"]["state"][key].items() if isinstance(v, torch.Tensor) and v.dim())
+
+
+def _wrong_optimizer_shape(p):
+    entry = p["train"]["optimizer"]["state"][0]
+    entry[_first_tensor(p, 0)] = torch.zeros(1)
+
+
+NAN_COMPLEX = (lambda v: torch.complex(torch.full_like(v, float("nan")), torch.zeros_like(v)))
+CASES = [
+    # item 3: a wrong result without a word, before
+    ("translate", lambda p: p["vocab"].update(src=p["vocab"]["src"][:10]),
+     "'vocab.src' has 10 entries; 'config.src_vocab_size' is"),
+    ("resume", lambda p: p["train"].update(ema={k: torch.zeros(1) for k in p["model"]}),
+     "'train.ema.E_src' has shape [1]; its config's model has"),
+    ("align", lambda p: _each(p["model"], lambda v: torch.full_like(v, 3e38)), "holds a weight of 3e+38"),
+    ("align", lambda p: _each(p["model"], NAN_COMPLEX), "is complex64, not real floating-point weights"),
+    # item 4: a traceback, before
+    ("translate", lambda p: p["config"].pop("src_vocab_size"), "'config.src_vocab_size' is missing"),
+    ("align", lambda p: p["config"].pop("tgt_vocab_size"), "'config.tgt_vocab_size' is missing"),
+    ("translate", lambda p: _each(p["model"], lambda v: torch.full_like(v, -3e38)), "holds a weight of 3e+38"),
+    ("score", lambda p: _each(p["model"], NAN_COMPLEX), "is complex64, not real floating-point weights"),
+    ("translate", lambda p: p["model"].update(E_src=p["model"]["E_src"].to_sparse()),
+     "'model.E_src' is not a dense tensor"),
+    ("score", lambda p: p["model"].update(W_o=p["model"]["W_o"].to_sparse_csr()), "'model.W_o' is not a dense"),
+    ("translate", lambda p: p["model"].update(b_y=p["model"]["b_y"].long()), "'model.b_y' is int64, not real"),
+    ("translate", lambda p: p["vocab"]["tgt"].__setitem__(10, "<unk>"),
+     "'vocab.tgt' has the token '<unk>' twice (ids 1 and 10)"),
+    ("align", lambda p: p["vocab"]["src"].__setitem__(2, "<bos>"), "'vocab.src' does not start with the specials"),
+    ("score", lambda p: p["vocab"].update(tgt=p["vocab"]["tgt"][:-1]), "'vocab.tgt' has "),
+    ("translate", lambda p: p["model"].update(W_s=torch.zeros(3, 3)), "'model.W_s' has shape [3, 3]; its config's"),
+    ("align", lambda p: p["model"].pop("b_s"), "'model' lacks 'b_s'"),
+    ("translate", lambda p: p["model"].update(extra=torch.zeros(2)), "'model.extra' is not a weight of its config"),
+    ("init-from", lambda p: p["model"].update(W_s=torch.zeros(3, 3)), "'model.W_s' has shape [3, 3]"),
+    ("init-from", lambda p: p["config"].update(emb_dim="wide"), "'config' builds no rnnsearch model"),
+    # item 5: --resume with a malformed train section
+    ("resume", lambda p: p["train"]["state"].update(extra=1), "'train.state' has 'extra', which is none of"),
+    ("resume", lambda p: p["train"]["state"].update(update="2"), "'train.state.update' is '2', not a whole number"),
+    ("resume", lambda p: p["train"]["rng"].update(torch=p["train"]["rng"]["torch"].float()),
+     "'train.rng.torch' is not a generator's state (torch.float32"),
+    ("resume", lambda p: p["train"]["rng"].pop("torch"), "'train.rng.torch' is missing"),
+    ("resume", lambda p: p["train"].update(optimizer={}), "'train.optimizer' is not an optimizer's state"),
+    ("resume", _wrong_optimizer_shape, "'train.optimizer.state[0]."),
+    ("resume", lambda p: p["train"].update(schedule={}), "'train.schedule.factor' is missing"),
+    ("resume", lambda p: p.update(train=[1, 2]), "'train' is not a dict"),
+    ("resume", lambda p: p["train"].update(data="60 pairs"), "'train.data' is not a dict"),
+    ("resume", lambda p: p["train"].update(config=3), "'train.config' is not a dict of settings"),
+    ("resume", lambda p: p["train"]["state"].update(history="none"), "'train.state.history' is 'none', not a list"),
+    ("resume", lambda p: p["train"].update(log_window=[0.0]), "'train.log_window' is not a dict"),
+    ("resume", lambda p: p["train"]["state"].update(best="0.5"), "'train.state.best' is '0.5', not a finite number"),
+    ("resume", lambda p: p["train"].update(raw_model={k: torch.full_like(v, 3e38) for k, v in p["model"].items()}),
+     "'train.raw_model.E_src' holds a weight of 3e+38"),
+]
+
+
+def _malformed(run, tmp_path, tool, change) -> Path:
+    root, last, payload = run
+    payload = copy.deepcopy(payload)
+    change(payload)
+    bad = tmp_path / ("checkpoint_last.pt" if tool == "resume" else "bad.pt")
+    torch.save(payload, bad)
+    return bad
+
+
+def _library(tool: str, root: Path, bad: Path, workdir: Path) -> None:
+    """What the command does with the checkpoint, in this process: the tools' library entry points."""
+    from nmtkit.train.trainer import TrainConfig, Trainer
+
+    if tool == "translate":
+        from nmtkit.translate import Translator
+
+        Translator([str(bad)], beam=2, workers=1, threads=1)
+    elif tool == "align":
+        from nmtkit.align import Aligner
+
+        Aligner(str(bad))
+    elif tool == "score":
+        from nmtkit.score import ScoreConfig, evaluate
+
+        evaluate(ScoreConfig(reference=str(root / "tgt.fr"), hypotheses=[str(root / "tgt.fr")],
+                             source=str(root / "src.en"), model=str(bad), metrics=["BLEU"]))
+    else:
+        where = dict(init_from=str(bad), save_dir=str(workdir / "new")) if tool == "init-from" else \
+            dict(resume=True, save_dir=str(bad.parent), ema_decay=0.5)
+        Trainer(TrainConfig(data=str(root / "data"), arch="rnnsearch-tiny", max_updates=3, threads=1, **where))
+
+
+@pytest.mark.parametrize("tool, change, fragment", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_a_malformed_checkpoint_is_one_error_naming_file_and_entry(run, tmp_path, tool, change, fragment):
+    bad = _malformed(run, tmp_path, tool, change)
+    with pytest.raises(InputError) as e:
+        _library(tool, run[0], bad, tmp_path)
+    assert str(e.value).startswith(f"{bad}: ") and fragment in str(e.value), (fragment, str(e.value))
+    assert "\n" not in str(e.value)
+
+
+# (a process each, a few seconds: one case of each item and tool through the installed command)
+COMMANDS = [0, 1, 2, 3, 7, 8, 11, 17, 19]
+
+
+@pytest.mark.parametrize("case", COMMANDS, ids=[f"{CASES[i][0]}-{i}" for i in COMMANDS])
+def test_the_command_says_it_in_one_line_without_a_traceback(run, tmp_path, case):
+    tool, change, fragment = CASES[case]
+    bad = _malformed(run, tmp_path, tool, change)
+    res = _command(tool, run[0], bad, tmp_path)
+    assert res.returncode == 1, (res.returncode, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert f": error: {bad}: " in lines[0] and fragment in lines[0], (fragment, lines[0])
+    assert res.stdout == ""
+
+
+def test_a_loaded_model_holds_the_saved_weights_exactly_and_draws_nothing(run):
+    """The model of a checkpoint is built without its initialisation (on the meta device, then filled): the
+    generator is left as it was, and every weight is the checkpoint's, bit for bit."""
+    from nmtkit.models import build_from_checkpoint
+
+    _, _, payload = run
+    torch.manual_seed(7)
+    before = torch.get_rng_state()
+    model = build_from_checkpoint(payload)
+    assert torch.equal(torch.get_rng_state(), before)  # (an initialisation would have drawn from it)
+    own = model.state_dict()
+    assert own.keys() == payload["model"].keys()
+    for name, weight in payload["model"].items():
+        assert own[name].device.type == "cpu" and own[name].dtype == weight.dtype, name
+        assert torch.equal(own[name], weight), name
