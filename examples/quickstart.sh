@@ -91,7 +91,7 @@ model_dir="$work/model"
 start=$(date +%s)
 nmt-train "$work/data" --arch "$arch" "${recipe[@]}" --save-dir "$model_dir" --max-updates "$updates" \
     --max-time "$max_time" --valid-every "$valid_every" --valid-bleu-sentences "$bleu_sents" --best-metric loss \
-    --log-every 100 --force
+    --log-every 100 --keep-last 1 --force
 minutes=$(( ($(date +%s) - start + 30) / 60 ))
 made=$(python3 -c "import json,sys; print(max(json.loads(l)['update'] for l in open(sys.argv[1])))" \
        "$model_dir/train.jsonl")
@@ -110,8 +110,10 @@ done
 cat "$work/hansards-test.scores.txt" >&2
 
 step "6/6 nmt-align: Figure-3 style plots of three Hansards test sentences"
+# sentences of 10 to 25 words, as the paper's Figure 3 draws (the first three of the test sample)
+plot_lines=$(awk 'NF >= 10 && NF <= 25 && n < 3 { printf "%s%d", (n++ ? "," : ""), NR }' "$raw/hansards-test.en")
 nmt-align -m "$model" -s "$raw/hansards-test.en" -t "$work/hansards-test.hyp.fr" --plot-dir "$work/alignments" \
-    --plot-sentences 2-4 --force --quiet > /dev/null
+    --plot-sentences "${plot_lines:-1-3}" --force --quiet > /dev/null
 
 python3 - "$work" "$arch" "$updates" "$made" "$minutes" "$raw" <<'EOF' >&2
 import sys

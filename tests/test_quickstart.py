@@ -34,6 +34,12 @@ def test_quickstart_pipeline_runs_end_to_end(data_dir, tmp_path):
     assert [(t["lines_in"], t["lines_out"]) for t in tests] == [(20, 20), (20, 20)]  # never filtered
     plots = sorted(p.name for p in (work / "alignments").iterdir() if p.suffix == ".png")
     assert len(plots) == 3
+    # of sentences of 10 to 25 words, as the paper's Figure 3 (not two-word lines such as "Bill C-71.")
+    drawn = [int(row.split("\t")[0]) for row in
+             (work / "alignments" / "index.tsv").read_text(encoding="utf-8").split("\n")[1:] if row]
+    assert len(drawn) == 3 and all(10 <= len(sample[i - 1].split()) <= 25 for i in drawn), drawn
+    # it keeps what the user needs: one numbered checkpoint (best and last are links), not every one
+    assert [p.name for p in (work / "model").glob("checkpoint[0-9]*.pt")] == ["checkpoint40.pt"]
     # it trains a number of updates, not a wall-clock time, and says how many it made
     assert "trained for 40 updates" in proc.stderr and "undertrained" not in proc.stderr
     for name in ("prepared corpus", "translations", "attention plots", "BLEU", "reference"):
