@@ -988,6 +988,9 @@ def test_a_resumed_run_keeps_the_checkpoints_and_log_of_the_uninterrupted_run(sm
     train(_cfg(small, tmp_path / "B", max_updates=6, **common))
     assert _numbered(tmp_path / "B") == ["checkpoint4.pt", "checkpoint6.pt"]
     assert [r["update"] for r in _valid_records(tmp_path / "B")] == [4, 6]  # (6: the limit's, off the grid)
+    # resumed at its limit it does not go on, and the record of its end stays
+    assert train(_cfg(small, tmp_path / "B", max_updates=6, resume=True, **common))["history"][-1]["update"] == 6
+    assert [r["update"] for r in _valid_records(tmp_path / "B")] == [4, 6]
     train(_cfg(small, tmp_path / "B", max_updates=14, resume=True, **common))
     assert _numbered(tmp_path / "A") == _numbered(tmp_path / "B") == ["checkpoint12.pt", "checkpoint14.pt"]
     assert [r["update"] for r in _valid_records(tmp_path / "B")] == [4, 8, 12, 14]

@@ -271,12 +271,10 @@ def report_changes(before: dict, now: dict, training_defaults: dict) -> None:
 
 
 def restore_best(state, rundir, lead: bool) -> None:
-    """The best checkpoint and the history as the uninterrupted run has them: the best of the scheduled validations
-    (an interruption's validation may have been linked as best; it goes back), relinked if a kill came between the
-    links, and only the scheduled validations in the history."""
+    """The best checkpoint as the uninterrupted run has it: the best of the scheduled validations (an
+    interruption's validation may have been linked as best; it goes back), relinked if a kill came between the
+    links."""
     interim = state.best_saved_update if state.best_saved_update != state.best_update else None
-    # an interruption's (or an earlier limit's) validation is not one of the run's: the run goes on past it
-    state.history = [h for h in state.history if h.get("scheduled", True)]
     state.best_saved, state.best_saved_update = state.best, state.best_update  # (also: an older nmtkit's state)
     if lead and state.best is not None and rundir.repair_best(state.best_update):
         why = (f"the interrupted run's last validation, at update {interim}, is not a scheduled one"

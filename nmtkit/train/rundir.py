@@ -157,7 +157,7 @@ def _locked_log(path: str) -> int:
         os.close(fd)  # (replaced by a rename while we locked it: lock the file that has the name now)
 
 
-def open_log(path: str, resumed_at: int | None):
+def open_log(path: str, resumed_at: int | None, drop_interim: bool = True):
     """Open a run's JSON-lines log for appending, locked while it is open (the refusal of a second writer is one
     line); returns (the file, how many records were dropped).  A resumed run's log loses what :func:`truncate_log`
     drops, under the lock; a new run's is emptied, once the lock is ours."""
@@ -166,7 +166,7 @@ def open_log(path: str, resumed_at: int | None):
         dropped = 0
         if resumed_at is None:
             os.ftruncate(fd, 0)
-        elif dropped := truncate_log(path, resumed_at):  # (rewritten under a new inode: lock that, drop the old)
+        elif dropped := truncate_log(path, resumed_at, drop_interim):  # (rewritten: lock the new inode, drop the old)
             fd, old = _locked_log(path), fd
             os.close(old)
         return os.fdopen(fd, "a", encoding="utf-8"), dropped
@@ -175,10 +175,10 @@ def open_log(path: str, resumed_at: int | None):
         raise
 
 
-def truncate_log(path: str, update: int) -> int:
-    """Drop the records of a JSON-lines training log after ``update`` (and a torn last line) and the validations
-    off the schedule (an interruption's: the resumed run goes past it); returns how many lines were dropped.  The
-    file is rewritten atomically (temporary name, then rename)."""
+def truncate_log(path: str, update: int, drop_interim: bool = True) -> int:
+    """Drop the records of a JSON-lines training log after ``update`` (and a torn last line) and, with
+    ``drop_interim`` (the resumed run goes past them), the validations off the schedule (an interruption's);
+    returns how many lines were dropped.  The file is rewritten atomically (temporary name, then rename)."""
     from nmtkit.files import atomic_file
 
     if not os.path.isfile(path):
@@ -195,7 +195,8 @@ def truncate_log(path: str, update: int) -> int:
             continue
         if isinstance(record, dict) and isinstance(record.get("update"), int) and record["update"] > update:
             continue
-        if isinstance(record, dict) and record.get("type") == "valid" and record.get("scheduled") is False:
+        if drop_interim and isinstance(record, dict) and record.get("type") == "valid" and \
+                record.get("scheduled") is False:
             continue
         keep.append(line)
     if len(keep) == len(lines):

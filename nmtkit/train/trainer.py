@@ -267,13 +267,18 @@ class Trainer:
             if cfg.force and not cfg.resume:
                 for p in glob.glob(os.path.join(cfg.save_dir, "checkpoint*.pt")):
                     os.unlink(p)
+        limit = (cfg.max_updates and st.update >= cfg.max_updates) or (cfg.max_time and st.elapsed >= cfg.max_time)
+        over = limit or (cfg.patience and st.bad_validations >= cfg.patience) or (cfg.max_epochs and
+                                                                                  st.epoch >= cfg.max_epochs)
+        if cfg.resume and not over:  # it goes past the interruption, whose validation is not one of the run's
+            st.history = [h for h in st.history if h.get("scheduled", True)]
         logf = TrainLog(cfg.log_file or os.path.join(cfg.save_dir, "train.jsonl"), st.update if cfg.resume else None,
-                        cfg.tensorboard) if lead else None
+                        cfg.tensorboard, drop_interim=not over) if lead else None
         handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         progress = Progress(lead, cfg)
         window = self.log_window  # (the updates since the last train record: saved, so a resumed log reads the same)
         status, saved_at = "done", (st.update if cfg.resume else -1)  # a resumed state is saved already
-        if (cfg.max_updates and st.update >= cfg.max_updates) or (cfg.max_time and st.elapsed >= cfg.max_time):
+        if limit:
             status = "limit"  # a resumed run that already reached its limit: no further update
             progress.write(f"update {st.update}: the run has already reached its --max-updates/--max-time limit")
         elif cfg.patience and st.bad_validations >= cfg.patience:  # (killed after its early stop was saved)

@@ -21,8 +21,9 @@ log = logging.getLogger("nmtkit.train")
 class TrainLog:
     """The open log of one run (the lead process's); ``resumed_at``: the update a resumed run starts from."""
 
-    def __init__(self, path: str, resumed_at: int | None, tensorboard_dir: str | None):
-        self.file, dropped = rundir.open_log(path, resumed_at)  # (locked: a second run writing it is refused)
+    def __init__(self, path: str, resumed_at: int | None, tensorboard_dir: str | None, drop_interim: bool = True):
+        """``drop_interim``: the resumed run goes on, past the interruption's validation record (which goes)."""
+        self.file, dropped = rundir.open_log(path, resumed_at, drop_interim)  # (locked: a second writer is refused)
         if dropped:
             log.info("dropped %d record(s) of %s written after update %d, the checkpoint resumed from, or by its "
                      "interruption", dropped, path, resumed_at)
