@@ -207,13 +207,17 @@ def _events(log_dir) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
-def test_tensorboard_events_hold_the_logs_records_and_resume_like_it(first, tmp_path):
+def _needs_tensorboard() -> None:
     import importlib.util
 
     if importlib.util.find_spec("tensorboard") is None:  # (part of the test extra)
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail("tensorboard is not installed -- under CI it is part of the test extra")
         pytest.skip("tensorboard is not installed (pip install -e '.[test]')")
+
+
+def test_tensorboard_events_hold_the_logs_records_and_resume_like_it(first, tmp_path):
+    _needs_tensorboard()
     train(_cfg(first, tmp_path / "A", max_updates=8, optimizer="adam", lr=0.01, valid_bleu_sentences=5,
                tensorboard=str(tmp_path / "tbA")))
     records = [json.loads(x) for x in (tmp_path / "A" / "train.jsonl").read_text().splitlines()]
@@ -239,3 +243,60 @@ def test_tensorboard_events_hold_the_logs_records_and_resume_like_it(first, tmp_
     for tag in ("train/loss", "train/grad_norm", "valid/valid_loss"):
         assert [s for s, _ in resumed[tag]] == [s for s, _ in events[tag]], tag
         assert np.allclose([v for _, v in resumed[tag]], [v for _, v in events[tag]], rtol=1e-5), tag
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "proc"])
+def test_tensorboard_where_nothing_can_be_written_is_one_line_before_training(first, tmp_path, where):
+    """--tensorboard where no event file can be made: under a path that is a file, or a directory that exists but
+    takes no new file (/proc/self: what a read-only directory is to a user who is not root; SummaryWriter opened
+    its file in its thread, which printed a traceback after the run had started): one line naming it, exit 1, no
+    traceback, and no run started."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    _needs_tensorboard()
+    (tmp_path / "a-file").write_text("x")
+    tb = str(tmp_path / "a-file" / "tb") if where == "under-a-file" else "/proc/self"
+    res = subprocess.run([sys.executable, str(REPO / "bin" / "nmt-train"), str(first), "--arch", "rnnsearch-tiny",
+                          "--save-dir", str(tmp_path / "run"), "--max-updates", "2", "--threads", "1",
+                          "--tensorboard", tb], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert len(lines) == 1 and "cannot write TensorBoard events" in lines[0] and tb in lines[0], lines
+    assert not list((tmp_path / "run").glob("checkpoint*.pt"))
+
+
+def test_a_tensorboard_write_that_fails_mid_run_is_a_warning_and_the_run_goes_on(first, tmp_path, monkeypatch,
+                                                                                 caplog):
+    """A full disk under the event file at update 3: one warning naming the file, then the run trains to its end
+    with its checkpoints and JSON log (the events it had written stay readable)."""
+    import errno
+    import logging
+
+    from tensorboard.summary.writer import record_writer
+
+    _needs_tensorboard()
+    write, calls = record_writer.RecordWriter.write, []
+
+    def full_disk(self, data):  # records 1-2: the file's header; then one a log record; the 5th finds the disk full
+        calls.append(1)
+        if len(calls) >= 5:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        write(self, data)
+
+    monkeypatch.setattr(record_writer.RecordWriter, "write", full_disk)
+    with caplog.at_level(logging.WARNING, logger="nmtkit.train"):
+        summary = train(_cfg(first, tmp_path / "run", max_updates=6, valid_every=2,
+                             tensorboard=str(tmp_path / "tb")))
+    assert summary["update"] == 6 and (tmp_path / "run" / "checkpoint6.pt").is_file()
+    warned = [r.getMessage() for r in caplog.records if "TensorBoard" in r.getMessage()]
+    assert len(warned) == 1 and str(tmp_path / "tb" / "events.out.tfevents.") in warned[0] and \
+        "No space left on device" in warned[0], warned
+    records = [json.loads(x) for x in (tmp_path / "run" / "train.jsonl").read_text().splitlines()]
+    assert max(r["update"] for r in records) == 6
+    assert [s for s, _ in _events(tmp_path / "tb")["train/loss"]] == [1, 2]  # (what was written before)
+    assert len(calls) == 5  # nothing more was tried after the failure
+
