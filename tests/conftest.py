@@ -62,6 +62,41 @@ def train_tiny(data, save_dir, **settings) -> str:
     return str(Path(save_dir) / "checkpoint_last.pt")
 
 
+@pytest.fixture
+def restore_threads():
+    """torch's thread count as it was before the test (training sets it from --threads)."""
+    import torch
+
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def tiny_multi30k_run(data_dir, root, **settings) -> Path:
+    """60 Multi30K pairs (10 for validation) prepared under ``root`` with shortlists of 50 and 60 words, and the tiny
+    RNNsearch trained on them for 2 updates of batches of 16 on one thread (``settings`` add to or override the
+    training's); returns the run's directory, ``root/run``."""
+    import torch
+
+    from nmtkit.prepare import PrepareConfig, prepare
+    from nmtkit.train.trainer import TrainConfig, train
+
+    for split, name, n in (("train", "train", 60), ("valid", "val", 10)):
+        for lang in ("en", "fr"):
+            with open(data_dir / "multi30k" / f"{name}.{lang}", encoding="utf-8") as f:
+                (root / f"{split}.{lang}").write_text("".join(itertools.islice(f, n)), encoding="utf-8")
+    prepare(PrepareConfig("en", "fr", [str(root / "train")], str(root / "data"), valid=str(root / "valid"),
+                          src_vocab_size=50, tgt_vocab_size=60))
+    cfg = {**dict(arch="rnnsearch-tiny", batch_size=16, pool_batches=2, max_updates=2, valid_every=2,
+                  valid_bleu_sentences=0, threads=1), **settings}
+    threads = torch.get_num_threads()
+    try:
+        train(TrainConfig(data=str(root / "data"), save_dir=str(root / "run"), **cfg))
+    finally:
+        torch.set_num_threads(threads)
+    return root / "run"
+
+
 @pytest.fixture(scope="session")
 def trained(data_dir, tmp_path_factory):
     """A tiny RNNsearch trained for a minute on 1,500 real Multi30K pairs: (its root directory, its checkpoint).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import itertools
 import os
 import re
 import warnings
@@ -17,34 +16,16 @@ from nmtkit.data.vocab import SPECIALS
 from nmtkit.models import build_from_checkpoint
 from nmtkit.errors import InputError
 
+from conftest import tiny_multi30k_run
 
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
+
+pytestmark = pytest.mark.usefixtures("restore_threads")
 
 
 @pytest.fixture(scope="module")
 def real_checkpoint(data_dir, tmp_path_factory):
     """A checkpoint written by a real (2-update) training run of the tiny RNNsearch on 60 Multi30K pairs."""
-    from nmtkit.prepare import PrepareConfig, prepare
-    from nmtkit.train.trainer import TrainConfig, train
-
-    root = tmp_path_factory.mktemp("ckpt")
-    for split, name, n in (("train", "train", 60), ("valid", "val", 10)):
-        for lang in ("en", "fr"):
-            with open(data_dir / "multi30k" / f"{name}.{lang}", encoding="utf-8") as f:
-                (root / f"{split}.{lang}").write_text("".join(itertools.islice(f, n)), encoding="utf-8")
-    prepare(PrepareConfig("en", "fr", [str(root / "train")], str(root / "data"), valid=str(root / "valid"),
-                          src_vocab_size=50, tgt_vocab_size=60))
-    threads = torch.get_num_threads()
-    try:
-        train(TrainConfig(data=str(root / "data"), arch="rnnsearch-tiny", save_dir=str(root / "run"), batch_size=16,
-                          pool_batches=2, max_updates=2, valid_every=2, valid_bleu_sentences=2, threads=1))
-    finally:
-        torch.set_num_threads(threads)
-    return root / "run" / "checkpoint2.pt"
+    return tiny_multi30k_run(data_dir, tmp_path_factory.mktemp("ckpt"), valid_bleu_sentences=2) / "checkpoint2.pt"
 
 
 _CACHE: dict = {}

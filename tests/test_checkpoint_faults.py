@@ -7,7 +7,6 @@ through the command itself."""
 from __future__ import annotations
 
 import copy
-import itertools
 import os
 import subprocess
 import sys
@@ -19,37 +18,20 @@ import torch
 from nmtkit.data import checkpoint
 from nmtkit.errors import InputError
 
+from conftest import tiny_multi30k_run
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("restore_threads")
 
 
 @pytest.fixture(scope="module")
 def run(data_dir, tmp_path_factory):
     """(prepared data, its run's checkpoint, the payload): the tiny RNNsearch after 2 updates on 60 Multi30K pairs,
     with --ema-decay (the train section holds raw_model and ema)."""
-    from nmtkit.prepare import PrepareConfig, prepare
-    from nmtkit.train.trainer import TrainConfig, train
-
     root = tmp_path_factory.mktemp("ckpt-faults")
-    for split, name, n in (("train", "train", 60), ("valid", "val", 10)):
-        for lang in ("en", "fr"):
-            with open(data_dir / "multi30k" / f"{name}.{lang}", encoding="utf-8") as f:
-                (root / f"{split}.{lang}").write_text("".join(itertools.islice(f, n)), encoding="utf-8")
-    prepare(PrepareConfig("en", "fr", [str(root / "train")], str(root / "data"), valid=str(root / "valid"),
-                          src_vocab_size=50, tgt_vocab_size=60))
-    threads = torch.get_num_threads()
-    try:
-        train(TrainConfig(data=str(root / "data"), arch="rnnsearch-tiny", save_dir=str(root / "run"), batch_size=16,
-                          pool_batches=2, max_updates=2, valid_every=2, valid_bleu_sentences=0, threads=1,
-                          ema_decay=0.5))
-    finally:
-        torch.set_num_threads(threads)
+    tiny_multi30k_run(data_dir, root, ema_decay=0.5)
     last = root / "run" / "checkpoint_last.pt"
     (root / "src.en").write_text("a man is walking .\n", encoding="utf-8")
     (root / "tgt.fr").write_text("un homme marche .\n", encoding="utf-8")
