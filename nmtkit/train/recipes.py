@@ -19,10 +19,9 @@
   (nmtkit/train/schedule.py: a time budget is carried to updates at the rate measured as the run goes).  The
   recipe of ``examples/one-hour.sh``.  Provisional: the shape follows the budgeted-training literature (a rate
   held while the model is far from converged, annealed at the end; decaying from the first update lost BLEU at
-  5,000 updates, bench_quality.txt run 4).  At 900 s against ``fast`` it was a draw within one run's noise
-  (tests/bench/results/bench_recipe.txt: a lower validation loss at equal updates, 0.6 BLEU behind at equal time
-  with 5% fewer updates); the comparison at 3,600 s is still to be made.  It needs a budget: without one nmt-train
-  says so.
+  5,000 updates, bench_quality.txt run 4).  Its comparison with ``fast`` at equal time is undecided
+  (tests/bench/results/bench_recipe.txt, 900 s: within one run's noise); the comparison at 3,600 s is still to
+  be made.  It needs a budget: without one nmt-train says so.
 
 Batches of 80 sentences, the pools of 1,600 sorted by length and the gradient clipped at L2 norm 1 are the paper's
 in both.  A setting given explicitly (``--lr 0.002`` or ``TrainConfig(lr=…)`` through

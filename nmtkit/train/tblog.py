@@ -81,17 +81,14 @@ class TensorBoardLog:
             self._close_quietly()
 
     def _close_quietly(self) -> None:
-        if self.file is not None:
-            try:
-                self.file.close()
-            except OSError:
-                pass
-            self.file = None
+        self.close(warn=False)
 
-    def close(self) -> None:
+    def close(self, warn: bool = True) -> None:
+        """Close the event file (its last flush failing is a warning, unless ``warn`` is off: already said)."""
         if self.file is not None:
             try:
                 self.file.close()
             except OSError as e:
-                log.warning("%s: cannot write TensorBoard events (%s)", self.path, e.strerror)
+                if warn:
+                    log.warning("%s: cannot write TensorBoard events (%s)", self.path, e.strerror)
             self.file = None
