@@ -16,6 +16,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 # the tools the tests run (bin/, python -m ...) import this checkout's nmtkit, whatever else is installed
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+# Under pytest-xdist (``-n 2``: one worker a core) each worker and every process it starts computes on one thread
+# unless a test asks for more: two workers of two OpenMP threads each on two cores would spin against each other.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[_name] = "1"
+    import torch as _torch
+
+    _torch.set_num_threads(1)
 
 
 def _data_root() -> Path | None:
