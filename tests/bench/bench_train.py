@@ -119,6 +119,15 @@ def parse_args(argv):
             p.error(f"{name}: unknown {', '.join(bad)} (choose from {', '.join(valid)})")
     if a.updates <= a.skip or a.updates % a.skip:
         p.error(f"--updates ({a.updates}) must be a multiple of --skip ({a.skip}) and larger")
+    import torch
+
+    from nmtkit.device import bf16_is_native
+
+    if not bf16_is_native(torch.device("cpu")) and ("quality" in a.parts or ("paper" in a.parts and "bf16" in
+                                                                            a.precisions)):
+        # (emulated, one 2048x2048 bf16 product takes minutes here: the ceiling alone would not finish)
+        p.error("this CPU has no native bfloat16 (no AVX-512 BF16 or AMX): bf16 is emulated, many times slower "
+                "than fp32; run --parts small,paper --precisions fp32 here")
     return a
 
 
@@ -407,11 +416,11 @@ def paper_part(s: Session, out: list[str], ceilings: dict) -> list[Goal]:
             f"(target, source) pair → training FLOPs per target token = {flops / 1e6:.1f} MFLOP "
             "(3 × 2 × multiply-adds; formula in the script).",
             f"CPU matmul ({a.matmul_size}×{a.matmul_size}, best of 8 calls, the faster of torch.matmul and oneDNN): "
-            f"fp32 {ceilings['fp32']['best']:,.0f} GFLOP/s by {ceilings['fp32']['by']} (median "
-            f"{ceilings['fp32']['median']:,.0f}), bf16 {ceilings['bf16']['best']:,.0f} GFLOP/s by "
-            f"{ceilings['bf16']['by']} (median {ceilings['bf16']['median']:,.0f}) → ceilings "
-            f"{ceilings['fp32']['best'] * 1e9 / flops:,.0f} (fp32) and {ceilings['bf16']['best'] * 1e9 / flops:,.0f} "
-            "(bf16) target tokens/s."]
+            + ", ".join(f"{p} {c['best']:,.0f} GFLOP/s by {c['by']} (median {c['median']:,.0f})"
+                        for p, c in ceilings.items())
+            + " → ceilings " + " and ".join(f"{c['best'] * 1e9 / flops:,.0f} ({p})" for p, c in ceilings.items())
+            + " target tokens/s" + ("" if "bf16" in ceilings else " (bf16: emulated on this CPU, not measured)")
+            + "."]
     out.append("Runs in the order made: " + "; ".join(f"{x['precision']} {x['tok_s']:,.0f}" for x in order))
     rows = []
     goals = []
@@ -484,15 +493,20 @@ def main(argv=None) -> int:
     s = Session(a)
     goals: list[Goal] = []
     try:
+        import torch
+
+        from nmtkit.device import bf16_is_native
+
         log("measuring matmul GFLOP/s")
-        ceilings = {p: matmul_gflops(a.matmul_size, p) for p in ("fp32", "bf16")}
+        precisions = ("fp32", "bf16") if bf16_is_native(torch.device("cpu")) else ("fp32",)
+        ceilings = {p: matmul_gflops(a.matmul_size, p) for p in precisions}
         if "small" in a.parts:
             goals += small_part(s, out, ceilings)
         if "paper" in a.parts:
             # measured again next to the paper-size runs (this VM drifts for minutes at a time): the best of both
             # is the ceiling
             log("measuring matmul GFLOP/s again")
-            again = {p: matmul_gflops(a.matmul_size, p) for p in ("fp32", "bf16")}
+            again = {p: matmul_gflops(a.matmul_size, p) for p in precisions}
             ceilings = {p: again[p] if again[p]["best"] > ceilings[p]["best"] else ceilings[p] for p in again}
             goals += paper_part(s, out, ceilings)
         if "quality" in a.parts:
