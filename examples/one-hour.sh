@@ -25,6 +25,7 @@
 # provisional: the schedule ('budget' against a constant rate was undecided at 900 s) and MAX_LEN; the hour
 # itself against OpenNMT-py's is tests/bench/bench_hour.py.
 # Knobs (environment): SPM_UNITS [16000]  MAX_LEN [50]  VALID_EVERY [1000]  WORKERS [2]  SEED [1]
+#   ARCH [rnnsearch-small]  MAX_UPDATES [0: none]: stop (annealed) at this update if it comes before the time runs out
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
@@ -45,7 +46,7 @@ done
 if ! command -v nmt-prepare >/dev/null 2>&1; then PATH="$here/bin:$PATH"; fi  # the tools, from this checkout
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 SPM_UNITS="${SPM_UNITS:-16000}" MAX_LEN="${MAX_LEN:-50}" VALID_EVERY="${VALID_EVERY:-1000}" WORKERS="${WORKERS:-2}"
-SEED="${SEED:-1}"
+SEED="${SEED:-1}" ARCH="${ARCH:-rnnsearch-small}" MAX_UPDATES="${MAX_UPDATES:-0}"
 # the options the model is decoded with: a repeated-n-gram block of 3 pieces (bench_recipe.txt: it removes the
 # loops without losing chrF on either development set)
 DECODE_OPTIONS="--beam 12 --no-repeat-ngram 3"
@@ -77,21 +78,25 @@ EOF
     rm -rf "$work/data" && mv "$work/data.part" "$work/data"
 fi
 
-step "2/2 nmt-train: rnnsearch-small, 'budget' recipe, $seconds s of wall clock"
+step "2/2 nmt-train: $ARCH, 'budget' recipe, $seconds s of wall clock"
 resume=--force
 [ -f "$work/model/checkpoint_last.pt" ] && resume=--resume  # (a killed run goes on where it stopped)
 start=$(date +%s.%N)
-nmt-train "$work/data" --arch rnnsearch-small --recipe budget --max-time "$seconds" --save-dir "$work/model" \
-    --valid-every "$VALID_EVERY" --valid-bleu-sentences 200 --best-metric loss --threads "$threads" \
-    --seed "$SEED" $resume
+nmt-train "$work/data" --arch "$ARCH" --recipe budget --max-time "$seconds" --max-updates "$MAX_UPDATES" \
+    --save-dir "$work/model" --valid-every "$VALID_EVERY" --valid-bleu-sentences 200 --best-metric loss \
+    --keep-last 1 --threads "$threads" --seed "$SEED" $resume
 # the training process's wall clock (start-up, validations and saving included), for side-by-side benchmarks
 python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1]), 1))" "$start" > "$work/train.wall_s"
 echo "$DECODE_OPTIONS" > "$work/translate.options"
 made=$(python3 -c "import json,sys; print(max(json.loads(l)['update'] for l in open(sys.argv[1])))" \
        "$work/model/train.jsonl")
+what="$made updates in $seconds s of training"
+if [ "$MAX_UPDATES" != 0 ] && [ "$made" -ge "$MAX_UPDATES" ]; then
+    what="$made updates (MAX_UPDATES), before the $seconds s budget ran out"
+fi
 cat >&2 <<EOF
 
-== done: $made updates in $seconds s of training
+== done: $what
    model:    $work/model/checkpoint_last.pt   (annealed at the end of the budget; the training log: $work/model/train.jsonl)
    decode:   nmt-translate -m $work/model/checkpoint_last.pt $DECODE_OPTIONS < in.$src > out.$tgt
 EOF

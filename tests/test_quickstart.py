@@ -1,4 +1,5 @@
-"""The README's first command, end to end at a tiny size (QUICKSTART_TINY=1: 2,000 pairs, 40 updates)."""
+"""The README's first command, end to end at a tiny size (QUICKSTART_TINY=1: 2,000 pairs, 40 updates), through
+examples/one-hour.sh's recipe."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 import os
 import subprocess
 
-from conftest import REPO
+from conftest import REPO, lines_of
 
 
 def test_quickstart_pipeline_runs_end_to_end(data_dir, tmp_path):
@@ -29,9 +30,17 @@ def test_quickstart_pipeline_runs_end_to_end(data_dir, tmp_path):
     hansards_test = (data_dir / "hansards" / "test.en").read_text(encoding="utf-8").split("\n")
     sample = (work / "raw" / "hansards-test.en").read_text(encoding="utf-8").split("\n")[:-1]
     assert all(line in hansards_test for line in sample)
-    splits = json.loads((work / "data" / "manifest.json").read_text(encoding="utf-8"))["splits"]
-    tests = [v for k, v in splits.items() if k.startswith("test")]
-    assert [(t["lines_in"], t["lines_out"]) for t in tests] == [(20, 20), (20, 20)]  # never filtered
+    # the one-hour recipe's data: a joint SentencePiece model that spells numbers digit by digit, the pairs
+    # drawn from the Hansards training sittings
+    manifest = json.loads((work / "recipe" / "data" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["sentencepiece"]["split_digits"] is True and manifest["sentencepiece"]["learned_units"] == 1000
+    assert manifest["splits"]["train"]["lines_in"] == 2000
+    import gzip
+
+    with gzip.open(data_dir / "hansards" / "train.en.gz", "rt", encoding="utf-8") as f:
+        hansards_train = set(line.rstrip("\n") for line in f)
+    trained = lines_of(work / "raw" / "train.en")
+    assert len(trained) == 2000 and all(line in hansards_train for line in trained)
     plots = sorted(p.name for p in (work / "alignments").iterdir() if p.suffix == ".png")
     assert len(plots) == 3
     # of sentences of 10 to 25 words, as the paper's Figure 3 (not two-word lines such as "Bill C-71.")
@@ -39,8 +48,27 @@ def test_quickstart_pipeline_runs_end_to_end(data_dir, tmp_path):
              (work / "alignments" / "index.tsv").read_text(encoding="utf-8").split("\n")[1:] if row]
     assert len(drawn) == 3 and all(10 <= len(sample[i - 1].split()) <= 25 for i in drawn), drawn
     # it keeps what the user needs: one numbered checkpoint (best and last are links), not every one
-    assert [p.name for p in (work / "model").glob("checkpoint[0-9]*.pt")] == ["checkpoint40.pt"]
-    # it trains a number of updates, not a wall-clock time, and says how many it made
-    assert "trained for 40 updates" in proc.stderr and "undertrained" not in proc.stderr
+    assert [p.name for p in (work / "recipe" / "model").glob("checkpoint[0-9]*.pt")] == ["checkpoint40.pt"]
+    # the tiny run stops at 40 updates (annealed there) within its time budget, and says how many it made, with
+    # which checkpoint it scored
+    assert "trained for 40 updates in" in proc.stderr and "undertrained" not in proc.stderr
+    assert f"scored: {work / 'recipe' / 'model' / 'checkpoint_last.pt'}" in proc.stderr
+    # decoded with the options the recipe left, which block repeated 3-grams
+    assert "--no-repeat-ngram 3" in (work / "recipe" / "translate.options").read_text()
     for name in ("prepared corpus", "translations", "attention plots", "BLEU", "reference"):
         assert name in proc.stderr  # the closing summary: the scores, example translations, where each output is
+
+
+def test_quickstart_warns_when_its_time_runs_out_before_the_updates(data_dir, tmp_path):
+    """A machine too slow for the budget (here: a budget of half a second for the tiny run's 40 updates) still
+    finishes every step, and says that the model is undertrained and how many updates it made."""
+    work = tmp_path / "qs"
+    env = {**os.environ, "QUICKSTART_TINY": "1", "QUICKSTART_TIME": "0.5", "NMTKIT_DATA": str(data_dir),
+           "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(["bash", str(REPO / "examples" / "quickstart.sh"), str(work)], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    made = max(json.loads(line)["update"] for line in open(work / "recipe" / "model" / "train.jsonl"))
+    assert 1 <= made < 40
+    assert f"WARNING: only {made:,} updates in 0.5 s" in proc.stderr and "undertrained" in proc.stderr
+    assert len(lines_of(work / "hansards-test.hyp.fr")) == 20  # every step still ran
