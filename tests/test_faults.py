@@ -215,8 +215,8 @@ def test_a_second_run_writing_the_same_log_file_is_refused_while_the_first_write
         first.record({"type": "train", "update": 1})
         second = _nmt("nmt-train", small, "-a", "rnnsearch-tiny", "--save-dir", tmp_path / "second", "--log-file",
                       log, "--max-updates", "2", "--threads", "1", "-q")
-        _one_line_error(second, "nmt-train", f"{log}: another nmt-train is writing this training log; give each run "
-                                             "its own --log-file (or wait for the other to finish)")
+        _one_line_error(second, "nmt-train", f"{log}: another nmt-train (pid {os.getpid()}) is writing this training "
+                                             "log; give each run its own --log-file (or wait for the other to finish)")
         assert log.read_text(encoding="utf-8") == '{"type": "train", "update": 1}\n'  # (not emptied)
         assert not list((tmp_path / "second").glob("checkpoint*.pt"))
     finally:

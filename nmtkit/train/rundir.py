@@ -138,6 +138,25 @@ def _try_lock(fd: int) -> bool:
     return True
 
 
+def _lock_holder(path: str) -> int | None:
+    """The pid of the process holding the ``flock`` of ``path``, from Linux's /proc/locks; None where it cannot be
+    told (another system, or the lock already gone).  A line there reads
+    ``1: FLOCK  ADVISORY  WRITE 26192 fe:00:2147658 0 EOF`` (pid, then device major:minor in hex and inode); a
+    process waiting for the lock has ``->`` after the number, and is skipped."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == key and parts[4].isdigit():
+            return int(parts[4])
+    return None
+
+
 def _locked_log(path: str) -> int:
     """A descriptor of the log ``path`` (created if missing) holding its lock, or the refusal: another run's."""
     while True:
@@ -147,8 +166,9 @@ def _locked_log(path: str) -> int:
             raise InputError(f"cannot write the training log: {e.strerror}", path) from None
         if not _try_lock(fd):
             os.close(fd)
-            raise InputError("another nmt-train is writing this training log; give each run its own --log-file "
-                             "(or wait for the other to finish)", path)
+            holder = _lock_holder(path)
+            raise InputError(f"another nmt-train{f' (pid {holder})' if holder else ''} is writing this training "
+                             "log; give each run its own --log-file (or wait for the other to finish)", path)
         try:
             if os.path.samestat(os.fstat(fd), os.stat(path)):
                 return fd
