@@ -134,8 +134,16 @@ def build_from_checkpoint(payload: dict, path: str | None = None) -> nn.Module:
     ``path`` and the weight."""
     from nmtkit.data.checkpoint import check_shapes
 
+    import torch
+
     model = empty_model(payload["arch"], **payload["config"])
-    check_shapes(payload["model"], model.state_dict(), "model", path)
-    model.to_empty(device="cpu")  # (memory, uninitialised: every tensor is the checkpoint's next)
-    model.load_state_dict(payload["model"])
+    shapes = model.state_dict()
+    check_shapes(payload["model"], shapes, "model", path)
+    # every weight a fresh tensor of the model's dtype holding the checkpoint's values (never the checkpoint's own
+    # tensor: two of its weights may share memory, or have another dtype or layout), put in place of the meta one.
+    # (Not model.to_empty(): from the meta device it goes through torch's Python reference of empty_like, whose
+    # first use imports sympy and torch.fx, 0.7 s of every tool's start-up.)
+    weights = {name: torch.empty(meta.shape, dtype=meta.dtype).copy_(payload["model"][name])
+               for name, meta in shapes.items()}
+    model.load_state_dict(weights, assign=True)
     return model
