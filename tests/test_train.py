@@ -1166,6 +1166,23 @@ def test_average_last_starts_with_fewer(small, tmp_path):
         assert torch.equal(second["model"][k], mean.float())
 
 
+def test_average_last_refuses_to_average_another_models_checkpoint_on_resume(small, tmp_path):
+    """A numbered checkpoint the resumed average reads back that another model wrote (same shapes, another
+    config: here dropout) is refused with one error naming it, not averaged into this run's weights."""
+    from nmtkit.errors import InputError
+
+    common = dict(average_last=3, keep_last=5, valid_every=2, valid_bleu_sentences=0)
+    run, other = tmp_path / "run", tmp_path / "other"
+    train(_cfg(small, run, max_updates=4, **common))
+    train(_cfg(small, other, max_updates=2, model_options={"dropout": 0.3}, **common))
+    shutil.copyfile(other / "checkpoint2.pt", run / "checkpoint2.pt")
+    refused = r"--average-last 3: this checkpoint's config differs from .* another model's"
+    with pytest.raises(InputError, match=refused) as e:
+        train(_cfg(small, run, max_updates=6, resume=True, **common))
+    assert str(run / "checkpoint2.pt") in str(e.value)
+    assert _numbered(run) == ["checkpoint2.pt", "checkpoint4.pt"]  # nothing trained or saved
+
+
 def _untimed(records: list) -> list:
     """Validation records without their times (what two runs on one machine still differ in)."""
     return [{k: v for k, v in h.items() if k != "elapsed"} for h in records]

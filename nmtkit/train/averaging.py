@@ -31,6 +31,7 @@ import os
 import torch
 
 from nmtkit.data import checkpoint
+from nmtkit.errors import InputError
 from nmtkit.train.resume import check_training_state
 
 log = logging.getLogger("nmtkit.train")
@@ -154,6 +155,12 @@ class LastN:
             other = payload if u == here else checkpoint.load(path) if os.path.isfile(path) else None
             if other is not None and other is not payload:  # (read as the resumed checkpoint was)
                 check_training_state(other, path)
+                differs = [key for key in ("arch", "config") if other.get(key) != payload.get(key)]
+                if differs:  # (its weights would be averaged into this model's, shapes permitting)
+                    verb = "differ" if len(differs) > 1 else "differs"
+                    raise InputError(f"--average-last {self.n}: this checkpoint's {' and '.join(differs)} {verb} "
+                                     "from the resumed checkpoint's: it is another model's, not this run's; remove "
+                                     "it (the average restarts without it) or start over with --force", path)
             if other is None or other["train"]["state"]["update"] != u:
                 log.warning("--average-last %d: no %s with the raw weights of update %d, so the average restarts "
                             "from the %d validation(s) after it", self.n, path, u, len(found))
