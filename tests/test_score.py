@@ -177,6 +177,20 @@ def test_bootstrap_equals_sacrebleu_paired_test(wmt):
     assert ours["systems"][0]["p_value"] is None and all(0 < r["p_value"] <= 1 for r in ours["systems"][1:])
 
 
+def test_bootstrap_resamples_are_bounded_in_the_library_too(wmt):
+    """paired_bootstrap, called from Python, refuses a resample count it would allocate at once (sacreBLEU holds
+    (resamples x sentences) rows) before drawing anything, as nmt-score's --bootstrap does."""
+    from nmtkit.errors import InputError
+
+    refs = lines(wmt["ref"])
+    systems = [(os.path.basename(p), lines(p)) for p in wmt["hyps"][:2]]
+    metric = make_metrics(refs, "fr", ["BLEU"])["BLEU"]
+    for samples in (0, 10_001, 10**9):
+        with pytest.raises(InputError, match=f"--bootstrap must be from 1 to 10,000 resamples \\(got {samples};"):
+            paired_bootstrap(systems, metric, samples=samples)
+    assert paired_bootstrap(systems, metric, samples=10)["samples"] == 10
+
+
 def test_no_unk_subset_and_length_buckets_against_independent_counts(wmt, shortlist):
     data_dir, ckpt = shortlist
     src, refs = lines(wmt["src"]), lines(wmt["ref"])

@@ -9,6 +9,8 @@ import numpy as np
 
 from nmtkit.errors import InputError
 
+MAX_BOOTSTRAP = 10_000  # paired bootstrap resamples: sacreBLEU holds them all at once, (resamples x sentences) rows
+
 
 METRICS = ("BLEU", "chrF", "TER", "BLEU-tok")
 AXIS_LABELS = {"BLEU": "BLEU (sacreBLEU, detokenized)", "chrF": "chrF2 (sacreBLEU)", "TER": "TER (sacreBLEU)",
@@ -98,8 +100,9 @@ def paired_bootstrap(systems: Sequence[tuple[str, Sequence[str]]], metric: Sente
     """
     from sacrebleu.significance import PairedTest
 
-    if samples < 1:
-        raise InputError(f"--bootstrap needs at least 1 resample (got {samples})")
+    if not 1 <= samples <= MAX_BOOTSTRAP:  # (checked here too: a library caller's count is allocated at once)
+        raise InputError(f"--bootstrap must be from 1 to {MAX_BOOTSTRAP:,} resamples (got {samples}; sacreBLEU's "
+                         "default is 1,000, and each resample holds a statistics row per sentence)")
     prepare = metric.prepare or list
     named = [(name, prepare(hyps)) for name, hyps in systems]
     test = PairedTest(named, {metric.name: metric.metric}, references=None, test_type="bs", n_samples=samples)

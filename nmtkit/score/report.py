@@ -10,12 +10,9 @@ from dataclasses import dataclass
 from nmtkit.errors import InputError
 from nmtkit.score.diagnostics import Diagnostics
 from nmtkit.score.inputs import guess_lang, read_inputs, system_names
-from nmtkit.score.metrics import AXIS_LABELS, DESCRIPTIONS, METRICS, make_metrics, paired_bootstrap
+from nmtkit.score.metrics import AXIS_LABELS, DESCRIPTIONS, MAX_BOOTSTRAP, METRICS, make_metrics, paired_bootstrap
 from nmtkit.score.subsets import length_buckets, no_unk_rows, shortlist_from_checkpoint, shortlist_from_prepared
 from nmtkit.score.likelihood import model_nll
-
-
-MAX_BOOTSTRAP = 10_000  # paired bootstrap resamples: sacreBLEU holds them all at once, (resamples x sentences) rows
 
 
 @dataclass
