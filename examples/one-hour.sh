@@ -90,6 +90,7 @@ python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1]), 1))"
 echo "$DECODE_OPTIONS" > "$work/translate.options"
 made=$(python3 -c "import json,sys; print(max(json.loads(l)['update'] for l in open(sys.argv[1])))" \
        "$work/model/train.jsonl")
+echo "$made" > "$work/train.updates"  # (the updates made, for the scripts that run this one)
 what="$made updates in $seconds s of training"
 if [ "$MAX_UPDATES" != 0 ] && [ "$made" -ge "$MAX_UPDATES" ]; then
     what="$made updates (MAX_UPDATES), before the $seconds s budget ran out"

@@ -12,9 +12,8 @@
 #              SentencePiece vocabulary of 8,000 units that spells numbers digit by digit, pairs of at most 36
 #              pieces, a small RNNsearch (the paper's equations at CPU size) trained to the time budget with the
 #              'budget' recipe (Adam, annealed when the time runs out)                 (nmt-prepare, nmt-train)
-#              (the hour's 16,000 units and 50 pieces make updates 1.5 times as slow: in 10 minutes, 807 updates
-#              and a greedy BLEU of 8.1 on the 200 validation sentences, against 1,239 and 12.5;
-#              tests/bench/results/bench_recipe.txt)
+#              (the hour's 16,000 units and 50 pieces make slower updates, fewer of them in 10 minutes, and a
+#              lower validation BLEU: tests/bench/results/bench_recipe.txt)
 # 3. translate both tests with the options the recipe leaves (beam 12, no repeated 3-gram)        (nmt-translate)
 # 4. score     sacreBLEU and chrF with signatures, numbers carried, loops, BLEU by sentence length   (nmt-score)
 # 5. align     attention matrices of three Hansards test sentences, like the paper's Figure 3       (nmt-align)
@@ -23,9 +22,8 @@
 # catalogue downloads each corpus once into its cache (python -m nmtkit.datasets --list: addresses, checksums).
 # Each run starts over in WORKDIR (a killed recipe step is not resumed: run examples/one-hour.sh for that).
 # Knobs (environment):
-#   QUICKSTART_TIME      seconds of training (600); an idle two-core machine makes about 1,200 updates in 600 s
-#                        with AVX2 (more with AVX-512, whose fp32 products run twice as fast); fewer than
-#                        QUICKSTART_MIN_UPDATES (900) and the script warns that the model is undertrained
+#   QUICKSTART_TIME      seconds of training (600); fewer than QUICKSTART_MIN_UPDATES (900; an idle two-core
+#                        machine makes more, bench_recipe.txt) and the script warns that the model is undertrained
 #   QUICKSTART_UNITS     SentencePiece units (8000)        QUICKSTART_MAX_LEN   pieces a side in training (36)
 #   QUICKSTART_PAIRS     Hansards training pairs drawn at random (150000: more than 600 s can train on)
 #   QUICKSTART_TINY=1    a one-minute smoke run: 2,000 pairs, the tiny preset, 40 updates (within QUICKSTART_TIME),
@@ -40,8 +38,7 @@ export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 
 if [ "${QUICKSTART_TINY:-0}" = 1 ]; then
     pairs=2000; units=1000; arch=rnnsearch-tiny; updates=40; seconds="${QUICKSTART_TIME:-600}"; min_updates=40
-    ntest=20; nvalid=50
-    valid_every=20; news=""
+    ntest=20; nvalid=50; valid_every=20; news=""
 else
     pairs="${QUICKSTART_PAIRS:-150000}"; units="${QUICKSTART_UNITS:-8000}"; arch=rnnsearch-small; updates=0
     seconds="${QUICKSTART_TIME:-600}"; min_updates="${QUICKSTART_MIN_UPDATES:-900}"; ntest=500; nvalid=500
@@ -89,8 +86,7 @@ EOF
 step "2/5 the one-hour recipe for $seconds s: nmt-prepare (SentencePiece), nmt-train ($arch)"
 SPM_UNITS="$units" MAX_LEN="${QUICKSTART_MAX_LEN:-36}" VALID_EVERY="$valid_every" ARCH="$arch" MAX_UPDATES="$updates" \
     "$here/examples/one-hour.sh" "$raw/train" "$recipe" --dev "$raw/hansards-dev" --seconds "$seconds"
-made=$(python3 -c "import json,sys; print(max(json.loads(l)['update'] for l in open(sys.argv[1])))" \
-       "$recipe/model/train.jsonl")
+made=$(cat "$recipe/train.updates")
 model="$recipe/model/checkpoint_last.pt"  # annealed at the end of the budget: the one to use
 read -r -a decode < "$recipe/translate.options"
 

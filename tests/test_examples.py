@@ -190,6 +190,7 @@ def test_one_hour_recipe_end_to_end_on_a_small_corpus(tmp_path, data_dir):
     records = [json.loads(line) for line in open(work / "model" / "train.jsonl", encoding="utf-8")]
     made = max(r["update"] for r in records)
     assert f"== done: {made} updates in 20 s of training" in run.stderr
+    assert (work / "train.updates").read_text().strip() == str(made)  # (what the quick start reads)
     ckpt = work / "model" / "checkpoint_last.pt"
     from nmtkit.data import checkpoint
 

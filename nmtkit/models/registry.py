@@ -132,9 +132,9 @@ def build_from_checkpoint(payload: dict, path: str | None = None) -> nn.Module:
     ``model``), its weights the checkpoint's exactly, on CPU (move it with ``.to(device)``).  A config that builds no
     model -> ValueError; weights other than the config's model's (a name or a shape) -> an InputError naming
     ``path`` and the weight."""
-    from nmtkit.data.checkpoint import check_shapes
-
     import torch
+
+    from nmtkit.data.checkpoint import check_shapes
 
     model = empty_model(payload["arch"], **payload["config"])
     shapes = model.state_dict()
@@ -142,7 +142,7 @@ def build_from_checkpoint(payload: dict, path: str | None = None) -> nn.Module:
     # every weight a fresh tensor of the model's dtype holding the checkpoint's values (never the checkpoint's own
     # tensor: two of its weights may share memory, or have another dtype or layout), put in place of the meta one.
     # (Not model.to_empty(): from the meta device it goes through torch's Python reference of empty_like, whose
-    # first use imports sympy and torch.fx, 0.7 s of every tool's start-up.)
+    # first use imports sympy and torch.fx, a large part of every tool's start-up: bench_startup.txt, run 3.)
     weights = {name: torch.empty(meta.shape, dtype=meta.dtype).copy_(payload["model"][name])
                for name, meta in shapes.items()}
     model.load_state_dict(weights, assign=True)

@@ -56,7 +56,7 @@ class TensorBoardLog:
                 status=event_pb2.SessionLog.START)))
             self.file.flush()
         except OSError as e:
-            self._close_quietly()
+            self.close(warn=False)
             raise InputError(f"cannot write TensorBoard events: {e.strerror}", self.path if self.file else log_dir) \
                 from None
 
@@ -78,10 +78,7 @@ class TensorBoardLog:
         except OSError as e:
             log.warning("%s: cannot write TensorBoard events (%s); the run goes on without them from update %d (the "
                         "JSON log and the checkpoints are kept as usual)", self.path, e.strerror, record["update"])
-            self._close_quietly()
-
-    def _close_quietly(self) -> None:
-        self.close(warn=False)
+            self.close(warn=False)
 
     def close(self, warn: bool = True) -> None:
         """Close the event file (its last flush failing is a warning, unless ``warn`` is off: already said)."""

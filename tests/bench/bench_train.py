@@ -123,7 +123,8 @@ def parse_args(argv):
 
     from nmtkit.device import bf16_is_native
 
-    if not bf16_is_native(torch.device("cpu")) and ("quality" in a.parts or ("paper" in a.parts and "bf16" in
+    a.bf16_native = bf16_is_native(torch.device("cpu"))
+    if not a.bf16_native and ("quality" in a.parts or ("paper" in a.parts and "bf16" in
                                                                             a.precisions)):
         # (emulated, one 2048x2048 bf16 product takes minutes here: the ceiling alone would not finish)
         p.error("this CPU has no native bfloat16 (no AVX-512 BF16 or AMX): bf16 is emulated, many times slower "
@@ -493,12 +494,8 @@ def main(argv=None) -> int:
     s = Session(a)
     goals: list[Goal] = []
     try:
-        import torch
-
-        from nmtkit.device import bf16_is_native
-
         log("measuring matmul GFLOP/s")
-        precisions = ("fp32", "bf16") if bf16_is_native(torch.device("cpu")) else ("fp32",)
+        precisions = ("fp32", "bf16") if a.bf16_native else ("fp32",)
         ceilings = {p: matmul_gflops(a.matmul_size, p) for p in precisions}
         if "small" in a.parts:
             goals += small_part(s, out, ceilings)
