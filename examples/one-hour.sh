@@ -24,7 +24,7 @@
 # decoding with --no-repeat-ngram 3 leaves no looping line and gains chrF on both development sets.  Still
 # provisional: the schedule ('budget' against a constant rate was undecided at 900 s) and MAX_LEN; the hour
 # itself against OpenNMT-py's is tests/bench/bench_hour.py.
-# Knobs (environment): SPM_UNITS [16000]  MAX_LEN [50]  VALID_EVERY [1000]  WORKERS [2]  SEED [1]
+# Knobs (environment): SPM_UNITS [16000]  MAX_LEN [36]  VALID_EVERY [1000]  WORKERS [2]  SEED [1]
 #   ARCH [rnnsearch-small]  MAX_UPDATES [0: none]: stop (annealed) at this update if it comes before the time runs out
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -45,7 +45,7 @@ while [ $# -gt 0 ]; do
 done
 if ! command -v nmt-prepare >/dev/null 2>&1; then PATH="$here/bin:$PATH"; fi  # the tools, from this checkout
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
-SPM_UNITS="${SPM_UNITS:-16000}" MAX_LEN="${MAX_LEN:-50}" VALID_EVERY="${VALID_EVERY:-1000}" WORKERS="${WORKERS:-2}"
+SPM_UNITS="${SPM_UNITS:-16000}" MAX_LEN="${MAX_LEN:-36}" VALID_EVERY="${VALID_EVERY:-1000}" WORKERS="${WORKERS:-2}"
 SEED="${SEED:-1}" ARCH="${ARCH:-rnnsearch-small}" MAX_UPDATES="${MAX_UPDATES:-0}"
 # the options the model is decoded with: a repeated-n-gram block of 3 pieces (bench_recipe.txt: it removes the
 # loops without losing chrF on either development set)
@@ -77,6 +77,18 @@ EOF
         --force --quiet --dest "$work/data.part"
     rm -rf "$work/data" && mv "$work/data.part" "$work/data"
 fi
+# a prepared directory left by an earlier run (or put there) must be what these settings prepare
+python3 - "$work/data/manifest.json" "$SPM_UNITS" "$MAX_LEN" <<'EOF'
+import json, sys
+path, units, max_len = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+m = json.load(open(path, encoding="utf-8"))
+spm = m.get("sentencepiece") or {}
+have = (spm.get("learned_units"), bool(spm.get("split_digits")), (m.get("filters") or {}).get("max_len"))
+if have != (units, True, max_len):
+    sys.exit(f"one-hour.sh: {path}: prepared with {have[0]} SentencePiece units (digits split: {have[1]}) and pairs "
+             f"of at most {have[2]} pieces, not SPM_UNITS={units} (digits split) and MAX_LEN={max_len}: delete that "
+             "directory to prepare again, or set SPM_UNITS and MAX_LEN to match it")
+EOF
 
 step "2/2 nmt-train: $ARCH, 'budget' recipe, $seconds s of wall clock"
 resume=--force

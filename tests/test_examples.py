@@ -171,7 +171,8 @@ def test_one_hour_recipe_end_to_end_on_a_small_corpus(tmp_path, data_dir):
     """examples/one-hour.sh on 600 real Hansards pairs (gzipped, as a user may give them) with a 20-second budget:
     it holds pairs out for validation, prepares SentencePiece data, trains to the budget and leaves the annealed
     model and the options it is decoded with; nmt-translate with those options gives one line of words per input
-    line. Run again, it reuses the prepared data and resumes the finished run instead of training anew."""
+    line. Run again, it reuses the prepared data and resumes the finished run instead of training anew; run with
+    other vocabulary settings on the same work directory, it refuses."""
     import gzip
     import itertools
 
@@ -212,4 +213,13 @@ def test_one_hour_recipe_end_to_end_on_a_small_corpus(tmp_path, data_dir):
                             "--threads", "1"], capture_output=True, text=True, timeout=300, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "nmt-prepare" not in again.stderr and "already reached its --max-updates/--max-time limit" in again.stderr
+    assert max(json.loads(line)["update"] for line in open(work / "model" / "train.jsonl")) == made
+    # other settings on the same work dir: refused with one line naming the prepared directory, nothing trained
+    other = subprocess.run(["bash", str(ONE_HOUR), str(tmp_path / "corpus"), str(work), "--seconds", "20",
+                            "--threads", "1"], capture_output=True, text=True, timeout=300,
+                           env={**env, "SPM_UNITS": "500"})
+    assert other.returncode != 0
+    assert other.stderr.strip().splitlines()[-1].startswith(f"one-hour.sh: {work / 'data' / 'manifest.json'}: "
+                                                            "prepared with 400 SentencePiece units")
+    assert "SPM_UNITS=500" in other.stderr
     assert max(json.loads(line)["update"] for line in open(work / "model" / "train.jsonl")) == made
