@@ -40,8 +40,9 @@ class AdditiveAttention(nn.Module):
         return F.linear(annotations, self.U_a)
 
 
-def alignment(query: Tensor, keys: Tensor, v_a: Tensor, src_mask: Tensor) -> Tensor:
-    """α for K decoder states per sentence: W_a s (A, K, n'), U_a h (A, Tx, n'), v_a (n'), src_mask (A, Tx) ->
+def alignment_for_beams(query: Tensor, keys: Tensor, v_a: Tensor, src_mask: Tensor) -> Tensor:
+    """α for K decoder states per sentence (the fast form of the paper's :func:`nmtkit.models.reference.alignment`):
+    W_a s (A, K, n'), U_a h (A, Tx, n'), v_a (n'), src_mask (A, Tx) ->
     (A, K, Tx).  (Beam search keeps K hypotheses per sentence: their source side is stored once, not K times.)
 
     Computed as e'_ij = 2 v_aᵀ σ(2 W_a s_{i-1} + 2 U_a h_j) = e_ij + v_aᵀ1, since tanh(x) = 2σ(2x) − 1: the constant

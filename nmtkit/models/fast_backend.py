@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmtkit.data.vocab import BOS, PAD
-from nmtkit.models.attention import alignment
+from nmtkit.models.attention import alignment_for_beams
 from nmtkit.models.backend import Backend, EncoderOut
 from nmtkit.models.fast.fused import attentive_decoder, by_source_length, gru_sequence
 from nmtkit.models.fast.matmul import aligned_linear
@@ -147,7 +147,7 @@ class FastBackend(Backend):
             logits, new_state = step_output(model, ys, Cc, Us, s_prev, w)  # (A·K, V), (A·K, n or 6n)
             return logits, new_state, None
         query, Us = Us.split([model.config.attn_dim, Us.shape[1] - model.config.attn_dim], dim=1)  # W_a s_{i-1}
-        alpha = alignment(query.view(A, K, -1), enc.keys, model.attention.v_a, enc.src_mask)  # (A, K, Tx)
+        alpha = alignment_for_beams(query.view(A, K, -1), enc.keys, model.attention.v_a, enc.src_mask)  # (A, K, Tx)
         Cc = torch.bmm(alpha, proj).view(A * K, -1)  # (A·K, 3n + 2l)   [C_stack; C_o] c_i
         logits, new_state = step_output(model, ys, Cc, Us, s_prev, w)  # (A·K, V), (A·K, n or 6n)
         return logits, new_state, alpha.view(A * K, Tx)

@@ -84,7 +84,7 @@ def paper_weights(model: nn.Module) -> dict[str, Tensor]:
     _split(out, "dec.", "b", dec.b_stack)
     for name in ("W_s", "b_s"):
         out[name] = getattr(model, name)
-    if hasattr(model, "attention"):
+    if model.attentive:
         for name in ("W_a", "U_a", "v_a"):
             out[name] = getattr(model.attention, name)
     for name in ("U_o", "V_o", "C_o", "b_o", "W_o", "b_y"):

@@ -16,6 +16,7 @@ from nmtkit.models.reference import ReferenceBackend
 
 _MODELS: dict[str, type] = {}
 _PRESETS: dict[str, tuple[str, dict[str, Any]]] = {}
+_RECIPES: dict[str, str] = {}  # preset -> the training recipe it is meant for (nmtkit.train.recipes)
 
 
 # How a model computes (backend.py): the name a model's ``backend`` takes -> the implementation.  The one place
@@ -63,11 +64,19 @@ def register_model(name: str) -> Callable[[type], type]:
     return wrap
 
 
-def register_preset(name: str, arch: str, **fields: Any) -> None:
-    """A named set of config values for a registered architecture (validated when used)."""
+def register_preset(name: str, arch: str, recipe: str = "paper", **fields: Any) -> None:
+    """A named set of config values for a registered architecture (validated when used), and the name of the
+    training recipe it is meant for (``nmtkit.train.recipes``: what nmt-train uses unless told otherwise)."""
     if name in _PRESETS or name in _MODELS:
         raise ValueError(f"preset {name!r} is already registered")
     _PRESETS[name] = (arch, dict(fields))
+    _RECIPES[name] = recipe
+
+
+def preset_recipe(arch_or_preset: str) -> str:
+    """The recipe a preset names (``paper`` for an architecture's own name).  Unknown name -> ValueError."""
+    resolve(arch_or_preset)
+    return _RECIPES.get(arch_or_preset, "paper")
 
 
 def list_models() -> list[str]:
@@ -147,3 +156,15 @@ def build_from_checkpoint(payload: dict, path: str | None = None) -> nn.Module:
                for name, meta in shapes.items()}
     model.load_state_dict(weights, assign=True)
     return model
+
+
+def model_for_inference(payload: dict, path: str | None = None, device="cpu", backend: str | None = None) -> nn.Module:
+    """The model of a loaded checkpoint ready to run: its weights (:func:`build_from_checkpoint`) on ``device``, on
+    ``backend`` (None: the default), in eval mode.  What the translator, the aligner and the scorer load; a
+    checkpoint whose model cannot be rebuilt is one InputError naming ``path``."""
+    from nmtkit.errors import InputError
+
+    try:
+        return set_backend(build_from_checkpoint(payload, path), backend).to(device).eval()
+    except (ValueError, RuntimeError) as e:
+        raise InputError(f"cannot rebuild the model: {str(e).splitlines()[0]}", path) from None

@@ -28,7 +28,7 @@ def model_nll(payload: dict, sources: Sequence[str], references: Sequence[str], 
     """
     import torch
 
-    from nmtkit.models import build_from_checkpoint, set_backend
+    from nmtkit.models import model_for_inference
     from nmtkit.data.batching import collate, eval_batches
     from nmtkit.data.text import Preprocessor
     from nmtkit.data.vocab import PAD
@@ -39,10 +39,7 @@ def model_nll(payload: dict, sources: Sequence[str], references: Sequence[str], 
 
     device = resolve_device(str(device))
     shortlist = shortlist_from_checkpoint(payload, origin or "checkpoint")
-    try:
-        model = set_backend(build_from_checkpoint(payload, origin), backend).to(device).eval()
-    except (ValueError, RuntimeError) as e:
-        raise InputError(f"cannot rebuild the checkpoint's model: {str(e).splitlines()[0]}", origin) from None
+    model = model_for_inference(payload, origin, device, backend)
     src_pre, tgt_pre = Preprocessor(shortlist.src_config), Preprocessor(shortlist.tgt_config)
     src_ids = [shortlist.src_vocab.encode(src_pre.tokenize(s)) for s in sources]
     words = [tgt_pre.words(r) for r in references]

@@ -40,12 +40,17 @@ RECIPES: dict[str, dict[str, Any]] = {
     "budget": dict(optimizer="adam", lr=1e-3, init="xavier-flat", label_smoothing=0.0, lr_scheduler="linear",
                    warmup_updates=0, decay_fraction=0.3, min_lr=1e-5, ema_decay=0.0),
 }
-FAST_PRESETS = ("rnnsearch-small", "rnnencdec-small")
 
 
 def default_recipe(arch: str) -> str:
-    """The recipe a preset or architecture trains with unless told otherwise: ``fast`` for the small presets."""
-    return "fast" if arch in FAST_PRESETS else "paper"
+    """The recipe a preset or architecture trains with unless told otherwise: the one its preset names
+    (``register_preset(..., recipe=)``, nmtkit/models/config.py: ``fast`` for the small presets), else ``paper``."""
+    from nmtkit.models.registry import preset_recipe
+
+    try:
+        return preset_recipe(arch)
+    except ValueError:  # (an unknown name is refused where the model is built, with the list of names)
+        return "paper"
 
 
 def recipe_settings(name: str) -> dict[str, Any]:

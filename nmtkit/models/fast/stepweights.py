@@ -49,7 +49,7 @@ class StepWeights(NamedTuple):
 
 def _sources(model) -> list[Tensor]:
     dec = model.decoder
-    s_side = ([model.attention.W_a] if hasattr(model, "attention") else []) + [dec.U_zr, model.U_o]
+    s_side = ([model.attention.W_a] if model.attentive else []) + [dec.U_zr, model.U_o]
     return s_side + [dec.W_stack, model.V_o, dec.b_stack, model.b_o, model.E_tgt, model.W_o, model.b_y]
 
 
