@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nmtkit.errors import InputError
+from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.wordalign import hard_links, word_matrix
 
 _WRAPPER = re.compile(r'^\s*<s\s+snum\s*=\s*"?([^\s">]+)"?\s*>(.*?)</s>\s*$', re.DOTALL)
@@ -249,29 +250,29 @@ class Aligner:
     """
 
     def __init__(self, checkpoint_path: str, device: str = "cpu", tokenized: bool = False, batch_size: int = 32,
-                 beam: int = 12, backend: str | None = None):
+                 decode: DecodeConfig | None = None, backend: str | None = None):
+        """``decode``: how the model's own translations are searched for when no target is given (None: the
+        defaults of :class:`nmtkit.translate.config.DecodeConfig`)."""
         from nmtkit.data import checkpoint
-        from nmtkit.models import build_from_checkpoint, set_backend
+        from nmtkit.models import model_for_inference
         from nmtkit.data.text import Preprocessor, TextConfig
         from nmtkit.data.vocab import Vocabulary
 
-        if batch_size < 1 or beam < 1:
-            raise InputError("--batch-size and --beam must be at least 1")
+        if batch_size < 1:
+            raise InputError(f"--batch-size must be at least 1 (got {batch_size})")
         from nmtkit.device import resolve_device
 
         device = resolve_device(str(device))
         payload = checkpoint.load(checkpoint_path)
-        if payload["arch"] != "rnnsearch":
+        self.model = model_for_inference(payload, checkpoint_path, device, backend)
+        if not self.model.attentive:
             raise InputError(f"nmt-align needs an attention model (rnnsearch); this checkpoint is "
                              f"{payload['arch']}", checkpoint_path)
-        try:
-            self.model = set_backend(build_from_checkpoint(payload, checkpoint_path), backend).to(device).eval()
-        except (ValueError, RuntimeError) as e:
-            raise InputError(f"cannot rebuild the model: {str(e).splitlines()[0]}", checkpoint_path) from None
         self.src_vocab, self.tgt_vocab = Vocabulary(payload["vocab"]["src"]), Vocabulary(payload["vocab"]["tgt"])
         self.src_pre = Preprocessor(TextConfig.from_dict(payload["preprocessing"]["src"]))
         self.tgt_pre = Preprocessor(TextConfig.from_dict(payload["preprocessing"]["tgt"]))
-        self.device, self.tokenized, self.batch_size, self.beam = device, tokenized, batch_size, beam
+        self.device, self.tokenized, self.batch_size = device, tokenized, batch_size
+        self.decode = DecodeConfig() if decode is None else decode
 
     def words(self, text: str, side: str = "src") -> list[str]:
         """The words of one line of the source (``src``) or target (``tgt``) side: what links are counted in."""
@@ -309,7 +310,7 @@ class Aligner:
         for ids in eval_batches(np.array([len(s) for s in src_ids]), None, self.batch_size):
             src, lens = collate_source([src_ids[i] for i in ids])
             with torch.no_grad():
-                hyps = beam_search([self.model], src.to(self.device), lens.to(self.device), beam=self.beam)
+                hyps = beam_search([self.model], src.to(self.device), lens.to(self.device), self.decode)
             for i, h in zip(ids, hyps):
                 out[i] = np.asarray(h[0].tokens, dtype=np.int64)
         return out

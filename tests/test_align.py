@@ -20,6 +20,7 @@ from nmtkit.align import (Aligner, GoldAlignment, alignment_error, hard_links, p
 from nmtkit.errors import InputError
 
 from conftest import REPO
+from nmtkit.translate.config import DecodeConfig
 
 ALIGN = [sys.executable, str(REPO / "bin" / "nmt-align")]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -252,12 +253,12 @@ def test_forced_attention_of_own_translation_equals_beam_attention(model):
     from nmtkit.data.batching import collate_source
     from nmtkit.translate.search import beam_search
 
-    aligner = Aligner(model, tokenized=True, beam=3)
+    aligner = Aligner(model, tokenized=True, decode=DecodeConfig(beam=3))
     words = [s.split() for s in ("the house is small .", "we must act now", "")]
     soft = aligner.align_words(words)
     src_ids = [aligner.src_vocab.encode(w) for w in words]
     src, lens = collate_source(src_ids)
-    hyps = beam_search([aligner.model], src, lens, beam=3, need_attention=True)
+    hyps = beam_search([aligner.model], src, lens, aligner.decode, need_attention=True)
     for k, (a, h) in enumerate(zip(soft, hyps)):
         assert a.target == aligner.tgt_vocab.decode(h[0].tokens)
         beam_alpha = h[0].attention[:, : len(words[k]) + 1].numpy()

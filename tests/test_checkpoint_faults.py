@@ -19,6 +19,7 @@ from nmtkit.data import checkpoint
 from nmtkit.errors import InputError
 
 from conftest import tiny_multi30k_run
+from nmtkit.translate.config import DecodeConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -138,7 +139,7 @@ def _library(tool: str, root: Path, bad: Path, workdir: Path) -> None:
     if tool == "translate":
         from nmtkit.translate import Translator
 
-        Translator([str(bad)], beam=2, workers=1, threads=1)
+        Translator([str(bad)], DecodeConfig(beam=2), workers=1, threads=1)
     elif tool == "align":
         from nmtkit.align import Aligner
 

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from nmtkit.data import checkpoint
 from nmtkit.prepare import PrepareConfig, prepare
+from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.search import beam_search
 from nmtkit.train.trainer import TrainConfig, train
 from nmtkit.translate.translator import Translator
@@ -89,7 +90,7 @@ def test_beam_search_equals_the_cpu(arch):
     for device in ("cpu", "cuda"):
         model = _model(arch).to(device).eval()
         with torch.no_grad():
-            results[device] = beam_search(model, src.to(device), lens.to(device), beam=5, nbest=2)
+            results[device] = beam_search(model, src.to(device), lens.to(device), DecodeConfig(beam=5, nbest=2))
     for cpu_hyps, gpu_hyps in zip(results["cpu"], results["cuda"]):
         assert [h.tokens for h in gpu_hyps] == [h.tokens for h in cpu_hyps]
         for a, b in zip(cpu_hyps, gpu_hyps):
@@ -120,8 +121,8 @@ def test_train_and_translate_on_cuda(prepared, tmp_path, bf16):
     payload = checkpoint.load(str(save / "checkpoint_last.pt"))  # weights_only=True, on the CPU
     assert all(t.device.type == "cpu" for t in payload["model"].values())
     lines = (root / "valid.en").read_text(encoding="utf-8").splitlines()[:20] + ["", "a"]
-    on_gpu = Translator([str(save / "checkpoint_last.pt")], device="cuda", beam=4).translate_lines(lines)
-    on_cpu = Translator([str(save / "checkpoint_last.pt")], device="cpu", beam=4).translate_lines(lines)
+    on_gpu = Translator([str(save / "checkpoint_last.pt")], DecodeConfig(beam=4), device="cuda").translate_lines(lines)
+    on_cpu = Translator([str(save / "checkpoint_last.pt")], DecodeConfig(beam=4), device="cpu").translate_lines(lines)
     assert len(on_gpu) == len(lines) and on_gpu[20] == ""
     assert sum(a == b for a, b in zip(on_gpu, on_cpu)) >= len(lines) - 2  # near-ties may break differently
     # the command line, as a pipeline uses it

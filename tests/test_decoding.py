@@ -15,6 +15,7 @@ import torch
 
 from nmtkit.data import checkpoint
 from nmtkit.data.batching import collate_source
+from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.decoding import collate_prefixes
 from nmtkit.models import build_from_checkpoint
 from nmtkit.translate.sampling import Sampling, parse_sampling, reshape, sample
@@ -62,7 +63,7 @@ def _prefixes(model, sents):
     hypothesis (the model would not have chosen them), of 1 to 3 tokens, and one <unk>."""
     m, _ = model
     src, lens = _batch(sents)
-    hyps = beam_search(m, src, lens, beam=4, nbest=4)
+    hyps = beam_search(m, src, lens, DecodeConfig(beam=4, nbest=4))
     out = []
     for k, h in enumerate(hyps):
         toks = h[min(2, len(h) - 1)].tokens
@@ -77,10 +78,11 @@ def test_prefix_starts_every_hypothesis_and_batched_equals_the_reference(model, 
     prefixes = _prefixes(model, sents)
     src, lens = _batch(sents)
     prefix, prefix_lens = _prefix_batch(prefixes)
-    batched = beam_search(m, src, lens, beam=5, nbest=3, prefix=prefix, prefix_lens=prefix_lens, no_unk=True)
+    batched = beam_search(m, src, lens, DecodeConfig(beam=5, nbest=3, no_unk=True), prefix=prefix,
+                          prefix_lens=prefix_lens)
     for s, p, hyps in zip(sents, prefixes, batched):
         assert hyps and all(h.tokens[: len(p)] == p for h in hyps)  # also the forced <unk>, despite no_unk
-        ref = beam_search_reference(m, list(s), beam=5, nbest=3, prefix=p, no_unk=True)
+        ref = beam_search_reference(m, list(s), DecodeConfig(beam=5, nbest=3, no_unk=True), prefix=p)
         assert [h.tokens for h in hyps] == [h.tokens for h in ref]
         assert np.allclose([h.score for h in hyps], [h.score for h in ref], atol=1e-4)
 
@@ -94,7 +96,7 @@ def test_with_a_prefix_the_rest_is_the_search_from_the_state_the_prefix_leads_to
     prefixes = _prefixes(model, sents)
     src, lens = _batch(sents)
     prefix, prefix_lens = _prefix_batch(prefixes)
-    hyps = beam_search(m, src, lens, beam=1, lenpen=0.0, prefix=prefix, prefix_lens=prefix_lens)
+    hyps = beam_search(m, src, lens, DecodeConfig(beam=1, lenpen=0.0), prefix=prefix, prefix_lens=prefix_lens)
     for k, (s, p) in enumerate(zip(sents, prefixes)):
         s_src, s_lens = _batch([s])
         enc = m.prepare_decoding(m.encode(s_src, s_lens))
@@ -179,9 +181,9 @@ def test_coverage_penalty_ranks_by_the_penalised_score_and_batched_equals_the_re
     sents = _sources(data_dir, payload, 10)
     src, lens = _batch(sents)
     beta = 0.5
-    batched = beam_search(m, src, lens, beam=5, nbest=5, coverage_penalty=beta, need_attention=True)
+    batched = beam_search(m, src, lens, DecodeConfig(beam=5, nbest=5, coverage_penalty=beta), need_attention=True)
     changed = 0
-    plain = beam_search(m, src, lens, beam=5, nbest=5)
+    plain = beam_search(m, src, lens, DecodeConfig(beam=5, nbest=5))
     for s, hyps, unpenalised in zip(sents, batched, plain):
         for h in hyps:  # the ranking score, recomputed from the hypothesis' own attention (rows: its tokens + </s>)
             cov = h.attention[:, : len(s)].sum(0).clamp(min=1e-12, max=1.0)
@@ -190,7 +192,7 @@ def test_coverage_penalty_ranks_by_the_penalised_score_and_batched_equals_the_re
         assert [h.norm_score for h in hyps] == sorted((h.norm_score for h in hyps), reverse=True)
         assert {tuple(h.tokens) for h in hyps} == {tuple(h.tokens) for h in unpenalised}  # the same beam...
         changed += [h.tokens for h in hyps] != [h.tokens for h in unpenalised]  # ...ranked another way
-        ref = beam_search_reference(m, list(s), beam=5, nbest=5, coverage_penalty=beta)
+        ref = beam_search_reference(m, list(s), DecodeConfig(beam=5, nbest=5, coverage_penalty=beta))
         assert [h.tokens for h in hyps] == [h.tokens for h in ref]
         assert np.allclose([h.norm_score for h in hyps], [h.norm_score for h in ref], atol=1e-4)
     assert changed > 0
@@ -259,7 +261,7 @@ def test_samples_follow_the_reshaped_distribution(model, data_dir, spec):
     assert torch.allclose(reshape(logp[None], how)[0], p, atol=1e-9)
     n = 4000
     src, lens = _batch([s])
-    hyps = sample(m, src, lens, keys=[(7,)], n=n, sampling=how, max_len_a=0.0, max_len_b=1)[0]
+    hyps = sample(m, src, lens, [(7,)], DecodeConfig(nbest=n, sampling=spec, max_len_a=0.0, max_len_b=1))[0]
     first = torch.tensor([h.tokens[0] if h.tokens else EOS for h in hyps])
     counts = torch.bincount(first, minlength=p.numel()).double()
     assert counts.sum() == n and counts[~keep].sum() == 0 and counts[PAD] == counts[BOS] == 0
@@ -277,7 +279,7 @@ def test_sample_scores_are_teacher_forced_log_probabilities_and_prefixes_are_kep
     sents = _sources(data_dir, payload, 4)
     src, lens = _batch(sents)
     prefix, prefix_lens = _prefix_batch([[5], [], [7, 8], []])
-    hyps = sample(m, src, lens, keys=[(1, k) for k in range(4)], n=3, sampling=Sampling(topk=30),
+    hyps = sample(m, src, lens, [(1, k) for k in range(4)], DecodeConfig(nbest=3, sampling="topk:30"),
                   prefix=prefix, prefix_lens=prefix_lens)
     for k, s in enumerate(sents):
         for h in hyps[k]:
@@ -332,11 +334,11 @@ def test_automatic_workers_start_only_once_the_input_fills_a_window(trained, dat
 
     _, ckpt = trained
     lines = list(enumerate(lines_of(data_dir / "multi30k" / "val.en", 20), start=1))
-    with Translator([ckpt], beam=3, batch_size=4, window=8, workers=0, threads=2) as tr:
+    with Translator([ckpt], DecodeConfig(beam=3), batch_size=4, window=8, workers=0, threads=2) as tr:
         assert tr.workers == 2
         few = [t.text for t in tr.translate(lines[:7])]  # less than a window: decoded here, no process started
         assert tr.worker_pids == [] and len(few) == 7
         many = [t.text for t in tr.translate(lines)]  # a full first window: the two workers start
         assert len(tr.worker_pids) == 2 and many[:7] == few
-    with Translator([ckpt], beam=3, batch_size=4, window=8, workers=1, threads=1) as tr:
+    with Translator([ckpt], DecodeConfig(beam=3), batch_size=4, window=8, workers=1, threads=1) as tr:
         assert [t.text for t in tr.translate(lines)] == many and tr.worker_pids == []

@@ -448,14 +448,19 @@ def test_translate_refuses_bad_options_in_one_line(model, tmp_path, args, fragme
     (dict(window=-3), "--window must be at least 1 line (got -3"),
     (dict(device="bogus"), "--device 'bogus' is not a device"),
     (dict(device="cuda:7"), "--device cuda:7: "),
-    (dict(lenpen=float("nan")), "--lenpen must be a finite number of at least 0 (got nan)"),
-    (dict(max_len_a=-1.0), "--max-len-a must be a finite number of at least 0 (got -1.0)"),
+    (dict(decode=dict(lenpen=float("nan"))), "--lenpen must be a finite number of at least 0 (got nan)"),
+    (dict(decode=dict(max_len_a=-1.0)), "--max-len-a must be a finite number of at least 0 (got -1.0)"),
+    (dict(decode=dict(beam=2, nbest=3)), "need beam >= 1 and 1 <= nbest <= beam (got beam 2, nbest 3)"),
 ])
 def test_translator_refuses_bad_settings(model, options, fragment):
+    """Bad settings of the translator, and of its decoding (checked as the DecodeConfig is built)."""
+    from nmtkit.translate.config import DecodeConfig
     from nmtkit.translate.translator import Translator
 
+    options = dict(options)
     with pytest.raises(InputError, match=re.escape(fragment)):
-        Translator([str(model)], workers=1, **options)
+        decode = DecodeConfig(**options.pop("decode", {}))
+        Translator([str(model)], decode, workers=1, **options)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the error is for machines without it")

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from nmtkit.models import reference
 from nmtkit.models.params import paper_parameters, paper_weights
+from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.search import beam_search, beam_search_reference
 from nmtkit.data.vocab import PAD
 from conftest import ARCHS, make_batch, randomize_, tiny
@@ -124,10 +125,10 @@ def test_beam_search_equals_the_reference_search(arch):
     model = randomize_(tiny(arch, state_word="current"), std=0.5).eval()
     src, lens, _, _ = make_batch(SRC_LENS, TGT_LENS)
     with torch.no_grad():
-        batched = beam_search(model, src, lens, beam=4, max_len_a=2.0, max_len_b=3)
+        batched = beam_search(model, src, lens, DecodeConfig(beam=4, max_len_a=2.0, max_len_b=3))
         for b in range(len(SRC_LENS)):
-            alone = beam_search_reference(model, src[b, :SRC_LENS[b] - 1].tolist(), beam=4, max_len_a=2.0,
-                                          max_len_b=3)
+            alone = beam_search_reference(model, src[b, :SRC_LENS[b] - 1].tolist(),
+                                          DecodeConfig(beam=4, max_len_a=2.0, max_len_b=3))
             assert [h.tokens for h in batched[b]] == [h.tokens for h in alone]
             for h, r in zip(batched[b], alone):
                 assert h.score == pytest.approx(r.score, abs=1e-4)

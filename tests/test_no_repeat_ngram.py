@@ -20,9 +20,10 @@ from nmtkit.data.batching import collate_source
 from nmtkit.data.text import Preprocessor, TextConfig
 from nmtkit.data.vocab import EOS, Vocabulary
 from nmtkit.models import build_from_checkpoint
+from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.decoding import collate_prefixes
 from nmtkit.translate.ngramblock import ban_repeats, banned_after
-from nmtkit.translate.sampling import Sampling, sample
+from nmtkit.translate.sampling import sample
 from nmtkit.translate.search import beam_search, beam_search_reference, greedy
 
 from conftest import REPO, lines_of, randomize_, tiny
@@ -103,11 +104,11 @@ def test_batched_equals_the_reference_with_the_block(model, data_dir, n, beam, w
     prefixes = [[int(s[0]) % 50 + 4] * (k % 3) for k, s in enumerate(sents)] if with_prefix else [[]] * len(sents)
     prefix, prefix_lens = collate_prefixes([np.asarray(p, dtype=np.int64) for p in prefixes])
     nbest = min(3, beam)
-    batched = beam_search(m, src, lens, beam=beam, nbest=nbest, no_repeat_ngram=n, prefix=prefix,
+    batched = beam_search(m, src, lens, DecodeConfig(beam=beam, nbest=nbest, no_repeat_ngram=n), prefix=prefix,
                           prefix_lens=prefix_lens)
-    plain = beam_search(m, src, lens, beam=beam, nbest=nbest, prefix=prefix, prefix_lens=prefix_lens)
+    plain = beam_search(m, src, lens, DecodeConfig(beam=beam, nbest=nbest), prefix=prefix, prefix_lens=prefix_lens)
     for s, p, hyps in zip(sents, prefixes, batched):
-        ref = beam_search_reference(m, list(s), beam=beam, nbest=nbest, no_repeat_ngram=n, prefix=p)
+        ref = beam_search_reference(m, list(s), DecodeConfig(beam=beam, nbest=nbest, no_repeat_ngram=n), prefix=p)
         assert [h.tokens for h in hyps] == [h.tokens for h in ref]
         assert np.allclose([h.score for h in hyps], [h.score for h in ref], atol=1e-4)
         assert hyps and all(h.tokens[: len(p)] == p and not repeats(h.tokens, n, len(p)) for h in hyps)
@@ -125,13 +126,16 @@ def test_batched_equals_the_reference_on_a_random_model(n, beam):
     rng = random.Random(n * 10 + beam)
     sents = [[rng.randint(4, 22) for _ in range(rng.randint(1, 9))] for _ in range(6)]
     src, lens = _batch(sents)
-    batched = beam_search(m, src, lens, beam=beam, nbest=beam, no_repeat_ngram=n, max_len_a=1.5, max_len_b=4)
+    batched = beam_search(m, src, lens,
+                          DecodeConfig(beam=beam, nbest=beam, no_repeat_ngram=n, max_len_a=1.5, max_len_b=4))
     for s, hyps in zip(sents, batched):
-        ref = beam_search_reference(m, s, beam=beam, nbest=beam, no_repeat_ngram=n, max_len_a=1.5, max_len_b=4)
+        ref = beam_search_reference(m, s,
+                                    DecodeConfig(beam=beam, nbest=beam, no_repeat_ngram=n, max_len_a=1.5, max_len_b=4))
         assert [h.tokens for h in hyps] == [h.tokens for h in ref]
         assert np.allclose([h.score for h in hyps], [h.score for h in ref], atol=1e-4)
         assert all(not repeats(h.tokens, n) for h in hyps)
-    assert any(repeats(h[0].tokens, n) for h in beam_search(m, src, lens, beam=beam, max_len_a=1.5, max_len_b=4))
+    assert any(repeats(h[0].tokens, n) for h in beam_search(m, src, lens, DecodeConfig(beam=beam, max_len_a=1.5,
+                                                                                       max_len_b=4)))
 
 
 # -- (b) no output repeats a 3-gram with the block; without it some do ------------------------------------------------
@@ -139,16 +143,16 @@ def test_batched_equals_the_reference_on_a_random_model(n, beam):
 def test_no_output_repeats_a_trigram_with_the_block(model, data_dir):
     m, payload = model
     src, lens = _batch(_sources(data_dir, payload, LINES))
-    plain = beam_search(m, src, lens, beam=5)
+    plain = beam_search(m, src, lens, DecodeConfig(beam=5))
     assert sum(repeats(h[0].tokens, 3) for h in plain) >= 3  # the model loops ...
-    blocked = beam_search(m, src, lens, beam=5, nbest=5, no_repeat_ngram=3)
+    blocked = beam_search(m, src, lens, DecodeConfig(beam=5, nbest=5, no_repeat_ngram=3))
     assert not any(repeats(h.tokens, 3) for hyps in blocked for h in hyps)  # ... and with the block never
     assert all(len(hyps) == 5 for hyps in blocked)
     # greedy and sampling share one loop (search.one_token_at_a_time): the block holds there too
     assert any(repeats(h.tokens, 3) for h in greedy(m, src, lens))
-    assert not any(repeats(h.tokens, 3) for h in greedy(m, src, lens, no_repeat_ngram=3))
+    assert not any(repeats(h.tokens, 3) for h in greedy(m, src, lens, DecodeConfig(no_repeat_ngram=3)))
     keys = [(3, k) for k in range(LINES)]
-    samples = sample(m, src, lens, keys, n=3, sampling=Sampling(topk=20), no_repeat_ngram=3)
+    samples = sample(m, src, lens, keys, DecodeConfig(nbest=3, sampling="topk:20", no_repeat_ngram=3))
     assert all(len(s) == 3 for s in samples) and not any(repeats(h.tokens, 3) for s in samples for h in s)
 
 
@@ -163,12 +167,13 @@ def test_a_prefix_that_repeats_itself_is_kept_and_counts_as_history(model, data_
     sents = _sources(data_dir, payload, 4)
     src, lens = _batch(sents)
     prefix, prefix_lens = collate_prefixes([np.asarray(loop, dtype=np.int64)] * len(sents))
-    hyps = beam_search(m, src, lens, beam=4, nbest=4, no_repeat_ngram=n, prefix=prefix, prefix_lens=prefix_lens)
+    hyps = beam_search(m, src, lens, DecodeConfig(beam=4, nbest=4, no_repeat_ngram=n), prefix=prefix,
+                       prefix_lens=prefix_lens)
     for s, sentence in zip(sents, hyps):
         for h in sentence:
             assert h.tokens[: len(loop)] == loop  # verbatim
             assert not repeats(h.tokens, n, len(loop))  # what follows repeats nothing, the prefix's n-grams neither
-        ref = beam_search_reference(m, list(s), beam=4, nbest=4, no_repeat_ngram=n, prefix=loop)
+        ref = beam_search_reference(m, list(s), DecodeConfig(beam=4, nbest=4, no_repeat_ngram=n), prefix=loop)
         assert [h.tokens for h in sentence] == [h.tokens for h in ref]
 
 

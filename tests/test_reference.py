@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from nmtkit.models import reference
 from nmtkit.models.params import paper_parameters, paper_weights
+from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.search import beam_search
 from nmtkit.data.vocab import BOS, PAD
 from conftest import ARCHS, make_batch, randomize_, tiny
@@ -128,10 +129,10 @@ def test_the_torch_unit_encoder_equals_the_reference():
 def test_beam_search_on_the_reference_backend_finds_what_the_fast_one_finds(arch):
     model = randomize_(tiny(arch), std=0.5).eval()
     src, lens, _, _ = make_batch(SRC_LENS, TGT_LENS)
-    options = dict(beam=4, nbest=2, max_len_a=1.5, max_len_b=3, need_attention=arch == "rnnsearch")
-    fast = beam_search([model], src, lens, **options)
+    decode, attends = DecodeConfig(beam=4, nbest=2, max_len_a=1.5, max_len_b=3), arch == "rnnsearch"
+    fast = beam_search([model], src, lens, decode, need_attention=attends)
     model.backend = "reference"
-    ref = beam_search([model], src, lens, **options)
+    ref = beam_search([model], src, lens, decode, need_attention=attends)
     for f_sentence, r_sentence in zip(fast, ref):
         assert [h.tokens for h in f_sentence] == [h.tokens for h in r_sentence]
         for f, r in zip(f_sentence, r_sentence):
@@ -148,16 +149,16 @@ def test_translations_on_the_reference_backend_equal_the_fast_ones(trained, data
 
     _, ckpt = trained
     lines = lines_of(data_dir / "multi30k" / "test_2016_flickr.en", 6)
-    with Translator([ckpt], beam=3, nbest=2, workers=1, need_attention=True) as fast:
+    with Translator([ckpt], DecodeConfig(beam=3, nbest=2), workers=1, need_attention=True) as fast:
         expected = list(fast.translate(enumerate(lines, 1)))
-    with Translator([ckpt], beam=3, nbest=2, workers=1, need_attention=True, backend="reference") as ref:
+    with Translator([ckpt], DecodeConfig(beam=3, nbest=2), workers=1, need_attention=True, backend="reference") as ref:
         assert all(m.backend == "reference" for m in ref.models)
         got = list(ref.translate(enumerate(lines, 1)))
     assert [t.text for t in got] == [t.text for t in expected] and any(t.text for t in got)
     assert [t.alignment for t in got] == [t.alignment for t in expected]
     for g, e in zip(got, expected):
         assert g.score == pytest.approx(e.score, abs=1e-3)
-    with Translator([ckpt], beam=3, workers=2, threads=2, backend="reference") as pooled:
+    with Translator([ckpt], DecodeConfig(beam=3), workers=2, threads=2, backend="reference") as pooled:
         assert [t.text for t in pooled.translate(enumerate(lines, 1))] == [t.text for t in expected]
     with pytest.raises(Exception, match="unknown --backend 'slow' \\(choose from fast, reference\\)"):
         Translator([ckpt], backend="slow")

@@ -21,6 +21,7 @@ from nmtkit.prepare import PrepareConfig, prepare
 from nmtkit.data.text import SPM_SPACE, Preprocessor, TextConfig, learn_bpe_codes, learn_spm_model, spm_words_of
 
 from conftest import REPO, lines_of, train_tiny
+from nmtkit.translate.config import DecodeConfig
 
 pytestmark = pytest.mark.slow
 UNITS = 1200
@@ -194,7 +195,7 @@ def test_the_checkpoint_carries_the_model_and_translation_segments_with_it(spm_d
     from nmtkit.translate.translator import Translator
 
     src = lines_of(root / "test.en", 12)
-    with Translator([spm_model], beam=3, workers=1, need_attention=True) as tr:
+    with Translator([spm_model], DecodeConfig(beam=3), workers=1, need_attention=True) as tr:
         sp = sentencepiece.SentencePieceProcessor(model_file=str(root / "data" / "spm.model"))
         for line in src:  # the source is segmented as nmt-prepare segmented it
             assert tr.src_pre.tokenize(line) == sp.encode(" ".join(tr.src_pre.words(line)), out_type=str)

@@ -16,6 +16,7 @@ import torch
 from nmtkit.data import checkpoint
 from nmtkit.data.batching import collate_source
 from nmtkit.models import build_from_checkpoint, build_model
+from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.search import beam_search, beam_search_reference, greedy
 from nmtkit.data.text import TextConfig
 from nmtkit.data.vocab import BOS, EOS, UNK
@@ -98,7 +99,7 @@ def test_beam_1_equals_greedy(model, data_dir):
     sents = _real_batch(data_dir, model)
     src, lens = _batch(sents)
     g = greedy(m, src, lens)
-    b = beam_search(m, src, lens, beam=1, lenpen=0.0)
+    b = beam_search(m, src, lens, DecodeConfig(beam=1, lenpen=0.0))
     assert [h.tokens for h in g] == [h[0].tokens for h in b]
     assert np.allclose([h.score for h in g], [h[0].score for h in b], atol=1e-4)
 
@@ -110,9 +111,9 @@ def test_batched_beam_equals_the_reference_search(model, data_dir, block, speed_
     m, _ = model
     sents = _real_batch(data_dir, model)
     src, lens = _batch(sents)
-    batched = beam_search(m, src, lens, beam=5, nbest=3, lenpen=1.0)
+    batched = beam_search(m, src, lens, DecodeConfig(beam=5, nbest=3, lenpen=1.0))
     for s, hyps in zip(sents, batched):
-        ref = beam_search_reference(m, list(s), beam=5, nbest=3, lenpen=1.0)
+        ref = beam_search_reference(m, list(s), DecodeConfig(beam=5, nbest=3, lenpen=1.0))
         assert [h.tokens for h in hyps] == [h.tokens for h in ref]
         assert np.allclose([h.score for h in hyps], [h.score for h in ref], atol=1e-4)
 
@@ -122,7 +123,7 @@ def test_scores_are_the_models_teacher_forced_log_probabilities(model, data_dir)
     m, _ = model
     sents = _real_batch(data_dir, model, 8)
     src, lens = _batch(sents)
-    hyps = beam_search(m, src, lens, beam=4, lenpen=1.0)
+    hyps = beam_search(m, src, lens, DecodeConfig(beam=4, lenpen=1.0))
     for k, s in enumerate(sents):
         h = hyps[k][0]
         y = torch.tensor([[BOS] + h.tokens])
@@ -168,7 +169,7 @@ def test_wide_beam_equals_exhaustive_enumeration():
     src, lens = _batch([[4, 5, 6]])
     # source of 3 words: limit = a * 3 + b = 3 tokens with a = 0, b = 3
     for lenpen in (0.0, 1.0):
-        best = beam_search(m, src, lens, beam=40, nbest=40, max_len_a=0.0, max_len_b=3, lenpen=lenpen)[0]
+        best = beam_search(m, src, lens, DecodeConfig(beam=40, nbest=40, max_len_a=0.0, max_len_b=3, lenpen=lenpen))[0]
         assert len(best) == 40
         enumerated = []
         for n in range(4):
@@ -317,14 +318,14 @@ def test_worker_processes_stop_with_the_translator_and_a_dead_one_is_an_error(tr
 
     _, ckpt = trained
     lines = list(enumerate(_lines(data_dir / "multi30k" / "val.en", 30), start=1))
-    with Translator([ckpt], beam=2, batch_size=4, window=8, workers=2, threads=2) as tr:
+    with Translator([ckpt], DecodeConfig(beam=2), batch_size=4, window=8, workers=2, threads=2) as tr:
         procs = [w.proc for w in tr._pool._workers]
         assert len(procs) == 2 and all(p.poll() is None for p in procs)
         expected = [t.text for t in tr.translate(lines)]
         stream = tr.translate(lines)
         next(stream)  # the reader stops early, batches still pending: the workers are killed, not waited for
     assert all(p.poll() is not None for p in procs)
-    with Translator([ckpt], beam=2, batch_size=4, window=8, workers=2, threads=2) as tr:
+    with Translator([ckpt], DecodeConfig(beam=2), batch_size=4, window=8, workers=2, threads=2) as tr:
         assert [t.text for t in tr.translate(lines)] == expected
         os.kill(tr._pool._workers[1].proc.pid, signal.SIGKILL)
         with pytest.raises(WorkerError, match=r"decoding worker 1 \(pid \d+\) stopped unexpectedly"):
@@ -342,10 +343,10 @@ def test_automatic_workers_that_fail_leave_the_translation_to_this_process(train
 
     _, ckpt = trained
     lines = list(enumerate(_lines(data_dir / "multi30k" / "val.en", 40), start=1))
-    with Translator([ckpt], beam=2, batch_size=4, window=8, workers=1) as alone:
+    with Translator([ckpt], DecodeConfig(beam=2), batch_size=4, window=8, workers=1) as alone:
         expected = [t.text for t in alone.translate(lines)]
     with caplog.at_level(logging.WARNING, logger="nmtkit.translate"):
-        with Translator([ckpt], beam=2, batch_size=4, window=8, workers=0, threads=2) as tr:
+        with Translator([ckpt], DecodeConfig(beam=2), batch_size=4, window=8, workers=0, threads=2) as tr:
             stream = tr.translate(lines)
             got = [next(stream).text]
             assert len(tr.worker_pids) == 2  # the first full window started them
@@ -361,7 +362,7 @@ def test_automatic_workers_that_fail_leave_the_translation_to_this_process(train
 
     monkeypatch.setattr(decodepool.DecodePool, "__init__", cannot_start)
     with caplog.at_level(logging.WARNING, logger="nmtkit.translate"):
-        with Translator([ckpt], beam=2, batch_size=4, window=8, workers=0, threads=2) as tr:
+        with Translator([ckpt], DecodeConfig(beam=2), batch_size=4, window=8, workers=0, threads=2) as tr:
             assert [t.text for t in tr.translate(lines)] == expected
     assert "Resource temporarily unavailable); translating on in this process" in caplog.text
 

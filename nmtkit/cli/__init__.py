@@ -24,6 +24,26 @@ from collections.abc import Callable
 import click
 
 
+def decode_options(command):
+    """The decoding options of a tool, one per field of :class:`nmtkit.translate.config.DecodeConfig` with its
+    default, help and metavar (written there once); the command receives them by their field names and builds the
+    object with ``DecodeConfig.from_dict``."""
+    import dataclasses
+
+    from nmtkit.translate.config import DecodeConfig, field_kind
+
+    for f in reversed(dataclasses.fields(DecodeConfig)):
+        names = ["--" + f.name.replace("_", "-"), *([f.metadata["short"]] if f.metadata["short"] else []), f.name]
+        if field_kind(f.name) is bool:
+            option = click.option(*names, is_flag=True, help=f.metadata["help"])
+        else:
+            option = click.option(*names, type=field_kind(f.name), default=f.default,
+                                  show_default=f.default is not None, metavar=f.metadata["metavar"],
+                                  help=f.metadata["help"])
+        command = option(command)
+    return command
+
+
 def backend_option(computes: str):
     """The ``--backend`` option of the tools that run a model; ``computes``: what the reference gives the same of."""
     from nmtkit.runtime import BACKEND_NAMES

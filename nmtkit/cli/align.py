@@ -9,6 +9,7 @@ import sys
 import click
 
 from nmtkit.cli import CONTEXT, ToolCommand, backend_option, run, setup_logging
+from nmtkit.translate.config import DecodeConfig
 
 
 def parse_ranges(spec: str | None, count: int) -> list[int]:
@@ -59,7 +60,8 @@ def render_scores(scores, gold: str) -> str:
               help="Pharaoh (i-j Sure, i-j-P Possible, 0-based) or NAACL 2003 (sent a b S|P, 1-based).")
 @click.option("--gold-order", default="src-tgt", show_default=True, type=click.Choice(["src-tgt", "tgt-src"]),
               help="Which side the gold file writes first.")
-@click.option("--beam", default=12, show_default=True, help="Beam size for the model's translations (no -t).")
+@click.option("--beam", default=DecodeConfig.beam, show_default=True,
+              help="Beam size for the model's translations (no -t).")
 @click.option("--batch-size", default=32, show_default=True)
 @click.option("--device", default="cpu", show_default=True)
 @backend_option("alignments")
@@ -95,7 +97,8 @@ def _align(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir,
         pharaoh = "-"
     check_distinct({"--pharaoh": pharaoh, "--plot-dir": plot_dir},
                    {"--model": model, "--source": source, "--target": target, "--gold": gold})
-    aligner = Aligner(model, device=device, tokenized=tokenized, batch_size=batch_size, beam=beam, backend=backend)
+    aligner = Aligner(model, device=device, tokenized=tokenized, batch_size=batch_size, decode=DecodeConfig(beam=beam),
+                      backend=backend)
     if plot_dir is not None:  # check the directory and the line numbers before the model runs
         from nmtkit.align import read_text
         from nmtkit.plots import check_plot_dir

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from nmtkit.cli import CONTEXT, ToolCommand, backend_option, run, setup_logging
+from nmtkit.cli import CONTEXT, ToolCommand, backend_option, decode_options, run, setup_logging
 from nmtkit.runtime import tune_malloc
 
 
@@ -48,31 +48,12 @@ def _output(path: str | None):
               help="Input text [stdin].")
 @click.option("--output", "-o", "output_path", default="-", type=click.Path(dir_okay=False, allow_dash=True),
               help="Translations [stdout].")
-@click.option("--beam", "-b", default=12, show_default=True, help="Beam size; 1 = greedy.")
-@click.option("--lenpen", default=1.0, show_default=True,
-              help="Rank finished hypotheses by logprob / length**LENPEN (0 = raw log-probability).")
-@click.option("--max-len-a", default=2.0, show_default=True, help="At most A * source words + B output tokens.")
-@click.option("--max-len-b", default=10, show_default=True)
-@click.option("--coverage-penalty", default=0.0, show_default=True, metavar="BETA",
-              help="Rank finished hypotheses with Wu et al. (2016)'s coverage penalty BETA * sum_j log min(sum_i "
-                   "alpha_ij, 1) added (attention models; 0 = off, at most 10; OpenNMT-py's beta, e.g. 0.2).")
-@click.option("--no-repeat-ngram", default=0, show_default=True, metavar="N",
-              help="No hypothesis may produce a target n-gram of N tokens twice (fairseq's --no-repeat-ngram-size; "
-                   "against loops; 0 = off; 1 forbids any repeated token). A --prefix is kept as given.")
+@decode_options
 @click.option("--prefix", "prefix_path", type=click.Path(dir_okay=False, allow_dash=True),
               help="Target prefixes, one line per input line: each translation starts with its line's prefix, "
                    "written as given (forced decoding; an empty line: no prefix; '-': stdin, when the input is a "
                    "file).")
-@click.option("--sampling", metavar="SPEC",
-              help="Sample instead of searching: topk:K, topp:P, temperature:T or several joined by commas "
-                   "(e.g. topk:10,temperature:0.8); --nbest N draws N samples per line.")
-@click.option("--seed", default=1, show_default=True,
-              help="With --sampling: the seed; the samples of a line depend only on it and the line number.")
-@click.option("--no-unk", is_flag=True, help="Never generate the unknown-word token.")
-@click.option("--replace-unk", is_flag=True,
-              help="Replace each generated <unk> by the most attended source word (or its --unk-dict entry).")
 @click.option("--unk-dict", type=click.Path(dir_okay=False), help="'source target' word pairs for --replace-unk.")
-@click.option("--nbest", default=1, show_default=True, help="Write the N best hypotheses (Moses n-best format).")
 @click.option("--nbest-file", type=click.Path(dir_okay=False, allow_dash=True),
               help="Where the n-best list goes [stdout, instead of the translations].")
 @click.option("--alignments", type=click.Path(dir_okay=False), help="Write Pharaoh word alignments (i-j) here.")
@@ -91,10 +72,8 @@ def _output(path: str | None):
 @click.option("--bf16", is_flag=True, help="bfloat16 autocast.")
 @backend_option("translations")
 @click.option("--quiet", "-q", is_flag=True)
-def main(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, coverage_penalty, no_repeat_ngram,
-         prefix_path, sampling, seed, no_unk, replace_unk, unk_dict, nbest,
-         nbest_file, alignments, attention, scores, tokenized, batch_size, window, max_source_len, device, threads,
-         workers, bf16, backend, quiet):
+def main(models, input_path, output_path, prefix_path, unk_dict, nbest_file, alignments, attention, scores, tokenized,
+         batch_size, window, max_source_len, device, threads, workers, bf16, backend, quiet, **decoding):
     """Translate text with one or more checkpoints: exactly one output line per input line, in order.
 
     \b
@@ -109,15 +88,14 @@ def main(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, co
     run("nmt-translate", lambda: _translate(**args))
 
 
-def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len_b, coverage_penalty, no_repeat_ngram,
-               prefix_path, sampling, seed, no_unk, replace_unk, unk_dict,
-               nbest, nbest_file, alignments, attention, scores, tokenized, batch_size, window, max_source_len,
-               device, threads, workers, bf16, backend, quiet):
+def _translate(models, input_path, output_path, prefix_path, unk_dict, nbest_file, alignments, attention, scores,
+               tokenized, batch_size, window, max_source_len, device, threads, workers, bf16, backend, quiet,
+               decoding):
     import torch
 
     from nmtkit.errors import InputError
     from nmtkit.files import check_distinct
-    from nmtkit.translate.sampling import parse_sampling
+    from nmtkit.translate.config import DecodeConfig
     from nmtkit.translate.translator import Translator
     from nmtkit.translate.unkreplace import load_unk_dict
     from nmtkit.translate import outputs
@@ -126,16 +104,13 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
         raise InputError(f"--threads must be at least 0 (got {threads}; 0 = torch's default)")
     if threads:
         torch.set_num_threads(threads)
-    if nbest > 1 and nbest_file is None and output_path in (None, "-"):
+    decode = DecodeConfig.from_dict(decoding)  # (checked before any file is opened)
+    if decode.nbest > 1 and nbest_file is None and output_path in (None, "-"):
         nbest_file = "-"
     check_distinct({"--output": None if nbest_file == "-" else output_path, "--nbest-file": nbest_file,
                     "--alignments": alignments, "--attention": attention, "--scores": scores},
                    {"--input": input_path, "--unk-dict": unk_dict, "--prefix": prefix_path,
                     **{f"--model {m}": m for m in models}})
-    try:
-        how = parse_sampling(sampling) if sampling is not None else None
-    except ValueError as e:
-        raise InputError(f"--sampling: {e}") from None
     if prefix_path == "-" and input_path == "-":
         raise InputError("--prefix - and the input both name standard input: give the input with -i FILE or the "
                          "prefixes as a file")
@@ -145,13 +120,11 @@ def _translate(models, input_path, output_path, beam, lenpen, max_len_a, max_len
     if prefix_path is not None:  # (opened before the checkpoints are loaded: a missing file is reported at once)
         prefix_stream, prefix_name = _open_input(prefix_path, "--prefix")
         prefixes = (text for _, text in read_input(prefix_stream, prefix_name))
-    translator = Translator(list(models), device=device, beam=beam, nbest=nbest, lenpen=lenpen, max_len_a=max_len_a,
-                            max_len_b=max_len_b, no_unk=no_unk, replace_unk=replace_unk,
+    translator = Translator(list(models), decode, device=device,
                             unk_dict=load_unk_dict(unk_dict) if unk_dict else None, batch_size=batch_size,
                             window=window or None, tokenized=tokenized, max_source_len=max_source_len,
                             need_attention=bool(alignments or attention), bf16=bf16, workers=workers,
-                            threads=threads, coverage_penalty=coverage_penalty, sampling=how, seed=seed,
-                            backend=backend, no_repeat_ngram=no_repeat_ngram)
+                            threads=threads, backend=backend)
     progress = None
     if sys.stderr.isatty() and not quiet:
         from tqdm import tqdm

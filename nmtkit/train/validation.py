@@ -19,6 +19,7 @@ import torch
 from nmtkit.data.batching import collate, collate_source, eval_batches
 from nmtkit.data.corpus import Corpus
 from nmtkit.data.manifest import PreparedData
+from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.search import beam_search, greedy
 from nmtkit.data.text import Preprocessor
 from nmtkit.data.vocab import Vocabulary
@@ -54,7 +55,7 @@ def validation_bleu(model, data: PreparedData, src: Corpus, tgt_vocab: Vocabular
         src_t, lens = src_t.to(device), lens.to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             out = greedy(model, src_t, lens) if beam == 1 else \
-                [h[0] for h in beam_search(model, src_t, lens, beam=beam)]
+                [h[0] for h in beam_search(model, src_t, lens, DecodeConfig(beam=beam))]
         for i, h in zip(ids, out):
             hyps[i] = " ".join(post.merge_subwords(tgt_vocab.decode(h.tokens)))
     with open(data.path(f"valid.tok.{data.target_lang}"), encoding="utf-8", newline="\n") as f:

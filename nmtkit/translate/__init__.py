@@ -9,5 +9,5 @@ up in its module on first use.
 from nmtkit.runtime import lazy_names
 
 __all__, __getattr__ = lazy_names(__name__, {
-    "Translator": "translator", "Translation": "outputs", "load_unk_dict": "unkreplace"
+    "Translator": "translator", "DecodeConfig": "config", "Translation": "outputs", "load_unk_dict": "unkreplace"
 })

@@ -3,7 +3,8 @@
 
 :func:`load_checkpoints` and :func:`build_models` turn checkpoint files into models in eval mode (an ensemble's
 vocabularies and preprocessing must match); :func:`decode_batch` runs beam search (:mod:`nmtkit.translate.search`) or
-sampling (:mod:`nmtkit.translate.sampling`) over one batch, optionally forced through target prefixes.
+sampling (:mod:`nmtkit.translate.sampling`) over one batch as a :class:`nmtkit.translate.config.DecodeConfig` says,
+optionally forced through target prefixes.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import torch
 from nmtkit.data import checkpoint
 from nmtkit.data.batching import collate_source
 from nmtkit.errors import InputError
-from nmtkit.models import build_from_checkpoint, set_backend
-from nmtkit.translate.sampling import Sampling, sample
+from nmtkit.models import model_for_inference
+from nmtkit.translate.config import DecodeConfig
+from nmtkit.translate.sampling import sample
 from nmtkit.translate.search import Hypothesis, beam_search
 from nmtkit.data.vocab import PAD
 
@@ -36,13 +38,7 @@ def build_models(paths: list[str], device: str = "cpu", payloads: list[dict] | N
     """The checkpoints' models, in eval mode on ``device``, on ``backend`` (None:
     :func:`nmtkit.models.default_backend`)."""
     payloads = payloads if payloads is not None else load_checkpoints(paths)
-    models = []
-    for path, p in zip(paths, payloads):
-        try:
-            models.append(set_backend(build_from_checkpoint(p, path), backend).to(torch.device(device)).eval())
-        except (ValueError, RuntimeError) as e:
-            raise InputError(f"cannot rebuild the model: {str(e).splitlines()[0]}", path) from None
-    return models
+    return [model_for_inference(p, path, torch.device(device), backend) for path, p in zip(paths, payloads)]
 
 
 def collate_prefixes(prefixes: list[np.ndarray | None]) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
@@ -58,27 +54,24 @@ def collate_prefixes(prefixes: list[np.ndarray | None]) -> tuple[torch.Tensor, t
     return torch.from_numpy(out), torch.tensor(lens)
 
 
-def decode_batch(models: list, sources: list[np.ndarray], device, bf16: bool = False,
-                 prefixes: list[np.ndarray | None] | None = None, keys: list | None = None,
-                 sampling: dict | None = None, seed: int = 0, **search) -> list[list[Hypothesis]]:
-    """Beam search (``nmtkit.translate.search.beam_search(**search)``) over source id arrays (without ``</s>``), or with
-    ``sampling`` (:class:`nmtkit.translate.sampling.Sampling`'s fields) ``nbest`` samples per sentence drawn with the
-    keys ``(seed, *keys[k])``: each sentence's hypotheses, with attention (if asked for) as float32 numpy arrays
+def decode_batch(models: list, sources: list[np.ndarray], device, decode: DecodeConfig,
+                 need_attention: bool = False, bf16: bool = False, prefixes: list[np.ndarray | None] | None = None,
+                 keys: list | None = None) -> list[list[Hypothesis]]:
+    """Beam search (:func:`nmtkit.translate.search.beam_search`) over source id arrays (without ``</s>``) as
+    ``decode`` says, or with ``decode.sampling`` ``decode.nbest`` samples per sentence drawn with the keys
+    ``(decode.seed, *keys[k])``: each sentence's hypotheses, with attention (if asked for) as float32 numpy arrays
     (len(tokens) + 1, Tx)."""
     device = torch.device(device)
     src, lens = collate_source(sources)
     prefix, prefix_lens = collate_prefixes(prefixes) if prefixes is not None else (None, None)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-        if sampling is not None:
+        if decode.sampling is not None:
             keys = keys if keys is not None else [(k,) for k in range(len(sources))]
-            hyps = sample(models, src.to(device), lens.to(device), [(seed, *k) for k in keys],
-                          n=search["nbest"], sampling=Sampling(**sampling), max_len_a=search["max_len_a"],
-                          max_len_b=search["max_len_b"], lenpen=search["lenpen"], no_unk=search["no_unk"],
-                          need_attention=search["need_attention"], prefix=prefix, prefix_lens=prefix_lens,
-                          no_repeat_ngram=search.get("no_repeat_ngram", 0))
+            hyps = sample(models, src.to(device), lens.to(device), [(decode.seed, *k) for k in keys], decode,
+                          need_attention=need_attention, prefix=prefix, prefix_lens=prefix_lens)
         else:
-            hyps = beam_search(models, src.to(device), lens.to(device), prefix=prefix, prefix_lens=prefix_lens,
-                               **search)
+            hyps = beam_search(models, src.to(device), lens.to(device), decode, need_attention=need_attention,
+                               prefix=prefix, prefix_lens=prefix_lens)
     for sentence in hyps:
         for h in sentence:
             if h.attention is not None:

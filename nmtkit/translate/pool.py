@@ -146,7 +146,8 @@ class _Worker:
 
 class DecodePool:
     """``workers`` processes of ``threads`` torch threads each, decoding batches with
-    ``nmtkit.translate.decoding.decode_batch(models, sources, device, **options)``."""
+    ``nmtkit.translate.decoding.decode_batch(models, sources, device, **options)`` (``options``: its keyword
+    arguments, a :class:`nmtkit.translate.config.DecodeConfig` among them)."""
 
     def __init__(self, checkpoints: list[str], workers: int, threads: int, device: str, options: dict[str, Any],
                  backend: str | None = None):

@@ -21,45 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from nmtkit.translate.config import DecodeConfig, Sampling, parse_sampling  # noqa: F401  (re-exported)
 from nmtkit.translate.search import Hypothesis, _limits, one_token_at_a_time
-
-
-@dataclass(frozen=True)
-class Sampling:
-    temperature: float = 1.0
-    topk: int = 0  # 0 = the whole vocabulary
-    topp: float = 1.0  # 1 = the whole vocabulary
-
-    def __post_init__(self):
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise ValueError(f"the temperature must be a number above 0 (got {self.temperature})")
-        if self.topk < 0:
-            raise ValueError(f"topk must be at least 0, the whole vocabulary (got {self.topk})")
-        if not (0 < self.topp <= 1):
-            raise ValueError(f"topp must be in (0, 1] (got {self.topp})")
-
-
-def parse_sampling(spec: str) -> Sampling:
-    """``topk:K``, ``topp:P``, ``temperature:T`` or several of them joined by commas (``topk:10,temperature:0.8``)
-    -> :class:`Sampling`; anything else -> ValueError saying what is expected."""
-    expected = "expected topk:K, topp:P or temperature:T (several joined by commas)"
-    fields: dict[str, float | int] = {}
-    for part in spec.split(","):
-        name, sep, value = part.strip().partition(":")
-        if not sep or name not in ("topk", "topp", "temperature") or name in fields:
-            raise ValueError(f"bad sampling '{spec}': {expected}")
-        try:
-            fields[name] = int(value) if name == "topk" else float(value)
-        except ValueError:
-            raise ValueError(f"bad sampling '{spec}': '{value}' is not a number for {name}") from None
-    if fields.get("topk", 1) < 1:
-        raise ValueError(f"bad sampling '{spec}': topk must be at least 1")
-    return Sampling(**fields)
 
 
 def _generator_seed(key, sample: int) -> int:
@@ -91,12 +58,17 @@ def reshape(logp: torch.Tensor, sampling: Sampling) -> torch.Tensor:
 
 
 @torch.no_grad()
-def sample(models, src: torch.Tensor, src_lens: torch.Tensor, keys: list, n: int = 1,
-           sampling: Sampling = Sampling(), max_len_a: float = 2.0, max_len_b: int = 10, lenpen: float = 1.0,
-           no_unk: bool = False, need_attention: bool = False, prefix: torch.Tensor | None = None,
-           prefix_lens: torch.Tensor | None = None, no_repeat_ngram: int = 0) -> list[list[Hypothesis]]:
-    """src (B, Tx) with ``</s>``, src_lens (B,), one key per sentence -> for each sentence ``n`` samples, sorted by
-    their length-normalised log-probability."""
+def sample(models, src: torch.Tensor, src_lens: torch.Tensor, keys: list, decode: DecodeConfig,
+           need_attention: bool = False, prefix: torch.Tensor | None = None,
+           prefix_lens: torch.Tensor | None = None) -> list[list[Hypothesis]]:
+    """src (B, Tx) with ``</s>``, src_lens (B,), one key per sentence -> for each sentence ``decode.nbest`` samples
+    drawn as ``decode.sampling`` says, sorted by their length-normalised log-probability (``decode``'s lenpen;
+    its max_len_a/b, no_unk and no_repeat_ngram as in the search)."""
+    n, sampling, lenpen = decode.nbest, decode.how, decode.lenpen
+    max_len_a, max_len_b, no_unk, no_repeat_ngram = decode.max_len_a, decode.max_len_b, decode.no_unk, \
+        decode.no_repeat_ngram
+    if sampling is None:
+        raise ValueError("sample() needs decoding settings with a sampling spec (DecodeConfig(sampling=...))")
     if n < 1 or len(keys) != src.shape[0]:
         raise ValueError(f"need n >= 1 and one key per sentence (got n {n}, {len(keys)} keys, {src.shape[0]} sentences)")
     limits = _limits(src_lens, max_len_a, max_len_b, prefix_lens).repeat_interleave(n)  # (B·n,)

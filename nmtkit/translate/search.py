@@ -1,7 +1,8 @@
 """Decoding over the model's step function (``encode`` / ``init_decoder`` / ``decode_step``).
 
-- :func:`beam_search`: batched beam search over many sentences at once (the paper decoded with beam search; beam
-  12 is the default of ``nmt-translate``). Each sentence keeps ``beam`` hypotheses; at every step the best
+Every search takes its settings as one :class:`nmtkit.translate.config.DecodeConfig` (defaults: ``nmt-translate``'s).
+
+- :func:`beam_search`: batched beam search over many sentences at once (the paper decoded with beam search). Each sentence keeps ``beam`` hypotheses; at every step the best
   ``2 × beam`` expansions are ranked, ``</s>`` expansions ranked within the first ``beam`` are finished, and the
   first ``beam`` others continue. A sentence is done when it has ``beam`` finished hypotheses or reaches its length
   limit (``max_len_a × source words + max_len_b`` tokens, after which ``</s>`` is forced); done sentences leave
@@ -37,7 +38,10 @@ import torch
 
 from nmtkit.data.vocab import BOS, EOS, PAD, UNK
 from nmtkit.models.fast.policy import policy
+from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.ngramblock import ban_repeats, banned_after
+
+DEFAULT = DecodeConfig()  # (nmt-translate's defaults: beam 12, ...)
 
 
 @dataclass
@@ -201,29 +205,25 @@ def one_token_at_a_time(models, src: torch.Tensor, src_lens: torch.Tensor, choos
     return tokens, scores.tolist(), (torch.stack(alphas, dim=1) if need_attention else None)
 
 
-def greedy(models, src: torch.Tensor, src_lens: torch.Tensor, max_len_a: float = 2.0, max_len_b: int = 10,
-           no_unk: bool = False, no_repeat_ngram: int = 0) -> list[Hypothesis]:
-    """Batched greedy decoding: src (B, Tx) with ``</s>``, src_lens (B,) → one hypothesis per sentence, in order."""
+def greedy(models, src: torch.Tensor, src_lens: torch.Tensor, decode: DecodeConfig = DEFAULT) -> list[Hypothesis]:
+    """Batched greedy decoding: src (B, Tx) with ``</s>``, src_lens (B,) → one hypothesis per sentence, in order
+    (``decode``'s max_len_a/b, no_unk and no_repeat_ngram; its beam is not read)."""
     tokens, scores, _ = one_token_at_a_time(models, src, src_lens, lambda logp, t: logp.argmax(dim=-1),
-                                            max_len_a=max_len_a, max_len_b=max_len_b, no_unk=no_unk,
-                                            no_repeat_ngram=no_repeat_ngram)
+                                            max_len_a=decode.max_len_a, max_len_b=decode.max_len_b,
+                                            no_unk=decode.no_unk, no_repeat_ngram=decode.no_repeat_ngram)
     return [Hypothesis(toks, score, score) for toks, score in zip(tokens, scores)]
 
 
 @torch.no_grad()
-def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 12, nbest: int = 1,
-                max_len_a: float = 2.0, max_len_b: int = 10, lenpen: float = 1.0, no_unk: bool = False,
-                need_attention: bool = False, coverage_penalty: float = 0.0, prefix: torch.Tensor | None = None,
-                prefix_lens: torch.Tensor | None = None, no_repeat_ngram: int = 0) -> list[list[Hypothesis]]:
+def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, decode: DecodeConfig = DEFAULT,
+                need_attention: bool = False, prefix: torch.Tensor | None = None,
+                prefix_lens: torch.Tensor | None = None) -> list[list[Hypothesis]]:
     """Batched beam search: src (B, Tx) with ``</s>``, src_lens (B,), optionally prefix (B, P) target ids padded
-    with ``<pad>`` and prefix_lens (B,) → for each sentence its ``nbest`` best hypotheses, best first (see the module
-    docstring for the exact procedure; ``no_repeat_ngram`` n > 0 blocks repeated n-grams, 0 = off)."""
-    if beam < 1 or nbest < 1 or nbest > beam:
-        raise ValueError(f"need 1 <= nbest <= beam (got nbest {nbest}, beam {beam})")
-    if coverage_penalty < 0:
-        raise ValueError(f"the coverage penalty must be at least 0 (got {coverage_penalty})")
-    if no_repeat_ngram < 0:
-        raise ValueError(f"no_repeat_ngram must be at least 0 (got {no_repeat_ngram})")
+    with ``<pad>`` and prefix_lens (B,) → for each sentence its ``decode.nbest`` best hypotheses, best first (see the
+    module docstring for the exact procedure; ``decode``: beam, nbest, lenpen, max_len_a/b, no_unk, coverage_penalty,
+    no_repeat_ngram), with their attention when ``need_attention``."""
+    beam, nbest, lenpen, no_unk = decode.beam, decode.nbest, decode.lenpen, decode.no_unk
+    coverage_penalty, no_repeat_ngram = decode.coverage_penalty, decode.no_repeat_ngram
     ens = Ensemble(models)
     dev = src.device
     B, K = src.shape[0], beam
@@ -231,7 +231,7 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
         prefix, prefix_lens = prefix.to(dev), prefix_lens.to(dev)
     encs = ens.encode(src, src_lens)  # one per sentence: the K hypotheses of a sentence share it
     states = [s.repeat_interleave(K, dim=0) for s in ens.init(encs)]  # (B*K, n): K rows per sentence, in order
-    limits = _limits(src_lens, max_len_a, max_len_b, prefix_lens).to(dev)  # (B,)
+    limits = _limits(src_lens, decode.max_len_a, decode.max_len_b, prefix_lens).to(dev)  # (B,)
     words = None  # with a coverage penalty: (B*K, Tx) which positions are source words, and Σ_i α_ij so far
     if coverage_penalty > 0:
         positions = torch.arange(src.shape[1], device=dev)
@@ -314,17 +314,17 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, beam: int = 1
 
 
 @torch.no_grad()
-def beam_search_reference(models, src_ids: list[int], beam: int = 12, nbest: int = 1, max_len_a: float = 2.0,
-                          max_len_b: int = 10, lenpen: float = 1.0, no_unk: bool = False,
-                          coverage_penalty: float = 0.0, prefix: list[int] | None = None,
-                          no_repeat_ngram: int = 0) -> list[Hypothesis]:
+def beam_search_reference(models, src_ids: list[int], decode: DecodeConfig = DEFAULT,
+                          prefix: list[int] | None = None) -> list[Hypothesis]:
     """The same search for one sentence (ids without ``</s>``), hypothesis by hypothesis with Python lists."""
+    beam, nbest, lenpen, no_unk = decode.beam, decode.nbest, decode.lenpen, decode.no_unk
+    coverage_penalty, no_repeat_ngram = decode.coverage_penalty, decode.no_repeat_ngram
     ens = Ensemble(models)
     src = torch.tensor([list(src_ids) + [EOS]])
     src_lens = torch.tensor([len(src_ids) + 1])
     prefix = list(prefix or [])
     encs = ens.encode(src, src_lens)
-    limit = max(int(_limits(src_lens, max_len_a, max_len_b)[0]), len(prefix))
+    limit = max(int(_limits(src_lens, decode.max_len_a, decode.max_len_b)[0]), len(prefix))
     live = [([], 0.0, ens.init(encs), [0.0] * len(src_ids))]  # (tokens, score, states, Σ_i α_ij per source word)
     finished: list[Hypothesis] = []
     for t in range(limit + 1):

@@ -15,8 +15,10 @@ must match) and turns raw lines into translations, **one result per input line, 
   with its line's prefix: the search is forced through it (:mod:`nmtkit.translate.search`) and the prefix's own
   text is written back as given (its words out of the vocabulary, its spacing and case too); an empty source line
   with a prefix gives the prefix itself;
-- with ``sampling``, translations are drawn from the model (:mod:`nmtkit.translate.sampling`) instead of searched for,
-  ``nbest`` samples per line, reproducibly from ``seed``, the line number and the piece.
+- how the search runs (beam, n-best, length penalty and limits, coverage penalty, repeated-n-gram block, ``<unk>``
+  handling) is one :class:`nmtkit.translate.config.DecodeConfig`; with its ``sampling``, translations are drawn from
+  the model (:mod:`nmtkit.translate.sampling`) instead of searched for, ``nbest`` samples per line, reproducibly from
+  its ``seed``, the line number and the piece.
 
 With ``workers=0`` on a CPU the decoding processes start only once the input fills a first window: a few lines
 (one sentence in a shell pipeline) are decoded in this process at once, without paying for starting processes
@@ -31,9 +33,7 @@ target word.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import math
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -45,7 +45,7 @@ import torch
 from nmtkit.translate import linetext
 from nmtkit.translate.decoding import build_models, decode_batch, load_checkpoints  # noqa: F401
 from nmtkit.errors import InputError, WorkerError
-from nmtkit.translate.sampling import Sampling
+from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.search import Hypothesis
 from nmtkit.streaming import windows
 from nmtkit.data.text import Preprocessor, TextConfig
@@ -56,7 +56,6 @@ from nmtkit.translate.wordalign import block_attention, hard_links, word_matrix
 
 log = logging.getLogger("nmtkit.translate")
 MAX_AUTO_WORKERS = 4  # workers=0 starts min(threads, this) processes on a CPU
-MAX_COVERAGE_PENALTY = 10.0  # (Wu et al. use 0.2; far above, the penalty alone ranks and its sums overflow)
 AHEAD = 1  # windows queued behind the one being decoded, with worker processes
 
 
@@ -84,35 +83,24 @@ class _Window:
 class Translator:
     """Checkpoint(s) + decoding settings → :meth:`translate` over lines."""
 
-    def __init__(self, checkpoints: list[str], device: str = "cpu", beam: int = 12, nbest: int = 1,
-                 lenpen: float = 1.0, max_len_a: float = 2.0, max_len_b: int = 10, no_unk: bool = False,
-                 replace_unk: bool = False, unk_dict: dict[str, str] | None = None, batch_size: int = 64,
-                 window: int | None = None, tokenized: bool = False, max_source_len: int = 250,
-                 need_attention: bool = False, bf16: bool = False, workers: int = 1, threads: int = 0,
-                 coverage_penalty: float = 0.0, sampling: Sampling | None = None, seed: int = 0,
-                 backend: str | None = None, no_repeat_ngram: int = 0):
+    def __init__(self, checkpoints: list[str], decode: DecodeConfig | None = None, device: str = "cpu",
+                 unk_dict: dict[str, str] | None = None, batch_size: int = 64, window: int | None = None,
+                 tokenized: bool = False, max_source_len: int = 250, need_attention: bool = False,
+                 bf16: bool = False, workers: int = 1, threads: int = 0, backend: str | None = None):
+        """``decode``: how to search or sample (:class:`nmtkit.translate.config.DecodeConfig`; None: its defaults);
+        the other settings are how lines are read, batched and run (``need_attention``: give every translation its
+        attention and alignment)."""
         if not checkpoints:
             raise InputError("no checkpoint given (-m CHECKPOINT)")
-        if sampling is None and (beam < 1 or not 1 <= nbest <= beam):
-            raise InputError(f"need beam >= 1 and 1 <= nbest <= beam (got beam {beam}, nbest {nbest})")
-        if sampling is not None and nbest < 1:
-            raise InputError(f"--nbest must be at least 1 sample (got {nbest})")
-        if not 0 <= coverage_penalty <= MAX_COVERAGE_PENALTY:
-            raise InputError(f"--coverage-penalty must be a finite number of at least 0 and at most "
-                             f"{MAX_COVERAGE_PENALTY:g} (got {coverage_penalty}; Wu et al. use 0.2)")
-        if sampling is not None and coverage_penalty:
-            raise InputError("--coverage-penalty ranks beam search's hypotheses; it has no meaning with --sampling")
-        if not isinstance(no_repeat_ngram, int) or no_repeat_ngram < 0:
-            raise InputError(f"--no-repeat-ngram must be a whole number of at least 0, 0 = off (got {no_repeat_ngram})")
+        decode = DecodeConfig() if decode is None else decode
+        if not isinstance(decode, DecodeConfig):
+            raise TypeError(f"decode must be a DecodeConfig (got {type(decode).__name__})")
         if batch_size < 1 or max_source_len < 1:
             raise InputError("--batch-size and --max-source-len must be at least 1")
         if workers < 0 or threads < 0:
             raise InputError("--workers and --threads must be at least 0 (0 = automatic)")
         if window is not None and window < 1:
             raise InputError(f"--window must be at least 1 line (got {window}; 0 = 10 x the batch size)")
-        for name, value in (("--lenpen", lenpen), ("--max-len-a", max_len_a), ("--max-len-b", max_len_b)):
-            if not (math.isfinite(value) and value >= 0):
-                raise InputError(f"{name} must be a finite number of at least 0 (got {value})")
         from nmtkit.device import resolve_device, warn_if_slow_bf16
 
         self.device = resolve_device(str(device))
@@ -130,25 +118,17 @@ class Translator:
         self.tgt_vocab = Vocabulary(first["vocab"]["tgt"])
         self.src_pre = Preprocessor(TextConfig.from_dict(first["preprocessing"]["src"]))
         self.tgt_pre = Preprocessor(TextConfig.from_dict(first["preprocessing"]["tgt"]))
-        self.beam, self.nbest, self.lenpen = beam, nbest, lenpen
-        self.max_len_a, self.max_len_b, self.no_unk = max_len_a, max_len_b, no_unk
-        self.replace_unk, self.unk_dict = replace_unk, unk_dict or {}
+        self.decode = decode
         self.batch_size, self.window = batch_size, window or 10 * batch_size
-        self.tokenized, self.max_source_len, self.bf16 = tokenized, max_source_len, bf16
-        self.need_attention = need_attention or replace_unk
-        self.has_attention = all(m.arch == "rnnsearch" for m in self.models)
-        if (self.need_attention or coverage_penalty) and not self.has_attention:
+        self.tokenized, self.max_source_len = tokenized, max_source_len
+        self.unk_dict = unk_dict or {}
+        self.need_attention = need_attention or decode.replace_unk
+        self.has_attention = all(m.attentive for m in self.models)
+        if (self.need_attention or decode.attends) and not self.has_attention:
             raise InputError("alignments, attention, --coverage-penalty and --replace-unk need an attention model "
                              f"(rnnsearch); this checkpoint is {self.models[0].arch}", checkpoints[0])
-        self.sampling, self.seed = sampling, seed
-        self._options = dict(beam=beam, nbest=nbest, max_len_a=max_len_a, max_len_b=max_len_b, lenpen=lenpen,
-                             no_unk=no_unk, need_attention=self.need_attention, bf16=bf16)
-        if coverage_penalty:
-            self._options["coverage_penalty"] = coverage_penalty
-        if no_repeat_ngram:  # (off: the options, and so the decoding, are exactly those without the block)
-            self._options["no_repeat_ngram"] = no_repeat_ngram
-        if sampling is not None:
-            self._options.update(sampling=dataclasses.asdict(sampling), seed=seed)
+        # decode_batch's settings, also sent to the worker processes
+        self._options = dict(decode=decode, need_attention=self.need_attention, bf16=bf16)
         threads = threads or torch.get_num_threads()
         self._lazy_pool = workers == 0  # automatic: start processes only for an input that fills a window
         if workers == 0:  # processes rather than threads on a CPU (see nmtkit.translate.pool)
@@ -260,7 +240,7 @@ class Translator:
         extras: dict = {}
         if any(p.prefix is not None for p in batch):
             extras["prefixes"] = [p.prefix for p in batch]
-        if self.sampling is not None:
+        if self.decode.sampling is not None:
             extras["keys"] = [p.key for p in batch]
         return extras
 
@@ -349,7 +329,7 @@ class Translator:
         target_words = self.tgt_pre.merge_subwords(best_tokens)
         score = sum(hyps[0].score for _, hyps in parts)
         nbest = []
-        for k in range(self.nbest):
+        for k in range(self.decode.nbest):
             toks, logprob, norm, length = [], 0.0, 0.0, 0
             for piece, hyps in parts:
                 h = hyps[min(k, len(hyps) - 1)]
@@ -371,7 +351,7 @@ class Translator:
         toks = self.tgt_vocab.decode(h.tokens)
         forced = len(piece.prefix_tokens)
         toks[:forced] = piece.prefix_tokens  # the prefix's words as given, out-of-vocabulary too
-        if self.replace_unk and h.attention is not None:
+        if self.decode.replace_unk and h.attention is not None:
             toks = replace_unks(toks, h.tokens, h.attention, piece.tokens, self.src_pre.words_of, self.unk_dict,
                                 start=forced)
         return toks

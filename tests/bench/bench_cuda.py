@@ -20,6 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from nmtkit.models import build_model  # noqa: E402
+from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.search import beam_search  # noqa: E402
 
 
@@ -61,11 +62,11 @@ def decode_speed(arch: str, V: int, n: int = 480, B: int = 80, T: int = 30) -> f
     src[:, -1] = 3
     lens = torch.full((n,), T, device=dev)
     with torch.no_grad():
-        beam_search(model, src[:B], lens[:B], beam=12)  # warm-up
+        beam_search(model, src[:B], lens[:B], DecodeConfig(beam=12))  # warm-up
         torch.cuda.synchronize()
         t = time.perf_counter()
         for k in range(0, n, B):
-            beam_search(model, src[k: k + B], lens[k: k + B], beam=12)
+            beam_search(model, src[k: k + B], lens[k: k + B], DecodeConfig(beam=12))
         torch.cuda.synchronize()
     return n / (time.perf_counter() - t)
 

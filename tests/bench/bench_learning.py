@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from nmtkit.translate.config import DecodeConfig
 
 REPO = Path(__file__).resolve().parents[2]
 # the tools it runs import this checkout's nmtkit (bin/ has no sys.path of its own)
@@ -121,7 +122,7 @@ def test_bleu(ckpt: str, sources: list[str], refs: list[str], beam: int) -> floa
 
     from nmtkit.translate.translator import Translator
 
-    tr = Translator([ckpt], beam=beam, batch_size=80, workers=1)
+    tr = Translator([ckpt], DecodeConfig(beam=beam), batch_size=80, workers=1)
     try:
         hyps = [t.text for t in tr.translate(enumerate(sources, 1))]
     finally:

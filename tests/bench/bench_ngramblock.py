@@ -28,6 +28,7 @@ import torch
 
 from nmtkit.data.vocab import EOS
 from nmtkit.translate import search
+from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.ngramblock import ban_repeats
 from nmtkit.translate.translator import Translator
 
@@ -95,8 +96,8 @@ def main(argv=None) -> None:
             n, fn = ways[name]
             clock = [0.0, 0]
             search.ban_repeats = _timed(fn, clock)
-            tr = Translator([a.model], beam=a.beam, batch_size=a.batch_size, workers=1, threads=a.threads,
-                            tokenized=True, no_repeat_ngram=n)
+            tr = Translator([a.model], DecodeConfig(beam=a.beam, no_repeat_ngram=n), batch_size=a.batch_size,
+                            workers=1, threads=a.threads, tokenized=True)
             t0 = time.perf_counter()
             outputs[name] = tr.translate_lines(lines)
             best[name] = min(best[name], time.perf_counter() - t0)

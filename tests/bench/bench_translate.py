@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers  # noqa: E402
 from peers import BenchError, Goal, log, median, run_measured, spread, table  # noqa: E402
+from nmtkit.translate.config import DecodeConfig
 
 PARTS = ("peer", "newstest", "batch", "refcheck")
 
@@ -109,8 +110,8 @@ def worker(spec: dict) -> None:
         from nmtkit.translate.translator import Translator
 
         t0 = time.perf_counter()
-        tr = Translator([spec["checkpoint"]], beam=spec["beam"], batch_size=spec["batch_size"], tokenized=True,
-                        workers=spec.get("workers", 0))  # 0: nmt-translate's default (worker processes on a CPU)
+        tr = Translator([spec["checkpoint"]], DecodeConfig(beam=spec["beam"]), batch_size=spec["batch_size"],
+                        tokenized=True, workers=spec.get("workers", 0))  # 0: nmt-translate's default (processes)
         load_s = time.perf_counter() - t0
         lines = peers.read_lines(Path(spec["input"]), spec.get("limit"))
         t0 = time.perf_counter()
@@ -132,7 +133,8 @@ def worker(spec: dict) -> None:
         from nmtkit.translate.search import beam_search_reference
         from nmtkit.translate.translator import Translator
 
-        tr = Translator([spec["checkpoint"]], beam=spec["beam"], batch_size=spec["batch_size"], tokenized=True)
+        tr = Translator([spec["checkpoint"]], DecodeConfig(beam=spec["beam"]), batch_size=spec["batch_size"],
+                        tokenized=True)
         lines = peers.read_lines(Path(spec["input"]), spec["limit"])
         batched = peers.read_lines(Path(spec["batched"]), spec["limit"])
         scores = [float(x) for x in peers.read_lines(Path(spec["batched"] + ".scores"), spec["limit"])]
@@ -140,8 +142,7 @@ def worker(spec: dict) -> None:
         t0 = time.perf_counter()
         for k, line in enumerate(lines):
             ids = tr.src_vocab.encode(tr.src_pre.subwords(tr.source_words(line)))
-            hyps = beam_search_reference(tr.models, [int(i) for i in ids], beam=tr.beam, max_len_a=tr.max_len_a,
-                                         max_len_b=tr.max_len_b, lenpen=tr.lenpen, no_unk=tr.no_unk)
+            hyps = beam_search_reference(tr.models, [int(i) for i in ids], tr.decode)
             text = " ".join(tr.tgt_pre.merge_subwords(tr.tgt_vocab.decode(hyps[0].tokens)))
             diff = abs(hyps[0].score - scores[k])
             max_diff = max(max_diff, diff)
@@ -158,7 +159,7 @@ def worker(spec: dict) -> None:
 
         with tempfile.TemporaryDirectory() as tmp:
             trainer = Trainer(TrainConfig(data=spec["data"], arch=spec["arch"], save_dir=tmp, seed=1))
-            payload = trainer.payload()
+            payload = trainer.state_dict()
         payload.pop("train", None)  # initial weights, no optimizer state: what nmt-translate needs
         checkpoint.save(payload, spec["output"])
         print("RESULT " + json.dumps({"params": sum(p.numel() for p in trainer.model.parameters())}), flush=True)

@@ -1,0 +1,166 @@
+"""The settings of a decoding, written once: :class:`DecodeConfig`.
+
+Every decoding option lives here as one field with its default, its help text and its check: ``nmt-translate``'s
+options are made from the fields (:func:`nmtkit.cli.decode_options`), and :class:`nmtkit.translate.translator.Translator`,
+the decoding workers (:mod:`nmtkit.translate.pool`), :func:`nmtkit.translate.decoding.decode_batch`, beam search and
+sampling all take the object.  A Python user builds one by keyword (``DecodeConfig(beam=5, no_repeat_ngram=3)``); an
+application sends one as JSON (:meth:`DecodeConfig.from_dict`, :meth:`DecodeConfig.to_dict`: plain types only).  A
+bad value or an unknown name is one :class:`nmtkit.errors.InputError` naming it.
+
+Adding a decoding option: a field here (its help and check beside it), and its use in the search
+(:mod:`nmtkit.translate.search`, :mod:`nmtkit.translate.sampling`); the command line, the workers and the
+documentation of ``nmt-translate --help`` follow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from nmtkit.errors import InputError
+
+MAX_COVERAGE_PENALTY = 10.0  # (Wu et al. use 0.2; far above, the penalty alone ranks and its sums overflow)
+
+
+def _setting(default, help: str, metavar: str | None = None, short: str | None = None):
+    """A field with what its command-line option shows (``help``, ``metavar``, a ``short`` flag)."""
+    return field(default=default, metadata={"help": help, "metavar": metavar, "short": short})
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How translations are searched for (or sampled): one field per option of ``nmt-translate``."""
+
+    beam: int = _setting(12, "Beam size; 1 = greedy.", short="-b")
+    nbest: int = _setting(1, "Write the N best hypotheses (Moses n-best format); with --sampling, N samples a line.")
+    lenpen: float = _setting(1.0, "Rank finished hypotheses by logprob / length**LENPEN (0 = raw log-probability).")
+    max_len_a: float = _setting(2.0, "At most A * source words + B output tokens.")
+    max_len_b: int = _setting(10, "See --max-len-a.")
+    coverage_penalty: float = _setting(
+        0.0, "Rank finished hypotheses with Wu et al. (2016)'s coverage penalty BETA * sum_j log min(sum_i alpha_ij, 1) "
+             f"added (attention models; 0 = off, at most {MAX_COVERAGE_PENALTY:g}; OpenNMT-py's beta, e.g. 0.2).",
+        metavar="BETA")
+    no_repeat_ngram: int = _setting(
+        0, "No hypothesis may produce a target n-gram of N tokens twice (fairseq's --no-repeat-ngram-size; against "
+           "loops; 0 = off; 1 forbids any repeated token). A --prefix is kept as given.", metavar="N")
+    no_unk: bool = _setting(False, "Never generate the unknown-word token.")
+    replace_unk: bool = _setting(
+        False, "Replace each generated <unk> by the most attended source word (or its --unk-dict entry).")
+    sampling: str | None = _setting(
+        None, "Sample instead of searching: topk:K, topp:P, temperature:T or several joined by commas (e.g. "
+              "topk:10,temperature:0.8); --nbest N draws N samples per line.", metavar="SPEC")
+    seed: int = _setting(1, "With --sampling: the seed; the samples of a line depend only on it and the line number.")
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value, kind = getattr(self, f.name), _KINDS[f.name]
+            if isinstance(value, bool) and kind is not bool:
+                ok = False  # (True is an int to Python, not a beam size)
+            else:
+                ok = (value is None and f.default is None) or isinstance(value, (int, float) if kind is float else kind)
+            if not ok:
+                raise InputError(f"{_flag(f.name)} must be {_KIND_NAMES[kind]} (got {value!r})")
+            if kind is float:
+                object.__setattr__(self, f.name, float(value))  # (2 and 2.0 are one setting)
+        if self.sampling is None and (self.beam < 1 or not 1 <= self.nbest <= self.beam):
+            raise InputError(f"need beam >= 1 and 1 <= nbest <= beam (got beam {self.beam}, nbest {self.nbest})")
+        if self.sampling is not None and self.nbest < 1:
+            raise InputError(f"--nbest must be at least 1 sample (got {self.nbest})")
+        if not (math.isfinite(self.coverage_penalty) and 0 <= self.coverage_penalty <= MAX_COVERAGE_PENALTY):
+            raise InputError(f"--coverage-penalty must be a finite number of at least 0 and at most "
+                             f"{MAX_COVERAGE_PENALTY:g} (got {self.coverage_penalty}; Wu et al. use 0.2)")
+        if self.sampling is not None and self.coverage_penalty:
+            raise InputError("--coverage-penalty ranks beam search's hypotheses; it has no meaning with --sampling")
+        if self.no_repeat_ngram < 0:
+            raise InputError(f"--no-repeat-ngram must be a whole number of at least 0, 0 = off "
+                             f"(got {self.no_repeat_ngram})")
+        for name in ("lenpen", "max_len_a", "max_len_b"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise InputError(f"{_flag(name)} must be a finite number of at least 0 (got {value})")
+        if self.sampling is not None:
+            self.how  # (checked now: a bad spec is the caller's error, not a worker's)
+
+    @property
+    def how(self):
+        """The parsed ``sampling`` (:class:`nmtkit.translate.sampling.Sampling`), or None for beam search."""
+        if self.sampling is None:
+            return None
+        try:
+            return parse_sampling(self.sampling)
+        except ValueError as e:
+            raise InputError(f"--sampling: {e}") from None
+
+    @property
+    def attends(self) -> bool:
+        """Whether the settings themselves read the attention (the coverage penalty, the replacement of ``<unk>``)."""
+        return bool(self.coverage_penalty or self.replace_unk)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as plain types (JSON)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, settings: dict[str, Any]) -> DecodeConfig:
+        """Settings by name (JSON); the others keep their defaults.  An unknown name is an error naming it."""
+        if not isinstance(settings, dict):
+            raise InputError(f"decoding settings must be an object of names and values (got {type(settings).__name__})")
+        unknown = sorted(set(settings) - set(_KINDS))
+        if unknown:
+            raise InputError(f"unknown decoding setting{'s' if len(unknown) > 1 else ''} "
+                             f"{', '.join(repr(k) for k in unknown)} (known: {', '.join(_KINDS)})")
+        return cls(**settings)
+
+    def replace(self, **changes: Any) -> DecodeConfig:
+        """A copy with ``changes`` (checked as a new one is)."""
+        return dataclasses.replace(self, **changes)
+
+
+def field_kind(name: str) -> type:
+    """The type of a field's values: int, float, bool or str (``sampling``, which may also be None)."""
+    return _KINDS[name]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 1.0
+    topk: int = 0  # 0 = the whole vocabulary
+    topp: float = 1.0  # 1 = the whole vocabulary
+
+    def __post_init__(self):
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ValueError(f"the temperature must be a number above 0 (got {self.temperature})")
+        if self.topk < 0:
+            raise ValueError(f"topk must be at least 0, the whole vocabulary (got {self.topk})")
+        if not (0 < self.topp <= 1):
+            raise ValueError(f"topp must be in (0, 1] (got {self.topp})")
+
+
+def parse_sampling(spec: str) -> Sampling:
+    """``topk:K``, ``topp:P``, ``temperature:T`` or several of them joined by commas (``topk:10,temperature:0.8``)
+    -> :class:`Sampling`; anything else -> ValueError saying what is expected."""
+    expected = "expected topk:K, topp:P or temperature:T (several joined by commas)"
+    fields: dict[str, float | int] = {}
+    for part in spec.split(","):
+        name, sep, value = part.strip().partition(":")
+        if not sep or name not in ("topk", "topp", "temperature") or name in fields:
+            raise ValueError(f"bad sampling '{spec}': {expected}")
+        try:
+            fields[name] = int(value) if name == "topk" else float(value)
+        except ValueError:
+            raise ValueError(f"bad sampling '{spec}': '{value}' is not a number for {name}") from None
+    if fields.get("topk", 1) < 1:
+        raise ValueError(f"bad sampling '{spec}': topk must be at least 1")
+    return Sampling(**fields)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+_KIND_NAMES = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}
+# each field's type, from its annotation ("str | None": text or nothing)
+_KINDS = {f.name: {"int": int, "float": float, "bool": bool, "str | None": str}[f.type]
+          for f in dataclasses.fields(DecodeConfig)}
