@@ -16,7 +16,7 @@
    line; and the updates each made.
 
 Each toolkit trains alone, one after the other, on an otherwise idle machine: wall-clock figures are evidence only
-then.  Stages are cached in WORK (delete a directory to redo it); ``--toolkits`` runs one of them, and a call with
+then.  Both train before either is decoded (decoding is not timed: its wall clock is reported, not compared).  Stages are cached in WORK (delete a directory to redo it); ``--toolkits`` runs one of them, and a call with
 ``--toolkits ''`` prints the table of what WORK holds.
 """
 
@@ -83,6 +83,12 @@ def _split_dev(work: Path) -> tuple[Path, list[Path]]:
     return out / "valid", [out / "tune", out / "news-tune"]
 
 
+def _link_copy(src: Path, dest: Path) -> None:
+    """A prepared directory made earlier, hard-linked into place (its files are only read)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-al", str(src), str(dest)], check=True)
+
+
 def _score(hyp: Path, prefix: Path, log: Path) -> dict:
     _, report = _run([sys.executable, REPO / "bin" / "nmt-score", "-r", f"{prefix}.fr", "-s", f"{prefix}.en", hyp,
                       "--json", "-q"], log, capture=True)
@@ -118,12 +124,15 @@ def _decode_tests(result: dict, decode, path: Path, log: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------- nmtkit
-def nmtkit(a, work: Path) -> dict:
+def nmtkit(a, work: Path, stage: str) -> dict:
+    """nmtkit's hour: ``stage`` "train" (the timed part) or "decode" (the tests, after every toolkit has trained)."""
     w = work / "nmtkit"
     w.mkdir(parents=True, exist_ok=True)
     log, path = w / "log.txt", w / "result.json"
     result = _load(path)
     valid, tune = _split_dev(work)
+    if a.nmtkit_data and not (w / "run" / "data").exists():  # (one-hour.sh checks that its settings made it)
+        _link_copy(Path(a.nmtkit_data), w / "run" / "data")
     if "updates" not in result:
         wall, _ = _run(["bash", REPO / "examples" / "one-hour.sh", DATA / "hansards" / "train", w / "run", "--dev",
                         valid, "--seconds", a.seconds], log)
@@ -133,6 +142,8 @@ def nmtkit(a, work: Path) -> dict:
                   "options": (w / "run" / "translate.options").read_text().split(),
                   "train_process_wall_s": float((w / "run" / "train.wall_s").read_text())}
         _save(path, result)
+    if stage == "train":
+        return result
     model = w / "run" / "model" / "checkpoint_last.pt"
 
     def decode(options, prefix, tag):
@@ -146,7 +157,8 @@ def nmtkit(a, work: Path) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------------ OpenNMT-py
-def onmt(a, work: Path, deadline: float) -> dict:
+def onmt(a, work: Path, deadline: float, stage: str) -> dict:
+    """OpenNMT-py's hour, trained for ``deadline`` seconds: ``stage`` "train" or "decode" (as :func:`nmtkit`)."""
     bin_ = Path(a.onmt_venv) / "bin"
     if not (bin_ / "onmt_train").is_file():
         raise SystemExit(f"bench_hour: no OpenNMT-py in {a.onmt_venv} (see ../shared/peers/README.md)")
@@ -157,6 +169,11 @@ def onmt(a, work: Path, deadline: float) -> dict:
     result = _load(path)
     valid, tune = _split_dev(work)
     words = w / "words"
+    if a.onmt_words and not words.exists():
+        manifest = json.loads((Path(a.onmt_words) / "manifest.json").read_text())
+        if manifest["filters"]["max_len"] != 30 or manifest.get("sentencepiece") or manifest.get("bpe"):
+            raise SystemExit(f"bench_hour: {a.onmt_words}: not the Moses-tokenised words of at most 30 a side")
+        _link_copy(Path(a.onmt_words), words)
     if not (words / "manifest.json").is_file():  # the pairs as nmt-prepare --max-len 30 keeps them, Moses tokens
         _run([sys.executable, REPO / "bin" / "nmt-prepare", "-s", "en", "-t", "fr", "--train",
               DATA / "hansards" / "train", "--valid", valid, "--max-len", "30", "--src-vocab-size", "16000",
@@ -183,6 +200,8 @@ def onmt(a, work: Path, deadline: float) -> dict:
                        if (m := re.search(r"_(\d+)\.pt$", p.name)))
         result = {"updates": steps[-1], "train_wall_s": round(wall, 1), "deadline_s": round(deadline, 1)}
         _save(path, result)
+    if stage == "train":
+        return result
     model = w / "onmt" / f"model_step_{result['updates']}.pt"
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_quality import _preprocessor
@@ -235,18 +254,24 @@ def main(argv=None) -> None:
     p.add_argument("--onmt-venv", default=str(REPO / "runs" / "onmt-venv"))
     p.add_argument("--toolkits", default="nmtkit,onmt", help="which to run now (the table shows all in WORK)")
     p.add_argument("--seconds", default="3600")
+    p.add_argument("--nmtkit-data", help="a directory one-hour.sh's settings prepared from hansards/train with "
+                   "WORK/dev/valid (prepared earlier: preparing is not part of the hour)")
+    p.add_argument("--onmt-words", help="nmt-prepare --max-len 30 --src/tgt-vocab-size 16000 of hansards/train with "
+                   "WORK/dev/valid, for OpenNMT-py's pairs (prepared earlier)")
     a = p.parse_args(argv)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     results = {}
-    for name in filter(None, a.toolkits.split(",")):
-        if name == "nmtkit":
-            results[name] = nmtkit(a, work)
-        else:
-            ours = _load(work / "nmtkit" / "result.json")
-            if "train_process_wall_s" not in ours:
-                raise SystemExit("bench_hour: run nmtkit first: OpenNMT-py gets the wall clock its training took")
-            results[name] = onmt(a, work, ours["train_process_wall_s"])
+    # every toolkit trains first, one after the other (the timed part, alone), then each is decoded and scored
+    for stage in ("train", "decode"):
+        for name in filter(None, a.toolkits.split(",")):
+            if name == "nmtkit":
+                results[name] = nmtkit(a, work, stage)
+            else:
+                ours = _load(work / "nmtkit" / "result.json")
+                if "train_process_wall_s" not in ours:
+                    raise SystemExit("bench_hour: run nmtkit first: OpenNMT-py gets the wall clock its training took")
+                results[name] = onmt(a, work, ours["train_process_wall_s"], stage)
     for name in ("nmtkit", "onmt"):
         if name not in results and (work / name / "result.json").is_file():
             results[name] = _load(work / name / "result.json")
