@@ -160,7 +160,7 @@ def test_the_benchmark_table_names_every_script_and_only_files_that_exist():
     listed = set(re.findall(r"^\| `([\w.]+\.py)` \|", text, re.M))
     assert listed == scripts, f"listed but absent: {sorted(listed - scripts)}; absent from the table: " \
                               f"{sorted(scripts - listed)}"
-    named = set(re.findall(r"`(bench_[\w-]+\.txt|soak_resume\.txt)`", text))
+    named = set(re.findall(r"`(bench_[\w-]+\.txt|soak_\w+\.txt)`", text))
     missing = sorted(n for n in named if not (bench / "results" / n).is_file())
     assert named and not missing, f"result files the table names that do not exist: {missing}"
     modules = set(re.findall(r"`(nmtkit/[\w/]+\.(?:py|c))`", text))

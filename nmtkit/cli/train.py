@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 
 import click
@@ -158,11 +160,41 @@ def main(data, arch, save_dir, model_options, quiet, recipe, **options):
     def body():
         result.update(train(cfg))
 
-    run("nmt-train", body)
-    if result.get("status") == "interrupted":
-        click.echo(f"nmt-train: interrupted at update {result['update']}; checkpoint saved in {save_dir} "
-                   "(continue with --resume)", err=True)
-        sys.exit(130)
+    try:
+        run("nmt-train", body)
+        if result.get("status") == "interrupted":
+            click.echo(f"nmt-train: interrupted at update {result['update']}; checkpoint saved in {save_dir} "
+                       "(continue with --resume)", err=True)
+            sys.exit(130)
+    except SystemExit as e:
+        _end_of_a_data_parallel_process(e.code)
+        raise
+    _end_of_a_data_parallel_process(0)
+
+
+def _end_of_a_data_parallel_process(code) -> None:
+    """A process of a data-parallel run (under torchrun) ends here, with ``code``, without the interpreter's
+    shutdown; one process alone goes on to the normal exit.
+
+    gloo's threads outlive the process group (``destroy_process_group`` does not free it after a training run,
+    nmtkit/train/distributed.py), and a C++ thread that needs the interpreter while it shuts down is ended by
+    unwinding, which aborts the process ("terminate called without an active exception", SIGABRT: about one run in
+    a hundred of tests/bench/soak_torchrun.py).  Everything the run writes is complete and closed when the command's
+    body returns; the logs and standard streams are flushed here."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # (sys.exit("message"): the message, then 1)
+        print(code, file=sys.stderr)
+        code = 1
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":

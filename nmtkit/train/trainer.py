@@ -97,7 +97,7 @@ class Trainer:
             self._build(self._resume_payload())
         except BaseException:
             self.rundir.unlock()
-            self.procs.close(together=False)
+            self.procs.close()
             raise
 
     # -- set-up ------------------------------------------------------------------------------------------------
@@ -290,7 +290,6 @@ class Trainer:
                  len(self.eligible), len(self.train_src), self.max_len, self.world, cfg.recipe, cfg.optimizer, cfg.lr,
                  cfg.init, (f", label smoothing {cfg.label_smoothing:g}" if cfg.label_smoothing else "")
                  + (f", BPE-dropout {cfg.bpe_dropout:g}" if cfg.bpe_dropout else ""))
-        ended = False
         try:
             while status == "done" and not (cfg.max_epochs and st.epoch >= cfg.max_epochs):
                 for view in self.train_views:
@@ -330,7 +329,6 @@ class Trainer:
                 self._gather_rngs()
             if saved_at != st.update and lead:
                 self._validate_and_save(logf, progress)
-            ended = True
         finally:
             progress.close()
             for s, h in handlers.items():
@@ -338,7 +336,7 @@ class Trainer:
             if logf:
                 logf.close()
             self.rundir.unlock()
-            self.procs.close(together=ended)
+            self.procs.close()
         status = {"done": "done", "limit": "done"}.get(status, status)
         return {"status": status, "update": st.update, "epoch": st.epoch, "best": st.best_saved,
                 "best_update": st.best_saved_update, "save_dir": cfg.save_dir, "history": st.history}
