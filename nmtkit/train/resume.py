@@ -1,5 +1,6 @@
-"""Resuming a training run: what a checkpoint holds of the run, which checkpoint to resume from, whether it fits
-what was asked, what changed, and putting the trainer back where the checkpoint left it.
+"""Resuming a training run: which checkpoint to resume from, whether it fits what was asked, and what changed.
+What a checkpoint holds of the run is the trainer's own (:meth:`nmtkit.train.trainer.Trainer.state_dict` and
+``load_state_dict``); this module is the file policy around it.
 
 A resumed run must reach the weights of an uninterrupted one, so what it may not change is refused here in one line
 (the model's preset or ``-o`` options, the optimizer, the training pairs, the vocabularies), what changes the updates
@@ -9,7 +10,6 @@ logged.
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import logging
 import math
@@ -22,7 +22,7 @@ import torch
 
 from nmtkit.data import checkpoint
 from nmtkit.errors import InputError
-from nmtkit.train.config import TRAINING_DEFAULTS, TrainState
+from nmtkit.train.config import TrainState
 
 log = logging.getLogger("nmtkit.train")
 
@@ -311,61 +311,3 @@ def initial_weights(path: str, cfg, vocabs: dict) -> dict:
                          "--arch and -o options", path)
     checkpoint.check_shapes(payload["model"], model.state_dict(), "model", path)
     return payload["model"]
-
-
-def training_payload(trainer, weights: dict | None = None) -> dict:
-    """The checkpoint of a :class:`nmtkit.train.trainer.Trainer`'s run as it is, what :func:`restore_training`
-    reads back; ``weights``: what ``"model"`` holds when averaging (default: the averaged weights now), the raw
-    weights going into the train section (nmtkit/train/averaging.py)."""
-    src, tgt = trainer.data.source_lang, trainer.data.target_lang
-    raw = {k: v.detach().cpu() for k, v in trainer.model.state_dict().items()}
-    if weights is None and trainer.averager is not None:
-        weights = trainer.averager.weights(raw)
-    rng = trainer.procs.rng_state()
-    if trainer._rank_rngs is not None:
-        rng["per_rank"] = trainer._rank_rngs
-    return {
-        "arch": trainer.model.arch,
-        "config": trainer.model.config.to_dict(),
-        "source_lang": src,
-        "target_lang": tgt,
-        "vocab": {"src": list(trainer.src_vocab.tokens), "tgt": list(trainer.tgt_vocab.tokens)},
-        "preprocessing": {"src": trainer.data.text_config(src).to_dict(),
-                          "tgt": trainer.data.text_config(tgt).to_dict()},
-        "model": raw if weights is None else weights,
-        "train": {
-            "optimizer": trainer.optimizer.state_dict(),
-            "state": dataclasses.asdict(trainer.state),
-            "rng": rng,
-            "config": dataclasses.asdict(trainer.cfg),
-            "data": trainer._fingerprint,
-            "log_window": dict(trainer.log_window),
-            "schedule": trainer.schedule.state_dict(),
-            **({} if weights is None else {"raw_model": raw, **trainer.averager.train_entries(weights)}),
-        },
-    }
-
-
-def restore_training(trainer, payload: dict) -> None:
-    """Put a :class:`nmtkit.train.trainer.Trainer` whose model holds the checkpoint's weights back where the
-    checkpoint's run was: optimizer state, counters and metrics history, this process's RNG states, the schedule's
-    state and the averaged weights; changed settings are logged."""
-    train = payload["train"]
-    trainer.optimizer.load_state_dict(train["optimizer"])
-    trainer.state = TrainState(**train["state"])
-    trainer.log_window.update(train.get("log_window", {}))
-    restore_best(trainer.state, trainer.rundir, trainer.rank == 0)
-    per_rank = train["rng"].get("per_rank")  # (each process's own: its dropout draws differ)
-    mine = per_rank[trainer.rank] if per_rank and len(per_rank) == trainer.world else train["rng"]
-    torch.set_rng_state(mine["torch"])
-    if trainer.device.type == "cuda" and "cuda" in mine:
-        torch.cuda.set_rng_state(mine["cuda"], trainer.device)
-    log.info("resumed from update %d (epoch %d, batch %d)", trainer.state.update, trainer.state.epoch + 1,
-             trainer.state.batch_in_epoch)
-    if "schedule" in train:
-        changed = trainer.schedule.load_state_dict(train["schedule"])
-        if changed:
-            log.warning("--resume: %s (the run's weights follow the new schedule from here)", changed)
-    if trainer.averager is not None and trainer.rank == 0:  # (only the lead process validates and saves)
-        trainer.averager.resume(payload, trainer.cfg.save_dir)
-    report_changes(train.get("config", {}), dataclasses.asdict(trainer.cfg), TRAINING_DEFAULTS)

@@ -25,6 +25,7 @@ computes for the same total batch (:mod:`nmtkit.train.distributed`).
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import logging
 import math
@@ -51,7 +52,7 @@ from nmtkit.progress import Progress
 from nmtkit.models import build_from_checkpoint, build_model, set_backend
 from nmtkit.models.init import initialize
 from nmtkit.train.schedule import LRSchedule
-from nmtkit.train.config import TrainConfig, TrainState  # (TrainConfig: re-exported)
+from nmtkit.train.config import TRAINING_DEFAULTS, TrainConfig, TrainState  # (TrainConfig: re-exported)
 from nmtkit.train.validation import describe as describe_validation
 from nmtkit.train.validation import validation_bleu, validation_loss
 
@@ -168,19 +169,71 @@ class Trainer:
         self.lr = cfg.lr  # the rate of the latest update
         self.averager = averaging.make(self.model, cfg.ema_decay, cfg.average_last)
         if payload is not None:
-            resume.restore_training(self, payload)
+            self.load_state_dict(payload)
 
     # -- checkpoints -------------------------------------------------------------------------------------------
 
-    def payload(self, weights: dict | None = None) -> dict:
-        """The checkpoint of the run as it is (:func:`nmtkit.train.resume.training_payload`)."""
-        return resume.training_payload(self, weights)
+    def state_dict(self, weights: dict | None = None) -> dict:
+        """The checkpoint of the run as it is, what :meth:`load_state_dict` reads back: the model (its config,
+        vocabularies and preprocessing) and the run's own state under ``"train"``.  ``weights``: what ``"model"``
+        holds when averaging (default: the averaged weights now), the raw weights going into the train section
+        (nmtkit/train/averaging.py)."""
+        src, tgt = self.data.source_lang, self.data.target_lang
+        raw = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        if weights is None and self.averager is not None:
+            weights = self.averager.weights(raw)
+        rng = self.procs.rng_state()
+        if self._rank_rngs is not None:
+            rng["per_rank"] = self._rank_rngs
+        return {
+            "arch": self.model.arch,
+            "config": self.model.config.to_dict(),
+            "source_lang": src,
+            "target_lang": tgt,
+            "vocab": {"src": list(self.src_vocab.tokens), "tgt": list(self.tgt_vocab.tokens)},
+            "preprocessing": {"src": self.data.text_config(src).to_dict(), "tgt": self.data.text_config(tgt).to_dict()},
+            "model": raw if weights is None else weights,
+            "train": {
+                "optimizer": self.optimizer.state_dict(),
+                "state": dataclasses.asdict(self.state),
+                "rng": rng,
+                "config": dataclasses.asdict(self.cfg),
+                "data": self._fingerprint,
+                "log_window": dict(self.log_window),
+                "schedule": self.schedule.state_dict(),
+                **({} if weights is None else {"raw_model": raw, **self.averager.train_entries(weights)}),
+            },
+        }
+
+    def load_state_dict(self, payload: dict) -> None:
+        """Put the run back where a checkpoint's was, the model already holding its weights (checked by
+        :mod:`nmtkit.train.resume` first): optimizer state, counters and metrics history, this process's RNG
+        states, the schedule's state and the averaged weights; changed settings are logged."""
+        train = payload["train"]
+        self.optimizer.load_state_dict(train["optimizer"])
+        self.state = TrainState(**train["state"])
+        self.log_window.update(train.get("log_window", {}))
+        resume.restore_best(self.state, self.rundir, self.rank == 0)
+        per_rank = train["rng"].get("per_rank")  # (each process's own: its dropout draws differ)
+        mine = per_rank[self.rank] if per_rank and len(per_rank) == self.world else train["rng"]
+        torch.set_rng_state(mine["torch"])
+        if self.device.type == "cuda" and "cuda" in mine:
+            torch.cuda.set_rng_state(mine["cuda"], self.device)
+        log.info("resumed from update %d (epoch %d, batch %d)", self.state.update, self.state.epoch + 1,
+                 self.state.batch_in_epoch)
+        if "schedule" in train:
+            changed = self.schedule.load_state_dict(train["schedule"])
+            if changed:
+                log.warning("--resume: %s (the run's weights follow the new schedule from here)", changed)
+        if self.averager is not None and self.rank == 0:  # (only the lead process validates and saves)
+            self.averager.resume(payload, self.cfg.save_dir)
+        resume.report_changes(train.get("config", {}), dataclasses.asdict(self.cfg), TRAINING_DEFAULTS)
 
     def save(self, is_best: bool, weights: dict | None = None) -> str:
         needed = set() if self.averager is None else self.averager.needed()  # (a resumed average reads them)
         if self.state.best_saved_update != self.state.best_update:  # (a resume links the scheduled best back)
             needed.add(self.state.best_update)
-        return self.rundir.save(self.payload(weights), self.state.update, is_best, self.cfg.keep_last, needed,
+        return self.rundir.save(self.state_dict(weights), self.state.update, is_best, self.cfg.keep_last, needed,
                                 self.cfg.valid_every)
 
     # -- one update --------------------------------------------------------------------------------------------
