@@ -35,7 +35,7 @@ def decode_options(command):
     for f in reversed(dataclasses.fields(DecodeConfig)):
         names = ["--" + f.name.replace("_", "-"), *([f.metadata["short"]] if f.metadata["short"] else []), f.name]
         if field_kind(f.name) is bool:
-            option = click.option(*names, is_flag=True, help=f.metadata["help"])
+            option = click.option(*names, is_flag=True, default=False, help=f.metadata["help"])
         else:
             option = click.option(*names, type=field_kind(f.name), default=f.default,
                                   show_default=f.default is not None, metavar=f.metadata["metavar"],
