@@ -9,9 +9,7 @@ every call here returns at once.
 
 from __future__ import annotations
 
-import ctypes
 import os
-import pickle
 from collections.abc import Iterable
 
 import torch
@@ -29,74 +27,25 @@ class Processes:
             if not dist.is_initialized():
                 dist.init_process_group("nccl" if device_name.startswith("cuda") else "gloo")
         self.device = torch.device(device_name)
-        self._buffers: dict[str, torch.Tensor] = {}  # (what collective calls are given: see close)
         if self.device.type == "cuda" and self.world > 1:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-            torch.cuda.set_device(self.device)  # (NCCL's calls run on this device)
+            torch.cuda.set_device(self.device)  # NCCL's object collectives (broadcast_object_list) use this device
 
     def close(self) -> None:
         """Leave the process group (data parallel; nothing with one process).
 
-        Nothing waits here: every tensor this class hands to a collective call is one of its buffers, which Python
-        never frees (:meth:`_buffer`).  gloo's worker threads drop their references to a call's tensors after the
-        caller has returned, and the process group, with its threads, is not always freed by
-        ``destroy_process_group`` (after a training run it lives on until the process ends).  Had such a tensor's
-        Python object died first, the thread's release would need the GIL, and a thread that asks for the GIL while
-        the interpreter exits is ended by unwinding, which C++ answers with "terminate called without an active
-        exception" (SIGABRT, in some runs of tests/test_faults.py's torchrun test, when a 50 ms sleep here was the
-        remedy).  With buffers that outlive the interpreter, a worker's release is only a count going down.  That
-        alone did not stop every abort (tests/bench/results/soak_torchrun.txt, run 1: 1 in 100): nmt-train's
-        data-parallel processes also end without the interpreter's shutdown (nmtkit/cli/train.py; run 2: 0 in 100).
-        A Python program of its own that trains under torchrun should end the same way (``os._exit`` once its
-        files are closed)."""
+        After a training run ``destroy_process_group`` does not free gloo's process group: its threads live on until
+        the process ends, and one that needs the interpreter while it shuts down is ended by unwinding, which aborts
+        the process ("terminate called without an active exception", SIGABRT; a 50 ms sleep here was the remedy before).
+        nmt-train's data-parallel processes therefore end without the interpreter's shutdown (nmtkit/cli/train.py,
+        ``os._exit``; tests/bench/results/soak_torchrun.txt); a Python program of its own that trains under torchrun
+        should end the same way once its files are closed."""
         if self.world == 1:
             return
         import torch.distributed as dist
 
         if dist.is_initialized():
             dist.destroy_process_group()
-
-    def _buffer(self, name: str, numel: int, dtype: torch.dtype, exact: bool = False) -> torch.Tensor:
-        """The buffer ``name`` of at least ``numel`` elements (exactly, with ``exact``) for collective calls, made on
-        first use and when it must grow (doubling, so that every process, asking for the same sizes, has the same
-        sizes).  Python never frees it: a reference is taken that nothing gives back (see :meth:`close`)."""
-        t = self._buffers.get(name)
-        if t is None or t.dtype != dtype or (t.numel() != numel if exact else t.numel() < numel):
-            size = numel if exact or t is None or t.dtype != dtype else max(numel, 2 * t.numel())
-            t = torch.zeros(max(size, 1), dtype=dtype, device=self.device)
-            ctypes.pythonapi.Py_IncRef(ctypes.py_object(t))  # (kept past the interpreter's exit, on purpose)
-            self._buffers[name] = t
-        return t
-
-    def _all_gather_bytes(self, data: bytes) -> list[bytes]:
-        """Every process's ``data`` (a collective call: all processes make it), through buffers (see :meth:`close`)."""
-        import torch.distributed as dist
-
-        size = self._buffer("size", 1, torch.int64)
-        size.fill_(len(data))
-        sizes = [self._buffer(f"size{r}", 1, torch.int64) for r in range(self.world)]
-        dist.all_gather(sizes, size)
-        lengths = [int(s.item()) for s in sizes]
-        mine = self._buffer("gather", max(lengths), torch.uint8)
-        if data:
-            mine[: len(data)].copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
-        outs = [self._buffer(f"gather{r}", mine.numel(), torch.uint8, exact=True) for r in range(self.world)]
-        dist.all_gather(outs, mine)
-        return [out[:n].cpu().numpy().tobytes() for out, n in zip(outs, lengths)]
-
-    def _broadcast_bytes(self, data: bytes) -> bytes:
-        """The lead's ``data`` (a collective call: all processes make it; the others' ``data`` is ignored)."""
-        import torch.distributed as dist
-
-        size = self._buffer("size", 1, torch.int64)
-        size.fill_(len(data))
-        dist.broadcast(size, src=0)
-        n = int(size.item())
-        buf = self._buffer("broadcast", n, torch.uint8)
-        if self.rank == 0 and n:
-            buf[:n].copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
-        dist.broadcast(buf, src=0)
-        return buf[:n].cpu().numpy().tobytes()
 
     def all_reduce_grads(self, parameters: Iterable[torch.Tensor], nll_sum, ntok):
         """Sum gradients, NLL and token counts over processes in one collective call (one process: as given)."""
@@ -111,9 +60,8 @@ class Processes:
             elif p.grad.is_sparse:  # (row-sparse embedding gradients: summed dense)
                 p.grad = p.grad.to_dense()
         grads = [p.grad for p in parameters]
-        flat = self._buffer("grads", sum(g.numel() for g in grads) + 2, grads[0].dtype, exact=True)
-        torch.cat([g.reshape(-1) for g in grads] + [torch.tensor([float(nll_sum), float(ntok)], dtype=flat.dtype,
-                                                                   device=flat.device)], out=flat)
+        flat = torch.cat([g.reshape(-1) for g in grads] + [torch.tensor([float(nll_sum), float(ntok)],
+                                                                          device=grads[0].device)])
         dist.all_reduce(flat)
         offset = 0
         for g in grads:
@@ -135,9 +83,9 @@ class Processes:
             return None
         import torch.distributed as dist
 
-        mine = pickle.dumps({k: v.cpu().numpy().tobytes() for k, v in self.rng_state().items()})
-        return [{k: torch.frombuffer(bytearray(v), dtype=torch.uint8) for k, v in pickle.loads(data).items()}
-                for data in self._all_gather_bytes(mine)]
+        states: list = [None] * self.world
+        dist.all_gather_object(states, {k: v.cpu() for k, v in self.rng_state().items()})
+        return states
 
     def agree_to_stop(self, stop: bool, elapsed: float) -> tuple[bool, float]:
         """Stop when any process would (every process must agree, or the collective calls would hang), and the
@@ -146,8 +94,7 @@ class Processes:
             return stop, elapsed
         import torch.distributed as dist
 
-        both = self._buffer("stop", 2, torch.float64)  # (NCCL: CUDA tensors)
-        both.copy_(torch.tensor([float(stop), elapsed], dtype=torch.float64))
+        both = torch.tensor([float(stop), elapsed], dtype=torch.float64, device=self.device)  # (NCCL: CUDA tensors)
         dist.all_reduce(both, op=dist.ReduceOp.MAX)
         return bool(both[0].item()), float(both[1].item())
 
@@ -158,6 +105,7 @@ class Processes:
             return status, elapsed
         import torch.distributed as dist
 
-        box = pickle.loads(self._broadcast_bytes(pickle.dumps([status, schedule.state_dict(), elapsed])))
+        box = [status, schedule.state_dict(), elapsed]
+        dist.broadcast_object_list(box, src=0)
         schedule.load_state_dict(box[1])
         return box[0], box[2]
