@@ -304,13 +304,15 @@ class Aligner:
         import torch
 
         from nmtkit.data.batching import collate_source, eval_batches
+        from nmtkit.translate.ngramblock import number_tokens
         from nmtkit.translate.search import beam_search
 
         out: list[np.ndarray] = [None] * len(src_ids)  # type: ignore[list-item]
         for ids in eval_batches(np.array([len(s) for s in src_ids]), None, self.batch_size):
             src, lens = collate_source([src_ids[i] for i in ids])
             with torch.no_grad():
-                hyps = beam_search([self.model], src.to(self.device), lens.to(self.device), self.decode)
+                hyps = beam_search([self.model], src.to(self.device), lens.to(self.device), self.decode,
+                                   numbers=number_tokens(self.tgt_vocab.tokens))
             for i, h in zip(ids, hyps):
                 out[i] = np.asarray(h[0].tokens, dtype=np.int64)
         return out

@@ -22,7 +22,7 @@ from nmtkit.data.vocab import EOS, Vocabulary
 from nmtkit.models import build_from_checkpoint
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.decoding import collate_prefixes
-from nmtkit.translate.ngramblock import ban_repeats, banned_after
+from nmtkit.translate.ngramblock import ban_repeats, banned_after, number_tokens
 from nmtkit.translate.sampling import sample
 from nmtkit.translate.search import beam_search, beam_search_reference, greedy
 
@@ -49,12 +49,14 @@ def _batch(sentences):
     return collate_source([np.asarray(s) for s in sentences])
 
 
-def repeats(seq, n: int, start: int = 0) -> bool:
-    """Whether an n-gram of seq that ends at or after position ``start`` (0: any) occurred earlier in seq."""
+def repeats(seq, n: int, start: int = 0, free=None) -> bool:
+    """Whether an n-gram of seq that ends at or after position ``start`` (0: any), and not in a token of ``free``
+    (a bool (V,) tensor over ids, or a test of a token), occurred earlier in seq."""
+    is_free = (lambda x: False) if free is None else free if callable(free) else (lambda x: bool(free[x]))
     seen = set()
     for i in range(len(seq) - n + 1):
         gram = tuple(seq[i: i + n])
-        if gram in seen and i + n > start:
+        if gram in seen and i + n > start and not is_free(gram[-1]):
             return True
         seen.add(gram)
     return False
@@ -93,6 +95,39 @@ def test_the_vectorised_block_is_the_rule_written_out():
     assert banned_after([5, 5], 0) == set() and banned_after([5, EOS, 5], 2) == set()
 
 
+def test_the_block_never_bans_a_free_token():
+    """With ``free`` (the number tokens), the vectorised block is still the rule written out, and the rule never
+    bans a free token, while other tokens are banned as before, after windows with free tokens too."""
+    g = torch.Generator().manual_seed(1)
+    rng = random.Random(1)
+    banned_some = freed_some = 0
+    for _ in range(400):
+        rows, t, V, n = rng.randint(1, 6), rng.randint(0, 16), 9, rng.randint(1, 4)
+        history = torch.randint(2, 2 + rng.randint(2, 6), (rows, t), generator=g)
+        free = torch.rand(V, generator=g) < 0.3
+        logp = torch.randn(rows, V, generator=g)
+        expected, unfree = logp.clone(), logp.clone()
+        free_set = set(free.nonzero().flatten().tolist())
+        for r in range(rows):
+            for v in banned_after(history[r].tolist(), n, free_set):
+                expected[r, v] = -float("inf")
+        ban_repeats(logp, history, n, free)
+        ban_repeats(unfree, history, n)
+        assert torch.equal(logp, expected), (history, n, free)
+        assert torch.isfinite(logp[:, free]).all()
+        banned_some += int((~torch.isfinite(logp)).sum())
+        freed_some += int((~torch.isfinite(unfree)).sum() - (~torch.isfinite(logp)).sum())
+    assert banned_some > 50 and freed_some > 50
+    digits = {7, 8}
+    assert banned_after([7, 8, 8, 7, 8], 3, frozenset(digits)) == set()  # "0 0 0 ... 0 0 0": a number repeats
+    assert banned_after([5, 6, 7, 5, 6], 3, frozenset(digits)) == set()  # 7 would follow "5 6" again: free
+    assert banned_after([5, 6, 9, 5, 6], 3, frozenset(digits)) == {9}  # words still may not loop
+    assert banned_after([5, 7, 9, 5, 7], 3, frozenset(digits)) == {9}  # "en 1995, en 1995, ": cut at the comma
+    assert banned_after([5, 7, 9], 1, frozenset(digits)) == {5, 9}
+    assert number_tokens(["<unk>", "▁1", "0", "1995", "3,5", "▁le", "m²", "@@"]).tolist() == \
+        [False, True, True, True, True, False, False, False]
+
+
 # -- (a) the batched search is the reference search, with the block on -------------------------------------------------
 
 @pytest.mark.parametrize("n, beam, with_prefix", [(1, 3, False), (2, 5, True), (3, 5, False), (3, 1, True),
@@ -116,24 +151,26 @@ def test_batched_equals_the_reference_with_the_block(model, data_dir, n, beam, w
         assert [[h.tokens for h in x] for x in batched] != [[h.tokens for h in x] for x in plain]
 
 
+@pytest.mark.parametrize("with_numbers", [False, True])
 @pytest.mark.parametrize("n", [1, 2, 3])
 @pytest.mark.parametrize("beam", [1, 2, 6])
-def test_batched_equals_the_reference_on_a_random_model(n, beam):
+def test_batched_equals_the_reference_on_a_random_model(n, beam, with_numbers):
     """A randomly initialised tiny model of 29 target tokens writes to its length limit and repeats everywhere:
     every step of every hypothesis exercises the block, and sentences finish at different steps (the batch
-    shrinks, the histories must follow their hypotheses)."""
+    shrinks, the histories must follow their hypotheses).  ``with_numbers``: a third of the tokens are free (as
+    the number tokens are), which both searches must leave alone alike."""
     m = randomize_(tiny("rnnsearch")).eval()
     rng = random.Random(n * 10 + beam)
     sents = [[rng.randint(4, 22) for _ in range(rng.randint(1, 9))] for _ in range(6)]
     src, lens = _batch(sents)
-    batched = beam_search(m, src, lens,
-                          DecodeConfig(beam=beam, nbest=beam, no_repeat_ngram=n, max_len_a=1.5, max_len_b=4))
+    numbers = (torch.arange(29) % 3 == 1) if with_numbers else None  # (V,)
+    decode = DecodeConfig(beam=beam, nbest=beam, no_repeat_ngram=n, max_len_a=1.5, max_len_b=4)
+    batched = beam_search(m, src, lens, decode, numbers=numbers)
     for s, hyps in zip(sents, batched):
-        ref = beam_search_reference(m, s,
-                                    DecodeConfig(beam=beam, nbest=beam, no_repeat_ngram=n, max_len_a=1.5, max_len_b=4))
+        ref = beam_search_reference(m, s, decode, numbers=numbers)
         assert [h.tokens for h in hyps] == [h.tokens for h in ref]
         assert np.allclose([h.score for h in hyps], [h.score for h in ref], atol=1e-4)
-        assert all(not repeats(h.tokens, n) for h in hyps)
+        assert all(not repeats(h.tokens, n, free=numbers) for h in hyps)
     assert any(repeats(h[0].tokens, n) for h in beam_search(m, src, lens, DecodeConfig(beam=beam, max_len_a=1.5,
                                                                                        max_len_b=4)))
 
@@ -206,6 +243,39 @@ def test_the_option_on_the_command_line(trained, data_dir, tmp_path):
     out = translate(["-m", ckpt, "--beam", "5", "--no-repeat-ngram", "2", "--prefix", pre],
                     "".join(x + "\n" for x in lines_of(inp, 3)).encode()).stdout.decode().splitlines()
     assert len(out) == 3 and all(x.startswith("Un homme un homme un homme") for x in out)
+
+
+def test_numbers_repeat_their_digits_under_the_block_and_words_do_not(trained, tmp_path):
+    """What the user reads: a model whose output layer prefers a number token ("000") and next a word ("oui"),
+    made from the trained checkpoint (two rare target entries renamed, their biases raised).  Under
+    ``--no-repeat-ngram 2`` the number repeats as a number must ("000 000 000 ..."), while a word that loops is
+    still cut; ``--block-numbers`` (fairseq's rule) cuts the number too.  Through worker processes as well."""
+    _, ckpt = trained
+    payload = checkpoint.load(ckpt)
+    tokens = payload["vocab"]["tgt"]
+    tokens = tokens.split("\n") if isinstance(tokens, str) else list(tokens)
+    num, word = len(tokens) - 1, len(tokens) - 2  # (the rarest entries: nothing else of the model needs them)
+    tokens[num], tokens[word] = "000", "oui"
+    payload["vocab"]["tgt"] = tokens
+    b_y = payload["model"]["b_y"].clone()
+    b_y[num], b_y[word] = 60.0, 58.0  # (logits of a few units elsewhere: "000" first, "oui" second, everywhere)
+    payload["model"]["b_y"] = b_y
+    checkpoint.save(payload, tmp_path / "numbers.pt")
+    base = ["-m", str(tmp_path / "numbers.pt"), "--beam", "1", "--max-len-a", "0", "--max-len-b", "6"]
+    line = b"A man is sleeping .\n"
+    free = translate(base + ["--no-repeat-ngram", "2"], line).stdout.decode()
+    assert free == "000 000 000 000 000 000\n"  # (a 6-token limit: six times the number)
+    blocked = translate(base + ["--no-repeat-ngram", "2", "--block-numbers"], line).stdout.decode().split()
+    assert blocked[:3] == ["000", "000", "oui"] and not repeats(blocked, 2) and len(blocked) == 6
+    # a word loop is cut as before, also after the number: with "oui" first, "oui oui" and "000 oui" come once
+    b_y[num], b_y[word] = 58.0, 60.0
+    checkpoint.save(payload, tmp_path / "words.pt")
+    words = translate(["-m", str(tmp_path / "words.pt")] + base[2:] + ["--no-repeat-ngram", "2"], line)
+    words = words.stdout.decode().split()
+    assert words[:4] == ["oui", "oui", "000", "oui"] and not repeats(words, 2, free={"000"}.__contains__)
+    pooled = translate(base + ["--no-repeat-ngram", "2", "--workers", "2", "--threads", "2", "--batch-size", "1",
+                               "--window", "2"], line * 4).stdout.decode()
+    assert pooled == free * 4
 
 
 def test_off_is_byte_identical_to_not_passing_the_option(trained, data_dir, tmp_path):

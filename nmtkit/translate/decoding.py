@@ -56,10 +56,11 @@ def collate_prefixes(prefixes: list[np.ndarray | None]) -> tuple[torch.Tensor, t
 
 def decode_batch(models: list, sources: list[np.ndarray], device, decode: DecodeConfig,
                  need_attention: bool = False, bf16: bool = False, prefixes: list[np.ndarray | None] | None = None,
-                 keys: list | None = None) -> list[list[Hypothesis]]:
+                 keys: list | None = None, numbers=None) -> list[list[Hypothesis]]:
     """Beam search (:func:`nmtkit.translate.search.beam_search`) over source id arrays (without ``</s>``) as
     ``decode`` says, or with ``decode.sampling`` ``decode.nbest`` samples per sentence drawn with the keys
-    ``(decode.seed, *keys[k])``: each sentence's hypotheses, with attention (if asked for) as float32 numpy arrays
+    ``(decode.seed, *keys[k])`` (``numbers``: the target tokens the n-gram block leaves free, bool (V,)): each
+    sentence's hypotheses, with attention (if asked for) as float32 numpy arrays
     (len(tokens) + 1, Tx)."""
     device = torch.device(device)
     src, lens = collate_source(sources)
@@ -68,10 +69,10 @@ def decode_batch(models: list, sources: list[np.ndarray], device, decode: Decode
         if decode.sampling is not None:
             keys = keys if keys is not None else [(k,) for k in range(len(sources))]
             hyps = sample(models, src.to(device), lens.to(device), [(decode.seed, *k) for k in keys], decode,
-                          need_attention=need_attention, prefix=prefix, prefix_lens=prefix_lens)
+                          need_attention=need_attention, prefix=prefix, prefix_lens=prefix_lens, numbers=numbers)
         else:
             hyps = beam_search(models, src.to(device), lens.to(device), decode, need_attention=need_attention,
-                               prefix=prefix, prefix_lens=prefix_lens)
+                               prefix=prefix, prefix_lens=prefix_lens, numbers=numbers)
     for sentence in hyps:
         for h in sentence:
             if h.attention is not None:

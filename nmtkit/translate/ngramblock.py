@@ -8,6 +8,14 @@ expansions (for n = 1: every token it has produced, so no token repeats). A forc
 hypothesis' history, but the prefix itself is never blocked (the caller applies the block before forcing it), and
 ``</s>`` is never blocked, so a hypothesis can always end.
 
+**Number tokens are never blocked.** A token with a digit in it (:func:`number_tokens` of the target vocabulary)
+may always follow: a number repeats its digits ("1 000 000" with digits split is the pieces ``▁1 ▁0 0 0 ▁0 0 0``,
+whose 3-gram ``▁0 0 0`` comes twice) and a text repeats its numbers ("en 1995 et en 1996"); blocking them cost a
+briefly trained model one number in thirteen (``tests/bench/results/bench_recipe.txt``).  Every other token is
+blocked as before, also after a window that holds digits, so a loop through a number ("en 1995, en 1995, ...") is
+still cut, at its first word or punctuation mark.  ``nmt-translate --block-numbers`` blocks numbers too (fairseq's
+rule).
+
 :func:`ban_repeats` does it for all hypotheses at once on their (R, t) token tensor: the last n−1 tokens are
 compared with every earlier window of n−1 tokens (``unfold``), and the tokens that followed the matching windows are
 set to −inf with one ``scatter_reduce`` (min), which handles a token banned twice without a Python loop. It was
@@ -26,9 +34,16 @@ import torch
 from nmtkit.data.vocab import EOS
 
 
-def ban_repeats(logp: torch.Tensor, history: torch.Tensor, n: int) -> None:
+def number_tokens(tokens: list[str]) -> torch.Tensor:
+    """bool (V,): which entries of a target vocabulary (its token strings, in id order) hold a decimal digit -- a
+    digit piece, a subword or a whole word such as "1995" or "3,5"."""
+    return torch.tensor([any(c.isdigit() for c in tok) for tok in tokens], dtype=torch.bool)
+
+
+def ban_repeats(logp: torch.Tensor, history: torch.Tensor, n: int, free: torch.Tensor | None = None) -> None:
     """In place: logp (R, V) of R hypotheses whose tokens so far are history (R, t) → each row's tokens that would
-    repeat one of its n-grams set to −inf (``</s>`` never). Nothing to do before a hypothesis has n tokens."""
+    repeat one of its n-grams set to −inf (``</s>`` never, nor with ``free``, bool (V,), a free token). Nothing to
+    do before a hypothesis has n tokens."""
     R, t = history.shape
     if n < 1 or t < n:
         return
@@ -39,15 +54,18 @@ def ban_repeats(logp: torch.Tensor, history: torch.Tensor, n: int) -> None:
         windows = history[:, : t - 1].unfold(1, n - 1, 1)  # (R, t-n+1, n-1) the earlier windows, as a view
         last = history[:, t - n + 1:].unsqueeze(1)  # (R, 1, n-1) the hypothesis' last n-1 tokens
         hit = (windows == last).all(dim=2) & (nxt != EOS)  # (R, t-n+1)
+    if free is not None:
+        hit &= ~free[nxt]  # (R, t-n+1) a free token is never the one banned
     # min(logp, -inf) where banned, min(logp, +inf) = logp elsewhere: duplicates in nxt are harmless
     bans = torch.full(nxt.shape, math.inf, dtype=logp.dtype, device=logp.device).masked_fill_(hit, -math.inf)
     logp.scatter_reduce_(1, nxt, bans, reduce="amin")
 
 
-def banned_after(tokens: list[int], n: int) -> set[int]:
+def banned_after(tokens: list[int], n: int, free: set[int] = frozenset()) -> set[int]:
     """The tokens that may not follow ``tokens`` (one hypothesis) under the n-gram block: those that followed an
-    earlier occurrence of its last n−1 tokens (``</s>`` never; none when off or shorter than n)."""
+    earlier occurrence of its last n−1 tokens (``</s>`` never, nor a token of ``free``; none when off or shorter
+    than n)."""
     if n < 1 or len(tokens) < n:
         return set()
     tail = tokens[len(tokens) - n + 1:]
-    return {tokens[i + n - 1] for i in range(len(tokens) - n + 1) if tokens[i: i + n - 1] == tail} - {EOS}
+    return {tokens[i + n - 1] for i in range(len(tokens) - n + 1) if tokens[i: i + n - 1] == tail} - {EOS} - free

@@ -20,6 +20,8 @@ Every search takes its settings as one :class:`nmtkit.translate.config.DecodeCon
   tokens twice: where its last n−1 tokens equal an earlier (n−1)-gram of it, the tokens that followed that earlier
   one get −inf before the top-k (:mod:`nmtkit.translate.ngramblock`); a forced prefix counts as history but is never
   blocked, ``</s>`` never is. The history is the hypothesis' own token row, reordered with it after each top-k.
+  Given ``numbers`` (bool (V,): the target tokens holding a digit, :func:`~nmtkit.translate.ngramblock.number_tokens`),
+  those tokens are never blocked, unless ``block_numbers``.
 - :func:`greedy`: the plain batched greedy decoder (validation during training; equal to ``beam = 1``).
 - :func:`beam_search_reference`: one sentence at a time with Python lists — slow, obviously right, and the yardstick
   the batched search is tested against.
@@ -78,6 +80,14 @@ class Ensemble:
         return logp, new_states, alpha
 
 
+def free_tokens(decode: DecodeConfig, numbers: torch.Tensor | None, device) -> torch.Tensor | None:
+    """The tokens the n-gram block leaves free (bool (V,) on ``device``), or None: ``numbers`` unless
+    ``decode.block_numbers`` (or no block)."""
+    if numbers is None or not decode.no_repeat_ngram or decode.block_numbers:
+        return None
+    return torch.as_tensor(numbers, dtype=torch.bool).to(device)
+
+
 def _limits(src_lens: torch.Tensor, max_len_a: float, max_len_b: int,
             prefix_lens: torch.Tensor | None = None) -> torch.Tensor:
     """Most output tokens (without </s>) per sentence; src_lens count the source's </s>; at least the prefix."""
@@ -87,7 +97,8 @@ def _limits(src_lens: torch.Tensor, max_len_a: float, max_len_b: int,
 
 def _mask_step(logp: torch.Tensor, no_unk: bool, t: int, prefix: torch.Tensor | None = None,
                prefix_lens: torch.Tensor | None = None, sentences: torch.Tensor | None = None, K: int = 1,
-               history: torch.Tensor | None = None, no_repeat_ngram: int = 0) -> None:
+               history: torch.Tensor | None = None, no_repeat_ngram: int = 0,
+               free: torch.Tensor | None = None) -> None:
     """In place, at step t: :func:`_mask`, and with ``no_repeat_ngram`` the n-gram block over the rows' tokens so
     far, history (rows, t); then rows (K per sentence, ``sentences`` (A,) their batch ids) whose prefix is longer
     than t may only continue with its token t, at its log-probability before the masking (so never blocked)."""
@@ -99,7 +110,7 @@ def _mask_step(logp: torch.Tensor, no_unk: bool, t: int, prefix: torch.Tensor | 
             forcing = rows, tok, logp[rows, tok]  # (a copy of R values, taken before the masking)
     _mask(logp, no_unk)
     if no_repeat_ngram:
-        ban_repeats(logp, history, no_repeat_ngram)
+        ban_repeats(logp, history, no_repeat_ngram, free)
     if forcing is not None:
         rows, tok, kept = forcing
         logp[rows] = -math.inf
@@ -159,11 +170,12 @@ def one_token_at_a_time(models, src: torch.Tensor, src_lens: torch.Tensor, choos
                         max_len_a: float = 2.0, max_len_b: int = 10, no_unk: bool = False,
                         need_attention: bool = False, prefix: torch.Tensor | None = None,
                         prefix_lens: torch.Tensor | None = None,
-                        no_repeat_ngram: int = 0) -> tuple[list[list[int]], list[float], torch.Tensor | None]:
+                        no_repeat_ngram: int = 0, free: torch.Tensor | None = None
+                        ) -> tuple[list[list[int]], list[float], torch.Tensor | None]:
     """The left-to-right loop of greedy decoding and of sampling: ``n`` rows per sentence of src (B, Tx) with
     ``</s>``, each extended by one token a step, ``choose(logp (B·n, V), t) -> y (B·n,)`` picking it from the masked
     log-probabilities (``<pad>``, ``<s>``, with ``no_unk`` ``<unk>``; with ``no_repeat_ngram`` the tokens that would
-    repeat an n-gram of the row; a prefix's token t where it is longer than t; only ``</s>`` at the length limit),
+    repeat an n-gram of the row, never a ``free`` token; a prefix's token t where it is longer than t; only ``</s>`` at the length limit),
     until every row has ended.  -> each row's tokens (without ``</s>``), its log-probability, and with
     ``need_attention`` α (B·n, T, Tx)."""
     if no_repeat_ngram < 0:
@@ -187,7 +199,7 @@ def one_token_at_a_time(models, src: torch.Tensor, src_lens: torch.Tensor, choos
     for t in range(T):
         logp, states, alpha = ens.step(y, states, encs)  # (B·n, V), α (B·n, Tx)
         _mask_step(logp, no_unk, t, prefix, prefix_lens, sentences, n,
-                   history[:, :t] if history is not None else None, no_repeat_ngram)
+                   history[:, :t] if history is not None else None, no_repeat_ngram, free)
         _only_eos(logp, t >= limits)  # (at the limit only </s> may follow)
         y = choose(logp, t)  # (B·n,)
         step = logp.gather(1, y[:, None]).squeeze(1).double()
@@ -205,27 +217,31 @@ def one_token_at_a_time(models, src: torch.Tensor, src_lens: torch.Tensor, choos
     return tokens, scores.tolist(), (torch.stack(alphas, dim=1) if need_attention else None)
 
 
-def greedy(models, src: torch.Tensor, src_lens: torch.Tensor, decode: DecodeConfig = DEFAULT) -> list[Hypothesis]:
+def greedy(models, src: torch.Tensor, src_lens: torch.Tensor, decode: DecodeConfig = DEFAULT,
+           numbers: torch.Tensor | None = None) -> list[Hypothesis]:
     """Batched greedy decoding: src (B, Tx) with ``</s>``, src_lens (B,) → one hypothesis per sentence, in order
-    (``decode``'s max_len_a/b, no_unk and no_repeat_ngram; its beam is not read)."""
+    (``decode``'s max_len_a/b, no_unk and no_repeat_ngram with ``numbers`` free; its beam is not read)."""
     tokens, scores, _ = one_token_at_a_time(models, src, src_lens, lambda logp, t: logp.argmax(dim=-1),
                                             max_len_a=decode.max_len_a, max_len_b=decode.max_len_b,
-                                            no_unk=decode.no_unk, no_repeat_ngram=decode.no_repeat_ngram)
+                                            no_unk=decode.no_unk, no_repeat_ngram=decode.no_repeat_ngram,
+                                            free=free_tokens(decode, numbers, src.device))
     return [Hypothesis(toks, score, score) for toks, score in zip(tokens, scores)]
 
 
 @torch.no_grad()
 def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, decode: DecodeConfig = DEFAULT,
                 need_attention: bool = False, prefix: torch.Tensor | None = None,
-                prefix_lens: torch.Tensor | None = None) -> list[list[Hypothesis]]:
+                prefix_lens: torch.Tensor | None = None, numbers: torch.Tensor | None = None) -> list[list[Hypothesis]]:
     """Batched beam search: src (B, Tx) with ``</s>``, src_lens (B,), optionally prefix (B, P) target ids padded
     with ``<pad>`` and prefix_lens (B,) → for each sentence its ``decode.nbest`` best hypotheses, best first (see the
     module docstring for the exact procedure; ``decode``: beam, nbest, lenpen, max_len_a/b, no_unk, coverage_penalty,
-    no_repeat_ngram), with their attention when ``need_attention``."""
+    no_repeat_ngram, block_numbers; ``numbers``: the tokens the block leaves free), with their attention when
+    ``need_attention``."""
     beam, nbest, lenpen, no_unk = decode.beam, decode.nbest, decode.lenpen, decode.no_unk
     coverage_penalty, no_repeat_ngram = decode.coverage_penalty, decode.no_repeat_ngram
     ens = Ensemble(models)
     dev = src.device
+    free = free_tokens(decode, numbers, dev)
     B, K = src.shape[0], beam
     if prefix is not None:
         prefix, prefix_lens = prefix.to(dev), prefix_lens.to(dev)
@@ -250,7 +266,7 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, decode: Decod
         A = alive.numel()
         logp, states, alpha = ens.step(y, states, encs)  # (A*K, V), α (A*K, Tx)
         V = logp.shape[1]
-        _mask_step(logp, no_unk, t, prefix, prefix_lens, alive, K, tokens, no_repeat_ngram)  # tokens (A*K, t)
+        _mask_step(logp, no_unk, t, prefix, prefix_lens, alive, K, tokens, no_repeat_ngram, free)  # tokens (A*K, t)
         if words is not None:
             if alpha is None:
                 raise ValueError("the coverage penalty needs an attention model (rnnsearch)")
@@ -315,8 +331,10 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, decode: Decod
 
 @torch.no_grad()
 def beam_search_reference(models, src_ids: list[int], decode: DecodeConfig = DEFAULT,
-                          prefix: list[int] | None = None) -> list[Hypothesis]:
+                          prefix: list[int] | None = None, numbers: torch.Tensor | None = None) -> list[Hypothesis]:
     """The same search for one sentence (ids without ``</s>``), hypothesis by hypothesis with Python lists."""
+    free = free_tokens(decode, numbers, "cpu")
+    free = frozenset() if free is None else frozenset(free.nonzero().flatten().tolist())
     beam, nbest, lenpen, no_unk = decode.beam, decode.nbest, decode.lenpen, decode.no_unk
     coverage_penalty, no_repeat_ngram = decode.coverage_penalty, decode.no_repeat_ngram
     ens = Ensemble(models)
@@ -335,7 +353,7 @@ def beam_search_reference(models, src_ids: list[int], decode: DecodeConfig = DEF
             raw = logp.clone()
             _mask(logp, no_unk)
             new_cov = cov if alpha is None else [c + float(a) for c, a in zip(cov, alpha[0])]
-            banned = banned_after(toks, no_repeat_ngram)  # (the prefix counts as history; its tokens are forced)
+            banned = banned_after(toks, no_repeat_ngram, free)  # (the prefix counts as history; its tokens are forced)
             for v in range(logp.shape[1]):
                 lp = -math.inf if v in banned else float(logp[0, v])
                 if t < len(prefix):

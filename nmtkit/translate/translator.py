@@ -47,6 +47,7 @@ from nmtkit.translate.decoding import build_models, decode_batch, load_checkpoin
 from nmtkit.errors import InputError, WorkerError
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.search import Hypothesis
+from nmtkit.translate.ngramblock import number_tokens
 from nmtkit.streaming import windows
 from nmtkit.data.text import Preprocessor, TextConfig
 from nmtkit.data.vocab import SPECIALS, UNK, Vocabulary
@@ -128,7 +129,9 @@ class Translator:
             raise InputError("alignments, attention, --coverage-penalty and --replace-unk need an attention model "
                              f"(rnnsearch); this checkpoint is {self.models[0].arch}", checkpoints[0])
         # decode_batch's settings, also sent to the worker processes
-        self._options = dict(decode=decode, need_attention=self.need_attention, bf16=bf16)
+        # (numbers: the target tokens with a digit, which the n-gram block leaves free)
+        self._options = dict(decode=decode, need_attention=self.need_attention, bf16=bf16,
+                             numbers=number_tokens(self.tgt_vocab.tokens).numpy())
         threads = threads or torch.get_num_threads()
         self._lazy_pool = workers == 0  # automatic: start processes only for an input that fills a window
         if workers == 0:  # processes rather than threads on a CPU (see nmtkit.translate.pool)
