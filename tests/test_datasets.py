@@ -32,6 +32,8 @@ from nmtkit import datasets
 from nmtkit.datasets import CATALOGUE, CHUNK, CONVERSIONS, KINDS, Fetcher, download, hansards, sha256sum
 from nmtkit.errors import InputError
 
+from conftest import lines_of
+
 REPO = Path(__file__).resolve().parents[1]
 NEWS14 = ("wmt14/newstest2014.en", "wmt14/newstest2014.fr")
 
@@ -452,6 +454,32 @@ def test_the_two_sides_of_a_mirrors_corpus_must_agree(server, tmp_path):
     records = json.loads((cache / "manifest.json").read_text())["files"]
     assert [records["data/" + rel]["lines"] for rel in EUROPARL] == [10, 10]
     assert got.files["fr"].read_bytes() == fr
+
+
+def test_a_side_in_the_other_language_is_not_trusted(server, data_dir, tmp_path):
+    """#34 item 2: text of the right language.  Real Hansards lines: the two sides swapped, or French on the English
+    side, are refused with one line naming each wrong side and what it reads as, and nothing is cached; the right
+    pair is taken."""
+    en = "".join(x + "\n" for x in lines_of(data_dir / "hansards" / "dev.en", 400)).encode()
+    fr_lines = lines_of(data_dir / "hansards" / "dev.fr", 400)
+    fr = "".join(x + "\n" for x in fr_lines).encode()
+    cache = tmp_path / "cache"
+    server.extra["/" + EUROPARL[0]], server.extra["/" + EUROPARL[1]] = fr, en
+    with pytest.raises(InputError, match=r"^europarl-v7: wmt14/europarl-v7.fr-en.en reads as French \([\d,]+ English "
+                       r"function words, [\d,]+ French in its first 1,000 lines\) \(http://\S+\); "
+                       r"wmt14/europarl-v7.fr-en.fr reads as English \(.*\): not the English and the French side; "
+                       r"wmt14/europarl-v7.fr-en.en and wmt14/europarl-v7.fr-en.fr removed from the cache$"):
+        http_fetcher(server, cache, retries=0).get("europarl-v7")
+    assert _cached_files(cache) == ["manifest.json"]
+    other = "".join(x + "\n" for x in fr_lines[200:] + fr_lines[:200]).encode()  # French, other order: not the same
+    server.extra["/" + EUROPARL[0]], server.extra["/" + EUROPARL[1]] = other, fr
+    with pytest.raises(InputError, match=r"^europarl-v7: wmt14/europarl-v7.fr-en.en reads as French .*: not the "
+                                         r"English and the French side; .* removed from the cache$") as e:
+        http_fetcher(server, cache, retries=0).get("europarl-v7")
+    assert "fr-en.fr reads" not in str(e.value)
+    server.extra["/" + EUROPARL[0]], server.extra["/" + EUROPARL[1]] = en, fr
+    got = http_fetcher(server, cache, retries=0).get("europarl-v7")
+    assert got.files["en"].read_bytes() == en and got.files["fr"].read_bytes() == fr
 
 
 def test_verify_finds_an_error_page_cached_without_the_checks(tmp_path):

@@ -69,13 +69,15 @@ download is never taken for a corpus:
   NUL byte, not empty, gzip that decompresses to its end when its name ends in ``.gz``, WMT SGML (its ``<srcset>``-like
   header) when it ends in ``.sgm``, and otherwise does not start as an HTML or XML page (``<!DOCTYPE``, ``<html``,
   ``<?xml``, ...); its line count (SGML: segments) is recorded, and the English and French files of a dataset must
-  have as many and must not be one and the same file, unless both are the catalogue's reference copies.
+  have as many, must not be one and the same file, and must each read as their language (of a handful of frequent
+  English and French function words, the first 1,000 lines of the English side hold more English ones and the
+  French side more French ones), unless both are the catalogue's reference copies.
 
 A download that fails is one error line naming its address and what it looked like, a non-zero exit, and is
 removed, nothing recorded; a dataset file that fails is not renamed into place, and a pair that disagrees has its
 newly fetched sides removed. ``--verify`` repeats the content checks on cached files that are not reference copies
-(a cache filled by an older nmtkit). These checks cannot tell a wrong language or a misaligned corpus whose line
-counts agree: only a checksum can.
+(a cache filled by an older nmtkit). These checks cannot tell a misaligned corpus whose line counts agree, nor a
+side of another language than English or French: only a checksum can.
 
 **Cache layout**::
 

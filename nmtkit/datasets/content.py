@@ -180,3 +180,40 @@ def _check_start(block: bytes, sgml: bool, origin: str) -> None:
                          f"{_head(text.lstrip())})", origin)
     if not sgml and _MARKUP.match(text):
         raise InputError(f"is an HTML or XML page, not a corpus (it starts with {_head(text.lstrip())})", origin)
+
+
+# -- language -----------------------------------------------------------------------------------------------------
+
+# frequent words of one language that the other does not use (a handful is enough to tell English from French text)
+FUNCTION_WORDS = {
+    "en": frozenset("the of and to is that for with was this are have which from be it by not".split()),
+    "fr": frozenset("le la les des et est une que qui dans pour pas du sur au sont avec ce".split()),
+}
+SAMPLE_LINES = 1000  # lines read from the start of a file
+MIN_WORDS = 50  # function words of either language needed to judge (fewer: a file too short or too odd to tell)
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+def function_words(path: Path, layout: str) -> dict[str, int]:
+    """How many of each language's :data:`FUNCTION_WORDS` the first :data:`SAMPLE_LINES` lines of a dataset file
+    (already checked by :func:`check_text`; gzip when ``layout`` ends in ``.gz``) hold, lowercased."""
+    opener = gzip.open if layout.endswith(".gz") else open
+    counts = dict.fromkeys(FUNCTION_WORDS, 0)
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        for _, line in zip(range(SAMPLE_LINES), f):
+            for word in _WORD.findall(line.lower()):
+                for lang, words in FUNCTION_WORDS.items():
+                    counts[lang] += word in words
+    return counts
+
+
+def reads_as_other_language(path: Path, layout: str, lang: str) -> str | None:
+    """None when the file's start reads as ``lang`` ("en" or "fr") or cannot be judged; else what it reads as, for
+    the message ("French: 12 English function words, 340 French in its first 1,000 lines")."""
+    counts = function_words(path, layout)
+    other = next(k for k in FUNCTION_WORDS if k != lang)
+    if counts[lang] + counts[other] < MIN_WORDS or counts[lang] >= counts[other]:
+        return None
+    name = {"en": "English", "fr": "French"}
+    return (f"reads as {name[other]} ({counts[lang]:,} {name[lang]} function words, {counts[other]:,} {name[other]} "
+            f"in its first {SAMPLE_LINES:,} lines)")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from nmtkit.datasets import hansards
 from nmtkit.datasets.catalogue import CATALOGUE, CONVERSIONS, DataFile, Dataset, Download, Resolved, lookup
-from nmtkit.datasets.content import check_archive, check_format, check_open_file, check_text
+from nmtkit.datasets.content import check_archive, check_format, check_open_file, check_text, reads_as_other_language
 from nmtkit.datasets.download import (
     CHUNK,
     _lock,
@@ -212,8 +212,9 @@ class Fetcher:
                              "(a damaged cache: remove the file to fetch it again)", path)
 
     def _check_pair(self, d: Dataset, found: dict) -> None:
-        """The two sides of a parallel corpus have as many lines (SGML: segments) and are not the same file, unless
-        both are the catalogue's reference copies. Checked when a side was just fetched (a fetched side that is not
+        """The two sides of a parallel corpus have as many lines (SGML: segments), are not the same file, and each
+        side that is not a reference copy reads as its language (:func:`~nmtkit.datasets.content.
+        reads_as_other_language`), unless both are the catalogue's reference copies. Checked when a side was just fetched (a fetched side that is not
         a reference copy is then removed, with its record, should the check fail) or, with ``verify``, cached."""
         sides = {}
         for lang in ("en", "fr"):
@@ -238,8 +239,13 @@ class Fetcher:
         elif n_en != n_fr:
             problem = (f"{f_en.path} has {n_en:,} {unit} ({src_en}), {f_fr.path} has {n_fr:,} ({src_fr}): not the two "
                        "sides of one parallel corpus")
-        else:
-            return
+        else:  # (the language of each side not known by its checksum)
+            wrong = [f"{f.path} {verdict} ({record.get('url', str(path))})"
+                     for lang, (f, path, _, record) in sides.items() if lang not in reference
+                     if (verdict := reads_as_other_language(path, f.path, lang))]
+            if not wrong:
+                return
+            problem = "; ".join(wrong) + ": not the English and the French side"
         removed = sorted(fresh - reference)
         for lang in removed:
             self.manifest.put(f"data/{d.files[lang].path}", None)
