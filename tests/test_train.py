@@ -1255,6 +1255,29 @@ class _Clock:
         return float(self.readings)
 
 
+def test_a_run_stopped_by_a_real_sigterm_keeps_after_resuming_what_the_uninterrupted_run_keeps(small, tmp_path,
+                                                                                                 monkeypatch):
+    """#34 item 9 with the signal itself (the test above stops at --max-updates): SIGTERM lands in update 7, off
+    the grid of 4; its checkpoint and its validation record go once the resumed run is past them."""
+    import nmtkit.train.trainer as trainer_module
+
+    common = dict(valid_every=4, keep_last=2, valid_bleu_sentences=0, max_updates=14)
+    train(_cfg(small, tmp_path / "A", **common))
+    # two clock readings per update and per scheduled validation: reading 15 starts update 7 (see below)
+    monkeypatch.setattr(trainer_module, "clock", _Clock(term_at=15))
+    stopped = train(_cfg(small, tmp_path / "B", **common))
+    assert stopped["status"] == "interrupted" and stopped["update"] == 7
+    assert _numbered(tmp_path / "B") == ["checkpoint4.pt", "checkpoint7.pt"]
+    assert [r["update"] for r in _valid_records(tmp_path / "B")] == [4, 7]
+    monkeypatch.undo()
+    train(_cfg(small, tmp_path / "B", resume=True, **common))
+    assert _numbered(tmp_path / "A") == _numbered(tmp_path / "B") == ["checkpoint12.pt", "checkpoint14.pt"]
+    assert _valid_records(tmp_path / "A") == _valid_records(tmp_path / "B")
+    assert [r["update"] for r in _valid_records(tmp_path / "B")] == [4, 8, 12, 14]
+    state = checkpoint.load(tmp_path / "B" / "checkpoint_last.pt")["train"]["state"]
+    assert [h["update"] for h in state["history"]] == [4, 8, 12, 14]
+
+
 @pytest.mark.parametrize("kind", ["linear", "cosine"])
 def test_a_time_budget_anneals_by_the_clock_and_resumes_exactly(small, tmp_path, monkeypatch, kind):
     """--max-time with a decaying schedule: the rate reaches --min-lr when the run's time (updates and scheduled
