@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from nmtkit.models import build_model, load_paper_parameters, paper_parameters
-from nmtkit.models.init import initialize
+from nmtkit.errors import InputError
+from nmtkit.models import init
+from nmtkit.train.registry import INITS
 
 from conftest import ARCHS, V_SRC, V_TGT, make_batch, randomize_, tiny  # the shared tiny models and batches
 
@@ -64,14 +66,14 @@ RECURRENT = ("U", "U_z", "U_r")
 def _xavier(arch: str, unit: str, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
     model = build_model(f"{arch}-tiny", V_SRC, V_TGT, encoder_gru=unit)
-    initialize(model, "xavier")
+    INITS.load("xavier")(model)
     return model
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("unit", ["paper", "torch"])
 def test_xavier_initialisation(arch, unit):
-    """initialize(model, "xavier"): every non-recurrent matrix Glorot-uniform on its own shape (within
+    """--init xavier (nmtkit.models.init.xavier): every non-recurrent matrix Glorot-uniform on its own shape (within
     sqrt(6 / (fan_in + fan_out)), with the uniform's std bound/sqrt(3)), v_a as a (1 x n') matrix, U, U_z, U_r
     orthogonal n x n blocks (as in B.1), every bias zero."""
     model = _xavier(arch, unit)
@@ -124,7 +126,7 @@ def test_xavier_initialisation(arch, unit):
 @pytest.mark.parametrize("unit", ["paper", "torch"])
 def test_initialisation_schemes_are_reproducible(arch, unit):
     """Both schemes draw from torch's global generator: the same seed gives the same weights bit for bit; "paper"
-    is the model as built, "xavier" differs from it; an unknown scheme is a ValueError naming the schemes."""
+    is the model as built, "xavier" differs from it; an unknown scheme is one error naming the schemes (nmtkit.train.registry.INITS)."""
     a, b = _xavier(arch, unit), _xavier(arch, unit)
     for (k, x), y in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(x, y), k
@@ -136,24 +138,24 @@ def test_initialisation_schemes_are_reproducible(arch, unit):
     reset = build_model(f"{arch}-tiny", V_SRC, V_TGT, encoder_gru=unit)  # (another draw: different weights)
     assert not torch.equal(built.E_src, reset.E_src)
     torch.manual_seed(0)
-    initialize(reset, "paper")
+    init.paper(reset)
     assert built.state_dict().keys() == reset.state_dict().keys() == a.state_dict().keys()
     for (k, x), y in zip(built.state_dict().items(), reset.state_dict().values()):
         assert x.dtype == y.dtype and torch.equal(x, y), k
     changed = [k for k, x in a.state_dict().items() if not torch.equal(x, built.state_dict()[k])]
     assert "E_src" in changed and "W_o" in changed and len(changed) >= len(a.state_dict()) // 3
     for bad in ("glorot", "Xavier", ""):
-        with pytest.raises(ValueError, match="unknown initialisation .*paper, xavier"):
-            initialize(reset, bad)
+        with pytest.raises(InputError, match="unknown --init .*paper, xavier, xavier-flat"):
+            INITS.load(bad)
     for (k, x), y in zip(built.state_dict().items(), reset.state_dict().values()):
         assert torch.equal(x, y), k  # refused before touching anything
 
 def test_xavier_flat_starts_the_attention_uniform():
-    """initialize(model, "xavier-flat"): the same draws as "xavier" except v_a = 0, so that every e_ij = 0 and α_i is
+    """--init xavier-flat (init.xavier_flat): the same draws as "xavier" except v_a = 0, so that every e_ij = 0 and α_i is
     uniform over each sentence's own positions at the start (padding still 0), while W_a and U_a are Glorot-scaled."""
     torch.manual_seed(0)
     flat = build_model("rnnsearch-tiny", V_SRC, V_TGT)
-    initialize(flat, "xavier-flat")
+    init.xavier_flat(flat)
     xav = _xavier("rnnsearch", "paper")
     for (k, x), y in zip(flat.state_dict().items(), xav.state_dict().values()):
         assert torch.equal(x, torch.zeros_like(y) if k == "attention.v_a" else y), k

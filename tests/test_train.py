@@ -1407,7 +1407,7 @@ def test_recipes_resolve_to_train_configs(small, tmp_path):
 
     with pytest.raises(InputError, match="unknown recipe 'quick'"):
         Trainer(_cfg(small, tmp_path / "run", recipe="quick"))
-    with pytest.raises(InputError, match="unknown initialisation 'glorot' \\(choose from paper, xavier, "
+    with pytest.raises(InputError, match="unknown --init 'glorot' \\(choose from paper, xavier, "
                                          "xavier-flat\\)"):
         Trainer(_cfg(small, tmp_path / "run", init="glorot"))
     assert not (tmp_path / "run").exists()

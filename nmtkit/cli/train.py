@@ -11,6 +11,9 @@ import click
 from nmtkit.cli import CONTEXT, ToolCommand, backend_option, run, setup_logging
 from nmtkit.runtime import tune_malloc
 from nmtkit.train.recipes import RECIPES
+from nmtkit.train.registry import INITS, OPTIMIZERS, SCHEDULES
+
+PAPER = RECIPES["paper"]  # (the defaults: TrainConfig's are the paper's recipe, tests/test_registries.py)
 
 
 def _model_option(ctx, param, values):
@@ -58,9 +61,8 @@ def _list_archs(ctx, param, value):
                    "budget (Glorot init, Adam 1e-3); 'budget', fast annealed to its floor as --max-time or "
                    "--max-updates runs out (see nmtkit/train/recipes.py). Options given explicitly win over it. "
                    "[fast for rnnsearch-small/rnnencdec-small, else paper]")
-@click.option("--init", type=click.Choice(["paper", "xavier", "xavier-flat"]), default="paper", show_default=True,
-              help="Weight initialisation: the paper's Appendix B.1, or Glorot-uniform for every non-recurrent "
-                   "matrix (recurrent ones orthogonal in both); xavier-flat: xavier with v_a = 0, so α starts uniform.")
+@click.option("--init", type=click.Choice(INITS.names()), default=PAPER["init"], show_default=True,
+              help=f"Weight initialisation: {INITS.describe()}.")
 @click.option("--seed", default=1, show_default=True)
 @click.option("--batch-size", default=80, show_default=True, help="Sentence pairs per minibatch.")
 @click.option("--pool-batches", default=20, show_default=True,
@@ -71,14 +73,11 @@ def _list_archs(ctx, param, value):
 @click.option("--init-from", type=click.Path(dir_okay=False), metavar="CKPT",
               help="Start a new run from this checkpoint's weights (fine-tuning): new optimizer, schedule and data; "
                    "its vocabularies must be the data's (nmt-prepare --vocab-from). --resume continues a run instead.")
-@click.option("--optimizer", type=click.Choice(["adadelta", "adam", "sgd"]), default="adadelta", show_default=True)
-@click.option("--lr", default=1.0, show_default=True, help="Learning rate (Adadelta: 1.0).")
-@click.option("--lr-scheduler", type=click.Choice(["constant", "inverse-sqrt", "linear", "cosine", "plateau"]),
-              default="constant", show_default=True,
-              help="Learning-rate schedule: constant; inverse-sqrt (lr·sqrt(N/u) after N warm-up updates); linear "
-              "or cosine (from lr after the warm-up down to --min-lr at --schedule-updates, else at --max-updates or "
-              "when --max-time runs out, whichever comes first); plateau (lr times --lr-decay after --lr-patience "
-              "validations without improvement).")
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS.names()), default=PAPER["optimizer"], show_default=True,
+              help=f"The update rule: {OPTIMIZERS.describe()}.")
+@click.option("--lr", default=PAPER["lr"], show_default=True, help="Learning rate (Adadelta: 1.0).")
+@click.option("--lr-scheduler", type=click.Choice(SCHEDULES.names()), default=PAPER["lr_scheduler"],
+              show_default=True, help=f"Learning-rate schedule: {SCHEDULES.describe()}.")
 @click.option("--warmup-updates", default=0, show_default=True,
               help="Linear warm-up: lr·u/N for the first N updates (any scheduler; 0 = none).")
 @click.option("--lr-decay", default=0.5, show_default=True, help="plateau: factor of each decay.")
@@ -144,7 +143,7 @@ def main(data, arch, save_dir, model_options, quiet, recipe, **options):
       torchrun --nproc_per_node 2 $(which nmt-train) data-bin/small --arch rnnsearch-small --save-dir runs/dp
     """
     from nmtkit.train.recipes import default_recipe, recipe_settings
-    from nmtkit.train.config import train_config
+    from nmtkit.train.config import check_given, train_config
     from nmtkit.train.trainer import train
 
     setup_logging(quiet)
@@ -155,9 +154,11 @@ def main(data, arch, save_dir, model_options, quiet, recipe, **options):
     options = {k: v for k, v in options.items()
                if k not in from_recipe or ctx.get_parameter_source(k) is not click.core.ParameterSource.DEFAULT}
     cfg = train_config(data, arch, save_dir, recipe, model_options=model_options, **options)
+    given = {k for k in options if ctx.get_parameter_source(k) is not click.core.ParameterSource.DEFAULT}
     result = {}
 
     def body():
+        check_given(cfg, given)
         result.update(train(cfg))
 
     try:

@@ -43,37 +43,34 @@ def orthogonal_blocks_(t: Tensor, n: int) -> Tensor:
 
 
 # ------------------------------------------------------------------------------------------- initialisation schemes
-INIT_SCHEMES = ("paper", "xavier", "xavier-flat")
+# (registered by name for nmt-train --init in nmtkit/train/registry.py: INITS)
 RECURRENT = ("U", "U_z", "U_r")  # the paper's recurrent matrices (suffixes of enc.fwd.*, enc.bwd.*, dec.*)
 
 
 @torch.no_grad()
-def initialize(model, scheme: str = "paper") -> None:
-    """(Re-)initialise every parameter of an RNNsearch / RNNencdec by a named scheme, from torch's global generator.
-
-    - ``paper``: Appendix B.1 (see the top of this module), the very weights the model's constructor draws from the
-      generator's state: under ``torch.manual_seed(s)`` those of ``build_model`` under ``torch.manual_seed(s)``.
-    - ``xavier``: Glorot-uniform for every non-recurrent matrix, each of the paper's matrices on its own shape
-      (W_z, W_r and W separately; embeddings, C's, W_s, U_o, V_o, C_o, W_o, W_a, U_a); v_a as a (1 × n') matrix;
-      U, U_z, U_r random orthogonal as in B.1; biases zero.  B.1's N(0, 0.01²) is 6x smaller than Glorot's scale
-      for a 256 × 256 matrix and its N(0, 0.001²) W_a, U_a with v_a = 0 start the alignment model flat: with
-      either, a small model learns far less in its first thousands of updates (tests/bench/bench_learning.py).
-    - ``xavier-flat``: ``xavier``, but v_a = 0 as in B.1, so that α starts uniform (every e_ij = 0) while
-      tanh(W_a s_{i-1} + U_a h_j), from Glorot-scaled W_a and U_a, already tells the positions apart.
-    """
-    if scheme not in INIT_SCHEMES:
-        raise ValueError(f"unknown initialisation '{scheme}' (choose from {', '.join(INIT_SCHEMES)})")
-    if scheme == "paper":
-        if any(p.is_meta for p in model.parameters()):
-            model.reset_parameters()  # (nothing to draw)
-            return
-        # the weights of the model as built under the generator's state: the constructors draw in another order
-        # than reset_parameters (the encoder and decoder first, nn.GRU's own init too), so build one on the CPU,
-        # as build_model does, and copy it in
-        fresh = type(model)(model.config).state_dict()
-        for name, p in model.state_dict().items():
-            p.copy_(fresh[name])
+def paper(model) -> None:
+    """Appendix B.1 (see the top of this module), from torch's global generator: the very weights the model's
+    constructor draws from the generator's state, i.e. under ``torch.manual_seed(s)`` those of ``build_model``
+    under ``torch.manual_seed(s)``."""
+    if any(p.is_meta for p in model.parameters()):
+        model.reset_parameters()  # (nothing to draw)
         return
+    # the weights of the model as built under the generator's state: the constructors draw in another order than
+    # reset_parameters (the encoder and decoder first, nn.GRU's own init too), so build one on the CPU, as
+    # build_model does, and copy it in
+    fresh = type(model)(model.config).state_dict()
+    for name, p in model.state_dict().items():
+        p.copy_(fresh[name])
+
+
+@torch.no_grad()
+def xavier(model, flat: bool = False) -> None:
+    """Glorot-uniform for every non-recurrent matrix of an RNNsearch / RNNencdec, each of the paper's matrices on its
+    own shape (W_z, W_r and W separately; embeddings, C's, W_s, U_o, V_o, C_o, W_o, W_a, U_a); v_a as a (1 × n')
+    matrix; U, U_z, U_r random orthogonal as in B.1; biases zero; from torch's global generator.  B.1's
+    N(0, 0.01²) is 6x smaller than Glorot's scale for a 256 × 256 matrix and its N(0, 0.001²) W_a, U_a with v_a = 0
+    start the alignment model flat: with either, a small model learns far less in its first thousands of updates
+    (tests/bench/bench_learning.py).  ``flat``: v_a = 0 as in B.1 (:func:`xavier_flat`)."""
     model.reset_parameters()
     from nmtkit.models.params import load_paper_parameters, paper_parameters
 
@@ -84,8 +81,14 @@ def initialize(model, scheme: str = "paper") -> None:
             continue
         if leaf == "v_a":
             torch.nn.init.xavier_uniform_(p.view(1, -1))
-            if scheme == "xavier-flat":
+            if flat:
                 p.zero_()
         else:
             torch.nn.init.xavier_uniform_(p)
     load_paper_parameters(model, params)
+
+
+def xavier_flat(model) -> None:
+    """:func:`xavier`, but v_a = 0 as in B.1, so that α starts uniform (every e_ij = 0) while
+    tanh(W_a s_{i-1} + U_a h_j), from Glorot-scaled W_a and U_a, already tells the positions apart."""
+    xavier(model, flat=True)

@@ -9,12 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nmtkit.errors import InputError
-from nmtkit.models.init import INIT_SCHEMES
 from nmtkit.models.registry import BACKENDS, default_backend
 from nmtkit.train.recipes import RECIPES, default_recipe, recipe_settings
-from nmtkit.train.schedule import BUDGETED, SCHEDULERS
-
-OPTIMIZERS = ("adadelta", "adam", "sgd")
+from nmtkit.train.registry import INITS, OPTIMIZERS, SCHEDULES
 METRICS = ("bleu", "loss")
 
 
@@ -27,7 +24,7 @@ class TrainConfig:
     save_dir: str
     model_options: dict = field(default_factory=dict)  # overrides of the model config (emb_dim=…, dropout=…)
     recipe: str = "paper"  # the recipe the settings came from (nmtkit.train.recipes; recorded, the fields rule)
-    init: str = "paper"  # weight initialisation (nmtkit.models.init.INIT_SCHEMES): Appendix B.1 or Glorot
+    init: str = "paper"  # weight initialisation (nmtkit.train.registry.INITS): Appendix B.1 or Glorot
     label_smoothing: float = 0.0  # ε: train on the cross-entropy against (1 − ε)·onehot(y) + ε/V; 0 = the paper's
     bpe_dropout: float | None = None  # skip each BPE merge of the training pairs with this probability
     #   (nmtkit.data.bpedropout); None = the prepared corpus's (nmt-prepare --bpe-dropout), 0 when it has none
@@ -37,9 +34,9 @@ class TrainConfig:
     max_len: int | None = None  # train on pairs of at most this many tokens per side (default: the model's)
     update_freq: int = 1  # minibatches per update (gradient accumulation: the update of one N times as large)
     init_from: str | None = None  # a checkpoint whose weights start a new run (not --resume: a fresh optimizer)
-    optimizer: str = "adadelta"
+    optimizer: str = "adadelta"  # nmtkit.train.registry.OPTIMIZERS
     lr: float = 1.0
-    lr_scheduler: str = "constant"  # nmtkit.train.schedule: constant, inverse-sqrt, linear, cosine or plateau
+    lr_scheduler: str = "constant"  # nmtkit.train.registry.SCHEDULES: constant, inverse-sqrt, linear, cosine, ...
     warmup_updates: int = 0  # linear warm-up over the first N updates (lr·u/N), with every scheduler
     lr_decay: float = 0.5  # plateau: the factor of each decay
     lr_patience: int = 1  # plateau: decay after this many validations without improvement
@@ -84,8 +81,7 @@ class TrainConfig:
         return 0.0 if self.schedule_updates else self.max_time
 
     def check(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise InputError(f"unknown optimizer '{self.optimizer}' (choose from {', '.join(OPTIMIZERS)})")
+        OPTIMIZERS.check(self.optimizer)
         if self.recipe not in RECIPES:
             raise InputError(f"unknown recipe '{self.recipe}' (choose from {', '.join(RECIPES)})")
         if self.backend is not None and self.backend not in BACKENDS:
@@ -95,12 +91,10 @@ class TrainConfig:
                 default_backend()  # ($NMTKIT_BACKEND, checked before anything is written)
             except ValueError as e:
                 raise InputError(str(e)) from None
-        if self.init not in INIT_SCHEMES:
-            raise InputError(f"unknown initialisation '{self.init}' (choose from {', '.join(INIT_SCHEMES)})")
+        INITS.check(self.init)
         if self.best_metric not in METRICS:
             raise InputError(f"unknown metric '{self.best_metric}' (choose from {', '.join(METRICS)})")
-        if self.lr_scheduler not in SCHEDULERS:
-            raise InputError(f"unknown --lr-scheduler '{self.lr_scheduler}' (choose from {', '.join(SCHEDULERS)})")
+        SCHEDULES.check(self.lr_scheduler)
         for name in ("batch_size", "pool_batches", "valid_every", "valid_batch_size", "keep_last", "log_every",
                      "valid_beam", "lr_patience", "update_freq"):
             if getattr(self, name) < 1:
@@ -127,7 +121,9 @@ class TrainConfig:
                                ("max_len", self.max_len is None or self.max_len >= 1, "at least 1")):
             if not ok:
                 raise InputError(f"--{name.replace('_', '-')} must be {want} (got {getattr(self, name)})")
-        if self.lr_scheduler in BUDGETED and self.horizon <= self.warmup_updates and not self.time_horizon:
+        from nmtkit.train.schedule import schedule_class
+
+        if schedule_class(self.lr_scheduler).budgeted and self.horizon <= self.warmup_updates and not self.time_horizon:
             raise InputError(f"--lr-scheduler {self.lr_scheduler} decays to --min-lr at the end of the run: it needs "
                              f"--schedule-updates or --max-updates above --warmup-updates (got {self.horizon} and "
                              f"{self.warmup_updates}), or a time budget (--max-time)")
@@ -140,6 +136,19 @@ class TrainConfig:
             raise InputError("--resume and --force exclude each other")
         if self.resume and self.init_from:
             raise InputError("--resume continues a run with its own weights; --init-from starts a new one: choose one")
+
+
+def check_given(cfg: TrainConfig, given: set[str]) -> None:
+    """The settings given explicitly (``given``: field names; nmt-train's options not left at their defaults) are read
+    by this run: a setting that only another optimizer or schedule reads (``--rho`` with Adam) is an error, not a
+    silently ignored option."""
+    for registry, chosen in ((OPTIMIZERS, cfg.optimizer), (SCHEDULES, cfg.lr_scheduler), (INITS, cfg.init)):
+        own = set(registry[chosen].settings)
+        for name in registry.names():
+            for setting in sorted(set(registry[name].settings) & given - own):
+                readers = [n for n in registry.names() if setting in registry[n].settings]
+                raise InputError(f"--{setting.replace('_', '-')} is read by {registry.option} "
+                                 f"{' or '.join(readers)} only; this run's is {chosen}")
 
 
 # the settings of the updates themselves: a resumed run that changes one is warned (a checkpoint from before one of

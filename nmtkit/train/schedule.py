@@ -1,4 +1,6 @@
-"""Learning-rate schedules of ``nmt-train`` (``--lr-scheduler``, ``--warmup-updates``, ``--lr-decay``, ...).
+"""Learning-rate schedules of ``nmt-train`` (``--lr-scheduler``, ``--warmup-updates``, ``--lr-decay``, ...): one
+subclass of :class:`Schedule` each, registered by name in nmtkit/train/registry.py (``SCHEDULES``); the base class
+holds the warm-up, the floor and the state, a subclass the rate after the warm-up.
 
 The learning rate of update u (1-based: the first update is u = 1), for base rate ``lr`` and ``N`` warm-up updates:
 
@@ -32,8 +34,8 @@ scheduled validations, across resumptions), saved in every checkpoint: a resumed
 the schedule.
 
 After the warm-up no rate falls below ``min_lr`` (the floor of the decaying schedules; 0 = none).  The rate is a
-pure function of the update number, the time trained (time budgets only) and of :class:`LRSchedule`'s state (plateau's factor, count and best), which goes
-into the checkpoint, so that a resumed run follows the schedule of an uninterrupted one exactly.  The trainer writes the
+pure function of the update number, the time trained (time budgets only) and of the :class:`Schedule`'s state
+(plateau's factor, count and best), which goes into the checkpoint, so that a resumed run follows the schedule of an uninterrupted one exactly.  The trainer writes the
 rate into every parameter group of the optimizer (``group["lr"]``) before each update: torch's Adam and SGD and
 nmtkit's Adadelta read it there at every step.
 """
@@ -42,23 +44,25 @@ from __future__ import annotations
 
 import math
 
-SCHEDULERS = ("constant", "inverse-sqrt", "linear", "cosine", "plateau")
-BUDGETED = ("linear", "cosine")  # the schedules that need a horizon: an update to end at, or a time budget
+from nmtkit.train.registry import SCHEDULES
 
 
-class LRSchedule:
-    """The learning rate at each update; ``lr(u)``, ``on_validation(u, metric)``, ``state_dict()`` for resuming."""
+class Schedule:
+    """The learning rate at each update: ``lr(u, elapsed)``, ``on_validation(u, metric)``, ``state_dict()`` for
+    resuming.  A subclass gives the rate after the warm-up (:meth:`rate`); ``budgeted`` ones need a horizon (an
+    update to end at, or a time budget)."""
 
-    def __init__(self, kind: str, lr: float, warmup: int = 0, decay: float = 0.5, patience: int = 1,
-                 min_lr: float = 0.0, total: int = 0, budget: float = 0.0, decay_fraction: float = 1.0):
-        if kind not in SCHEDULERS:
-            raise ValueError(f"unknown scheduler '{kind}' (choose from {', '.join(SCHEDULERS)})")
-        if kind in BUDGETED and total <= warmup and not budget > 0:
-            raise ValueError(f"the {kind} schedule needs a last update after the warm-up ({total} <= {warmup}) or "
-                             "a time budget")
+    budgeted = False
+
+    def __init__(self, lr: float, warmup: int = 0, decay: float = 0.5, patience: int = 1, min_lr: float = 0.0,
+                 total: int = 0, budget: float = 0.0, decay_fraction: float = 1.0, kind: str = ""):
+        self.kind = kind or type(self).__name__.lower()  # (the registered name, for messages)
+        if self.budgeted and total <= warmup and not budget > 0:
+            raise ValueError(f"the {self.kind} schedule needs a last update after the warm-up ({total} <= {warmup}) "
+                             "or a time budget")
         if not 0 < decay_fraction <= 1:
             raise ValueError(f"the decay fraction must be in (0, 1] (got {decay_fraction})")
-        self.kind, self.base, self.warmup = kind, lr, warmup
+        self.base, self.warmup = lr, warmup
         self.total = total if total > warmup else 0  # (0: no update horizon, the time budget alone)
         self.budget, self.decay_fraction = budget, decay_fraction
         self.decay, self.patience, self.min_lr = decay, patience, min_lr
@@ -79,40 +83,20 @@ class LRSchedule:
         """The learning rate of update ``update`` (1-based), ``elapsed`` seconds into the run (time budgets)."""
         if update <= self.warmup:
             return self.base * update / self.warmup
-        if self.kind == "constant":
-            rate = self.base
-        elif self.kind == "inverse-sqrt":
-            rate = self.base * math.sqrt(max(self.warmup, 1) / update)
-        elif self.kind in BUDGETED:
-            span = self.horizon(update, elapsed) - self.warmup
-            done = 1.0 if span <= 0 else min((update - self.warmup) / span, 1.0)  # q, in (0, 1]
-            held = 1 - self.decay_fraction  # (the stable part: the full rate)
-            done = max(done - held, 0.0) / self.decay_fraction
-            left = 1 - done if self.kind == "linear" else (1 + math.cos(math.pi * done)) / 2
-            rate = self.min_lr + (self.base - self.min_lr) * left
-        else:
-            rate = self.base * self.factor
-        return max(rate, self.min_lr)
+        return max(self.rate(update, elapsed), self.min_lr)
+
+    def rate(self, update: int, elapsed: float) -> float:
+        """The rate of an update after the warm-up, before the floor."""
+        raise NotImplementedError
 
     def on_validation(self, update: int, value: float) -> bool:
-        """Take the metric ``value`` (higher is better) of a validation at ``update`` into account (plateau); True
-        when the rate was decayed."""
-        if self.kind != "plateau" or update <= self.warmup:
-            return False
-        improved = self.best is None or value > self.best
-        self.best = value if improved else self.best
-        self.bad = 0 if improved else self.bad + 1
-        if self.bad < self.patience:
-            return False
-        self.bad = 0
-        if self.base * self.factor <= self.min_lr:
-            return False  # already at the floor: the factor stays where the floor took over
-        self.factor *= self.decay
-        return True
+        """Take the metric ``value`` (higher is better) of a validation at ``update`` into account; True when the
+        rate was decayed (plateau)."""
+        return False
 
     def state_dict(self) -> dict:
         state = {"factor": self.factor, "bad": self.bad, "best": self.best}
-        if self.kind in BUDGETED:
+        if self.budgeted:
             state.update(total=self.total, budget=self.budget, decay_fraction=self.decay_fraction)
         return state
 
@@ -120,7 +104,7 @@ class LRSchedule:
         """Restore the state; returns what changed for a resumed run to say (a decaying schedule's last update set
         anew), else None."""
         self.factor, self.bad, self.best = float(state["factor"]), int(state["bad"]), state["best"]
-        if self.kind not in BUDGETED:
+        if not self.budgeted:
             return None
         changes = []
         before = state.get("total")
@@ -135,3 +119,74 @@ class LRSchedule:
         if before != self.decay_fraction:
             changes.append(f"decays over the last {self.decay_fraction:g} of the run, not {before:g}")
         return f"the {self.kind} schedule now " + " and ".join(changes) if changes else None
+
+
+class Constant(Schedule):
+    def rate(self, update, elapsed):
+        return self.base
+
+
+class InverseSqrt(Schedule):
+    def rate(self, update, elapsed):
+        return self.base * math.sqrt(max(self.warmup, 1) / update)
+
+
+class Budgeted(Schedule):
+    """From ``lr`` at the end of the warm-up down to ``min_lr`` at the horizon T, held for the first 1 − F of the
+    span with ``decay_fraction`` F < 1; ``left(q)``: the share of ``lr − min_lr`` left when q of the decay is done."""
+
+    budgeted = True
+
+    def rate(self, update, elapsed):
+        span = self.horizon(update, elapsed) - self.warmup
+        done = 1.0 if span <= 0 else min((update - self.warmup) / span, 1.0)  # q, in (0, 1]
+        held = 1 - self.decay_fraction  # (the stable part: the full rate)
+        done = max(done - held, 0.0) / self.decay_fraction
+        return self.min_lr + (self.base - self.min_lr) * self.left(done)
+
+    def left(self, done: float) -> float:
+        raise NotImplementedError
+
+
+class Linear(Budgeted):
+    def left(self, done):
+        return 1 - done
+
+
+class Cosine(Budgeted):
+    def left(self, done):
+        return (1 + math.cos(math.pi * done)) / 2
+
+
+class Plateau(Schedule):
+    def rate(self, update, elapsed):
+        return self.base * self.factor
+
+    def on_validation(self, update, value):
+        if update <= self.warmup:
+            return False
+        improved = self.best is None or value > self.best
+        self.best = value if improved else self.best
+        self.bad = 0 if improved else self.bad + 1
+        if self.bad < self.patience:
+            return False
+        self.bad = 0
+        if self.base * self.factor <= self.min_lr:
+            return False  # already at the floor: the factor stays where the floor took over
+        self.factor *= self.decay
+        return True
+
+
+def schedule_class(kind: str) -> type[Schedule]:
+    """The class registered as ``kind`` (ValueError naming the choices when there is none)."""
+    if kind not in SCHEDULES:
+        raise ValueError(f"unknown scheduler '{kind}' (choose from {', '.join(SCHEDULES.names())})")
+    cls = SCHEDULES.load(kind)
+    if not (isinstance(cls, type) and issubclass(cls, Schedule)):
+        raise TypeError(f"schedule '{kind}' is registered as {SCHEDULES[kind].target}, which is not a Schedule")
+    return cls
+
+
+def make_schedule(kind: str, lr: float, **settings) -> Schedule:
+    """The schedule registered as ``kind`` with base rate ``lr`` and :class:`Schedule`'s settings."""
+    return schedule_class(kind)(lr, kind=kind, **settings)

@@ -39,19 +39,17 @@ import torch
 from nmtkit.train import averaging, resume, rundir
 from nmtkit.train.distributed import Processes
 from nmtkit.train.trainlog import TrainLog
-from nmtkit.train.adadelta import Adadelta
-from nmtkit.train.optimizers import make_optimizer, takes_sparse_embedding_grads
+from nmtkit.train.optimizers import update_rule
 # (every nmtkit module the run needs is imported when it starts, none at its first validation: a package upgraded
 # under a long run must not meet the run's already-loaded modules halfway)
 from nmtkit.data.batching import EpochSchedule, collate
 from nmtkit.device import resolve_device, warn_if_slow_bf16
 from nmtkit.errors import DivergedError, InputError
-from nmtkit.train.gradients import clip_grad_norm_, grad_norm_and_scale
 from nmtkit.data.manifest import PreparedData
 from nmtkit.progress import Progress
 from nmtkit.models import build_from_checkpoint, build_model, set_backend
-from nmtkit.models.init import initialize
-from nmtkit.train.schedule import LRSchedule
+from nmtkit.train.registry import INITS
+from nmtkit.train.schedule import make_schedule
 from nmtkit.train.config import TRAINING_DEFAULTS, TrainConfig, TrainState  # (TrainConfig: re-exported)
 from nmtkit.train.validation import describe as describe_validation
 from nmtkit.train.validation import validation_bleu, validation_loss
@@ -147,7 +145,7 @@ class Trainer:
                         "src": self.src_vocab, "tgt": self.tgt_vocab}))
                     log.info("weights from %s", cfg.init_from)
                 elif cfg.init != "paper":  # (the modules' own initialisation is B.1's)
-                    initialize(self.model, cfg.init)
+                    INITS.load(cfg.init)(self.model)
             else:
                 resume.check_fits(payload, cfg, (len(self.src_vocab), len(self.tgt_vocab)), self._fingerprint,
                                   self.rundir.file("checkpoint_last.pt"))
@@ -155,17 +153,18 @@ class Trainer:
         except ValueError as e:
             raise InputError(str(e)) from None
         set_backend(self.model, cfg.backend).to(self.device)
-        self.optimizer = make_optimizer(cfg, self.model.parameters())
-        self.model.sparse_embedding_grads = takes_sparse_embedding_grads(self.optimizer, self.device, cfg,
-                                                                         self.model.backend)
+        self.rule = update_rule(cfg)  # (--optimizer: its optimizer, clipping and step)
+        self.optimizer = self.rule.build(list(self.model.parameters()))
+        self.model.sparse_embedding_grads = self.rule.takes_sparse_embedding_grads(self.device, self.model.backend)
         max_len = cfg.max_len or getattr(self.model.config, "max_len", None) or 10**9
         sizes_ok = (np.asarray(self.train_src.sizes) <= max_len) & (np.asarray(self.train_tgt.sizes) <= max_len)
         self.eligible = np.flatnonzero(sizes_ok)
         if len(self.eligible) == 0:
             raise InputError(f"no training pair has at most {max_len} tokens per side", cfg.data)
         self.max_len = max_len
-        self.schedule = LRSchedule(cfg.lr_scheduler, cfg.lr, cfg.warmup_updates, cfg.lr_decay, cfg.lr_patience,
-                                   cfg.min_lr, cfg.horizon, cfg.time_horizon, cfg.decay_fraction)
+        self.schedule = make_schedule(cfg.lr_scheduler, cfg.lr, warmup=cfg.warmup_updates, decay=cfg.lr_decay,
+                                      patience=cfg.lr_patience, min_lr=cfg.min_lr, total=cfg.horizon,
+                                      budget=cfg.time_horizon, decay_fraction=cfg.decay_fraction)
         self.lr = cfg.lr  # the rate of the latest update
         self.averager = averaging.make(self.model, cfg.ema_decay, cfg.average_last)
         if payload is not None:
@@ -257,25 +256,15 @@ class Trainer:
             (loss / sentences).backward()  # mean over the update's sentences, across processes
             nll_sum, ntok = nll_sum + nll.detach().double().cpu(), ntok + batch.num_tokens
         nll_sum, ntok = self.procs.all_reduce_grads(self.model.parameters(), nll_sum, ntok)
-        # the norm before rescaling; with clipping off (0) an infinite threshold leaves the gradient as is.  nmtkit's
-        # Adadelta takes the factor and rescales block by block (one pass less over the gradients)
+        # with clipping off (0) an infinite threshold leaves the gradient as is
         max_norm = self.cfg.clip_norm or math.inf
         # (nmtkit/train/schedule.py: every optimizer reads group["lr"])
         self.lr = self.schedule.lr(self.state.update + 1, self.state.elapsed)
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr
-        if isinstance(self.optimizer, Adadelta):
-            norm, scale = grad_norm_and_scale(self.model.parameters(), max_norm)
-            self._check_finite(nll_sum, norm)
-            self.optimizer.step(grad_scale=scale)
-        else:
-            norm = clip_grad_norm_(self.model.parameters(), max_norm)
-            self._check_finite(nll_sum, norm)
-            self.optimizer.step()
-        # torch's fused Adam and nmtkit's compiled Adadelta write the weights without moving their version counters,
-        # on which caches of derived weights are keyed (models/fast/stepweights.py: the search's, in validation BLEU)
-        for p in self.model.parameters():
-            torch.autograd.graph.increment_version(p)
+        # the norm before rescaling, the clipping, the step and its bookkeeping: the rule's (nmtkit/train/optimizers.py)
+        norm = self.rule.step(self.optimizer, list(self.model.parameters()), max_norm,
+                              lambda norm: self._check_finite(nll_sum, norm))
         if self.averager is not None:
             self.averager.after_update()
         return float(nll_sum), ntok, float(norm)
