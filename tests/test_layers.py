@@ -16,7 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "nmtkit"
 
-# Bottom first.  A module belongs to the first layer one of whose patterns matches its dotted name.
+# Bottom first.  A module belongs to the layer that names it exactly, else to the first layer one of whose patterns
+# matches its dotted name.
 LAYERS: list[tuple[str, list[str]]] = [
     ("runtime", ["nmtkit", "nmtkit.errors", "nmtkit.runtime", "nmtkit.files", "nmtkit.progress", "nmtkit.parallel",
                  "nmtkit.streaming", "nmtkit.device"]),
@@ -25,7 +26,8 @@ LAYERS: list[tuple[str, list[str]]] = [
               "nmtkit.datasets.hansards"]),
     ("kernels", ["nmtkit.kernels", "nmtkit.kernels.*"]),
     ("fast paths", ["nmtkit.models.fast", "nmtkit.models.fast.*"]),
-    ("models", ["nmtkit.models", "nmtkit.models.*"]),
+    # (the fast backend lives with the fast paths it composes, but as a Backend of the models it is of their layer)
+    ("models", ["nmtkit.models", "nmtkit.models.*", "nmtkit.models.fast.backend"]),
     ("tools", ["nmtkit.prepare", "nmtkit.prepare.*", "nmtkit.select", "nmtkit.select.*", "nmtkit.train", "nmtkit.train.*",
                "nmtkit.translate", "nmtkit.translate.*", "nmtkit.align", "nmtkit.score", "nmtkit.score.*", "nmtkit.plots"]),
     ("cli", ["nmtkit.cli", "nmtkit.cli.*", "nmtkit.*.__main__"]),  # (a package's __main__ is a launcher, as bin/)
@@ -46,6 +48,9 @@ MODULES = _modules()
 
 
 def layer_of(name: str) -> int | None:
+    for rank, (_, patterns) in enumerate(LAYERS):
+        if name in patterns:
+            return rank
     for rank, (_, patterns) in enumerate(LAYERS):
         if any(fnmatchcase(name, p) for p in patterns):
             return rank

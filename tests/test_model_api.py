@@ -216,7 +216,7 @@ def test_runs_under_bf16_autocast(arch, backend):
 def test_backend_is_one_object_chosen_by_name(monkeypatch):
     """A model computes through one backend object, resolved from its name once (registry.make_backend): the
     environment's default when built, the name set later otherwise; an unknown name is refused and changes nothing."""
-    from nmtkit.models.fast_backend import FastBackend
+    from nmtkit.models.fast.backend import FastBackend
     from nmtkit.models.reference import ReferenceBackend
 
     monkeypatch.delenv("NMTKIT_BACKEND", raising=False)

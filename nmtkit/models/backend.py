@@ -6,7 +6,7 @@ per model by name (``model.backend = "fast" | "reference"``; :func:`nmtkit.model
 reads ``$NMTKIT_BACKEND`` for the default).  Two implement it, with the same values:
 
 - ``reference`` (reference.py): Appendix A as its equations read, one step at a time with plain torch operations;
-- ``fast`` (fast_backend.py): the same model through the fast paths of ``nmtkit/models/fast/`` (fused
+- ``fast`` (fast/backend.py): the same model through the fast paths of ``nmtkit/models/fast/`` (fused
   recurrences with hand-written backward passes, the packed encoder, the fused output loss, the search's step
   weights) and the C kernels, each of them tested against the reference, values and gradients.
 

@@ -11,7 +11,7 @@ from typing import Any, Callable
 from torch import nn
 
 from nmtkit.models.backend import Backend
-from nmtkit.models.fast_backend import FastBackend
+from nmtkit.models.fast.backend import FastBackend
 from nmtkit.models.reference import ReferenceBackend
 
 _MODELS: dict[str, type] = {}

@@ -31,7 +31,7 @@ Dropout (config ``dropout``, default 0: the paper used none) applies to source a
 maxout output t_i.
 
 How it computes is the backend's (backend.py), one object chosen by name once per model: ``model.backend = "fast"``
-(the default; fast_backend.py, over the fast paths of fast/) or ``"reference"`` (``--backend reference``,
+(the default; fast/backend.py, over the other fast paths of fast/) or ``"reference"`` (``--backend reference``,
 ``$NMTKIT_BACKEND``: reference.py, Appendix A as its equations read).  Forward, the losses, encode and decode_step --
 so training and search -- all run on it, with the same values; tests/test_reference.py holds every path to it.
 

@@ -7,7 +7,9 @@ each tested against it for values and gradients (``tests/test_reference.py``).
 - ``matmul``: products shaped and routed for the CPU (oneDNN with reordered weights);
 - ``stepweights``: what one search step multiplies, rearranged once per set of weights;
 - ``activations``: tanh through the sigmoid, pairwise max;
-- ``policy``: the sizes and switches that decide which of these run (:class:`SpeedPolicy`), in one object.
+- ``policy``: the sizes and switches that decide which of these run (:class:`SpeedPolicy`), in one object;
+- ``backend``: :class:`FastBackend`, the model's computation composed of these (of the models layer: it is a
+  :class:`nmtkit.models.backend.Backend` and reads the models' modules; ``tests/test_layers.py``).
 
 The C kernels these call are below, in :mod:`nmtkit.kernels`.
 """

@@ -9,7 +9,7 @@ product is followed by one sweep over blocks of rows small enough for the cache 
 fused softmax, then into p − onehot(y) = ∂loss/∂logits, whose column sums are the bias gradient, and written back
 (rounded once to bf16 under bf16); the products of ∂loss/∂logits with W_o and t follow.  The loss is −Σ log p(y),
 recomputed as log Σ_v exp z_v − z_y for the rare rows whose p(y) underflows.  Only the real (non-padding)
-targets are given (the fast backend's ``nll`` picks them, fast_backend.py).  The products take rows in chunks of
+targets are given (the fast backend's ``nll`` picks them, backend.py).  The products take rows in chunks of
 at most the policy's ``loss_chunk_elements`` logits to bound the memory of very large batches (smaller chunks for
 the products measured slower here: the matmuls get thin and ∂W_o is re-read once per chunk).  The gradients are thus computed in the
 forward pass and only scaled in the backward pass (the loss is a scalar), which is what a training step needs
