@@ -238,3 +238,137 @@ def make_batch(src_lens, tgt_lens, seed=2):
         tgt[b, 1 : lt + 1] = torch.randint(4, V_TGT, (lt,), generator=g)
         tgt[b, lt + 1] = EOS
     return src, torch.tensor(src_lens), tgt[:, :-1], tgt[:, 1:]
+
+
+# -- the training tests' corpora and helpers (test_train*.py, test_resume.py, test_adadelta.py, test_faults.py, ...) --
+
+def head_lines(src, dst, stop: int, start: int = 0) -> None:
+    """Lines ``start`` to ``stop`` (0-based, ``stop`` excluded) of the text file ``src``, written to ``dst``."""
+    with open(src, encoding="utf-8") as f:
+        Path(dst).write_text("".join(itertools.islice(f, start, stop)), encoding="utf-8")
+
+
+@pytest.fixture(scope="session")
+def multi30k_200(data_dir, tmp_path_factory):
+    """The first 200 training and 20 validation pairs of Multi30K, as raw text (``train.*``, ``valid.*``)."""
+    root = tmp_path_factory.mktemp("raw")
+    for lang in ("en", "fr"):
+        head_lines(data_dir / "multi30k" / f"train.{lang}", root / f"train.{lang}", 200)
+        head_lines(data_dir / "multi30k" / f"val.{lang}", root / f"valid.{lang}", 20)
+    return root
+
+
+@pytest.fixture(scope="session")
+def small(multi30k_200, tmp_path_factory):
+    """Those 200 real pairs prepared with joint BPE (150 merges) and small shortlists (120 and 130 entries); the
+    tests only read it."""
+    from nmtkit.prepare import PrepareConfig, prepare
+
+    dest = tmp_path_factory.mktemp("small") / "data"
+    prepare(PrepareConfig("en", "fr", [str(multi30k_200 / "train")], str(dest), valid=str(multi30k_200 / "valid"),
+                          src_vocab_size=120, tgt_vocab_size=130, bpe_merges=150))
+    return dest
+
+
+@pytest.fixture(scope="session")
+def overfit_data(data_dir, tmp_path_factory):
+    """32 short real pairs (at most 7 words a side; at most 10 tokens after tokenisation), full vocabularies."""
+    from nmtkit.prepare import PrepareConfig, prepare
+
+    root = tmp_path_factory.mktemp("overfit")
+    with open(data_dir / "multi30k" / "train.en", encoding="utf-8") as fe, \
+         open(data_dir / "multi30k" / "train.fr", encoding="utf-8") as ff:
+        pairs = [(e, f) for e, f in zip(fe, ff) if len(e.split()) <= 7 and len(f.split()) <= 7][:32]
+    assert len(pairs) == 32
+    (root / "train.en").write_text("".join(e for e, _ in pairs), encoding="utf-8")
+    (root / "train.fr").write_text("".join(f for _, f in pairs), encoding="utf-8")
+    prepare(PrepareConfig("en", "fr", [str(root / "train")], str(root / "data"), max_len=10))
+    return root / "data"
+
+
+def train_cfg(data, save_dir, **kw):
+    """A TrainConfig of rnnsearch-tiny in batches of 16, pools of 2, validating every 4 updates (BLEU on 4
+    sentences), a log record every update, one thread; ``kw`` override."""
+    from nmtkit.train.config import TrainConfig
+
+    base = dict(arch="rnnsearch-tiny", batch_size=16, pool_batches=2, valid_every=4, valid_bleu_sentences=4,
+                valid_batch_size=20, log_every=1, threads=1)
+    base.update(kw)
+    return TrainConfig(data=str(data), save_dir=str(save_dir), **base)
+
+
+@pytest.fixture(scope="session")
+def finished_run(small, tmp_path_factory):
+    """A save directory holding the checkpoints of a 4-update run on ``small`` (the tests only read it)."""
+    import torch
+
+    from nmtkit.train.trainer import train
+
+    run = tmp_path_factory.mktemp("finished") / "run"
+    threads = torch.get_num_threads()
+    try:
+        train(train_cfg(small, run, max_updates=4, valid_every=2, valid_bleu_sentences=0))
+    finally:
+        torch.set_num_threads(threads)
+    return run
+
+
+def nmt_train_env() -> dict:
+    """The environment of an nmt-train process started by a test: one thread, this checkout, no torchrun."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    return env
+
+
+def run_nmt_train(*args, timeout: float = 120):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, str(REPO / "bin" / "nmt-train"), *map(str, args)], capture_output=True,
+                          text=True, env=nmt_train_env(), timeout=timeout)
+
+
+def load_state(path) -> dict:
+    from nmtkit.data import checkpoint
+
+    return checkpoint.load(path)["train"]["state"]
+
+
+def assert_same(a, b, where="") -> None:
+    """Deep equality of checkpoint parts; tensors bit for bit."""
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            assert_same(a[k], b[k], f"{where}/{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for k, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{k}]")
+    else:
+        assert a == b, where
+
+
+def snapshot(directory) -> dict:
+    """Every file of a directory: (size, mtime in ns, sha256)."""
+    import hashlib
+
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        p = os.path.join(directory, name)
+        st = os.stat(p)
+        with open(p, "rb") as f:
+            out[name] = (st.st_size, st.st_mtime_ns, hashlib.sha256(f.read()).hexdigest())
+    return out
+
+
+def train_records(run) -> list[dict]:
+    """The "train" records of a run's JSON-lines log, in order."""
+    import json
+
+    with open(Path(run) / "train.jsonl", encoding="utf-8") as f:
+        return [r for r in map(json.loads, f) if r["type"] == "train"]

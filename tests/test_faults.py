@@ -25,25 +25,9 @@ from nmtkit.errors import InputError
 from nmtkit.prepare import PrepareConfig, prepare
 from nmtkit.train.trainer import TrainConfig, Trainer, train
 
+from conftest import head_lines, train_cfg
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _head(src, dst, n: int) -> None:
-    with open(src, encoding="utf-8") as f:
-        dst.write_text("".join(itertools.islice(f, n)), encoding="utf-8")
-
-
-@pytest.fixture(scope="module")
-def small(data_dir, tmp_path_factory):
-    """200 real Multi30K pairs (and 20 for validation) prepared with joint BPE and small shortlists."""
-    root = tmp_path_factory.mktemp("faults")
-    for lang in ("en", "fr"):
-        _head(data_dir / "multi30k" / f"train.{lang}", root / f"train.{lang}", 200)
-        _head(data_dir / "multi30k" / f"val.{lang}", root / f"valid.{lang}", 20)
-    dest = root / "data"
-    prepare(PrepareConfig("en", "fr", [str(root / "train")], str(dest), valid=str(root / "valid"),
-                          src_vocab_size=120, tgt_vocab_size=130, bpe_merges=150))
-    return dest
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +39,7 @@ def other_pairs(data_dir, tmp_path_factory, small):
     for lang in ("en", "fr"):
         with open(data_dir / "multi30k" / f"train.{lang}", encoding="utf-8") as f:
             (root / f"train.{lang}").write_text("".join(itertools.islice(f, 200, 380)), encoding="utf-8")
-        _head(data_dir / "multi30k" / f"val.{lang}", root / f"valid.{lang}", 20)
+        head_lines(data_dir / "multi30k" / f"val.{lang}", root / f"valid.{lang}", 20)
     built = root / "built"
     prepare(PrepareConfig("en", "fr", [str(root / "train")], str(built), valid=str(root / "valid"),
                           src_vocab_size=120, tgt_vocab_size=130, bpe_merges=150))
@@ -68,10 +52,7 @@ def other_pairs(data_dir, tmp_path_factory, small):
 
 
 def _cfg(data, save_dir, **kw) -> TrainConfig:
-    base = dict(arch="rnnsearch-tiny", batch_size=16, pool_batches=2, valid_every=2, valid_bleu_sentences=4,
-                valid_batch_size=20, log_every=1, threads=1)
-    base.update(kw)
-    return TrainConfig(data=str(data), save_dir=str(save_dir), **base)
+    return train_cfg(data, save_dir, **{"valid_every": 2, **kw})  # (``small``: tests/conftest.py)
 
 
 def _records(run) -> list[dict]:
@@ -716,7 +697,7 @@ def test_stdout_to_dev_full_is_one_line(model):
 
 def test_a_full_disk_in_prepare_is_one_line_and_leaves_nothing(data_dir, tmp_path):
     for lang in ("en", "fr"):
-        _head(data_dir / "multi30k" / f"train.{lang}", tmp_path / f"train.{lang}", 300)
+        head_lines(data_dir / "multi30k" / f"train.{lang}", tmp_path / f"train.{lang}", 300)
     res = _nmt_limited("nmt-prepare", 4000, "-s", "en", "-t", "fr", "--train", tmp_path / "train",
                        "--dest", tmp_path / "out" / "data", "--src-vocab-size", "100", "--tgt-vocab-size", "100")
     # (the destination the user named, not "standard output": a write error of a file carries no name)
@@ -785,7 +766,7 @@ def test_a_killed_prepare_leaves_a_directory_that_the_next_run_removes(data_dir,
     import time
 
     for lang in ("en", "fr"):
-        _head(data_dir / "multi30k" / f"train.{lang}", tmp_path / f"train.{lang}", 3000)
+        head_lines(data_dir / "multi30k" / f"train.{lang}", tmp_path / f"train.{lang}", 3000)
     args = [sys.executable, str(REPO / "bin" / "nmt-prepare"), "-s", "en", "-t", "fr", "--train",
             str(tmp_path / "train"), "--dest", str(tmp_path / "data"), "--src-vocab-size", "100",
             "--tgt-vocab-size", "100", "--bpe-merges", "400"]

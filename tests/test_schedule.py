@@ -1,5 +1,5 @@
 """Learning-rate schedules (nmtkit.train.schedule) as functions of the update and the validations; the optimizers read
-the rate each step.  Training runs with them, their logs and their exact resumption are in test_train.py."""
+the rate each step.  Training runs with them, their logs and their exact resumption are in test_train_schedules.py."""
 
 from __future__ import annotations
 

@@ -4,7 +4,6 @@ and TensorBoard events (--tensorboard)."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import shutil
@@ -18,29 +17,23 @@ from nmtkit.errors import InputError
 from nmtkit.prepare import PrepareConfig, prepare
 from nmtkit.train.trainer import TrainConfig, Trainer, train
 
-
-def _lines(src, dst, start: int, stop: int) -> None:
-    with open(src, encoding="utf-8") as f:
-        dst.write_text("".join(itertools.islice(f, start, stop)), encoding="utf-8")
+from conftest import head_lines, train_cfg
 
 
 @pytest.fixture(scope="module")
 def raw(data_dir, tmp_path_factory):
-    """Multi30K: pairs 1-200 ("first"), 201-400 ("second"), and 20 validation pairs."""
+    """Multi30K: pairs 201-400 ("second") and the 20 validation pairs."""
     root = tmp_path_factory.mktemp("raw")
     for lang in ("en", "fr"):
-        _lines(data_dir / "multi30k" / f"train.{lang}", root / f"first.{lang}", 0, 200)
-        _lines(data_dir / "multi30k" / f"train.{lang}", root / f"second.{lang}", 200, 400)
-        _lines(data_dir / "multi30k" / f"val.{lang}", root / f"valid.{lang}", 0, 20)
+        head_lines(data_dir / "multi30k" / f"train.{lang}", root / f"second.{lang}", 400, start=200)
+        head_lines(data_dir / "multi30k" / f"val.{lang}", root / f"valid.{lang}", 20)
     return root
 
 
 @pytest.fixture(scope="module")
-def first(raw, tmp_path_factory):
-    dest = tmp_path_factory.mktemp("first") / "data"
-    prepare(PrepareConfig("en", "fr", [str(raw / "first")], str(dest), valid=str(raw / "valid"),
-                          src_vocab_size=120, tgt_vocab_size=130, bpe_merges=150))
-    return dest
+def first(small):
+    """Pairs 1-200, prepared (``small``, tests/conftest.py)."""
+    return small
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +46,7 @@ def second(raw, first, tmp_path_factory):
 
 
 def _cfg(data, save_dir, **kw) -> TrainConfig:
-    base = dict(arch="rnnsearch-tiny", batch_size=16, pool_batches=2, valid_every=4, valid_bleu_sentences=0,
-                valid_batch_size=20, log_every=1, threads=1)
-    base.update(kw)
-    return TrainConfig(data=str(data), save_dir=str(save_dir), **base)
+    return train_cfg(data, save_dir, **{"valid_bleu_sentences": 0, **kw})
 
 
 # -- gradient accumulation ---------------------------------------------------------------------------------------
