@@ -124,8 +124,8 @@ def test_the_block_never_bans_a_free_token():
     assert banned_after([5, 6, 9, 5, 6], 3, frozenset(digits)) == {9}  # words still may not loop
     assert banned_after([5, 7, 9, 5, 7], 3, frozenset(digits)) == {9}  # "en 1995, en 1995, ": cut at the comma
     assert banned_after([5, 7, 9], 1, frozenset(digits)) == {5, 9}
-    assert number_tokens(["<unk>", "▁1", "0", "1995", "3,5", "▁le", "m²", "@@"]).tolist() == \
-        [False, True, True, True, True, False, False, False]
+    assert number_tokens(["<unk>", "▁1", "0", "1995", "3,5", "▁le", "m²", "@@", "▁", ",", ".", "▁,", "▁."]).tolist() == \
+        [False, True, True, True, True, False, False, False, True, True, True, False, False]
 
 
 # -- (a) the batched search is the reference search, with the block on -------------------------------------------------

@@ -44,10 +44,10 @@ class DecodeConfig:
         metavar="BETA")
     no_repeat_ngram: int = _setting(
         0, "No hypothesis may produce a target n-gram of N tokens twice (fairseq's --no-repeat-ngram-size; against "
-           "loops; 0 = off; 1 forbids any repeated token). A token with a digit is never blocked (numbers repeat "
+           "loops; 0 = off; 1 forbids any repeated token). A number's tokens are never blocked (numbers repeat "
            "digits: \"1 000 000\"). A --prefix is kept as given.", metavar="N")
     block_numbers: bool = _setting(
-        False, "With --no-repeat-ngram: block tokens with a digit too (fairseq's rule; numbers lose digits).")
+        False, "With --no-repeat-ngram: block numbers' tokens too (fairseq's rule; numbers lose digits).")
     no_unk: bool = _setting(False, "Never generate the unknown-word token.")
     replace_unk: bool = _setting(
         False, "Replace each generated <unk> by the most attended source word (or its --unk-dict entry).")

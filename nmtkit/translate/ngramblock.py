@@ -8,10 +8,11 @@ expansions (for n = 1: every token it has produced, so no token repeats). A forc
 hypothesis' history, but the prefix itself is never blocked (the caller applies the block before forcing it), and
 ``</s>`` is never blocked, so a hypothesis can always end.
 
-**Number tokens are never blocked.** A token with a digit in it (:func:`number_tokens` of the target vocabulary)
-may always follow: a number repeats its digits ("1 000 000" with digits split is the pieces ``▁1 ▁0 0 0 ▁0 0 0``,
-whose 3-gram ``▁0 0 0`` comes twice) and a text repeats its numbers ("en 1995 et en 1996"); blocking them cost a
-briefly trained model one number in thirteen (``tests/bench/results/bench_recipe.txt``).  Every other token is
+**Number tokens are never blocked.** A token with a digit in it, or the word boundary or bare comma or point that
+joins a number's digits (:func:`number_tokens` of the target vocabulary), may always follow: a number repeats its
+pieces ("1 000 000" with SentencePiece's split digits is ``▁ 1 ▁ 0 0 0 ▁ 0 0 0``, whose 3-grams ``0 0 ▁`` and
+``▁ 0 0`` come twice) and a text repeats its numbers ("en 1995 et en 1996"); blocking them cost the one-hour model
+one number in sixteen in domain (``tests/bench/results/bench_recipe.txt``).  Every other token is
 blocked as before, also after a window that holds digits, so a loop through a number ("en 1995, en 1995, ...") is
 still cut, at its first word or punctuation mark.  ``nmt-translate --block-numbers`` blocks numbers too (fairseq's
 rule).
@@ -34,10 +35,17 @@ import torch
 from nmtkit.data.vocab import EOS
 
 
+# what joins the parts of a number between its digits: SentencePiece's word boundary alone ("1 000 000" is the pieces
+# ▁ 1 ▁ 0 0 0 ▁ 0 0 0 with split digits), and a bare comma or point ("1,5", "3.25": with a space before them, "▁," and
+# "▁." are sentence punctuation and stay blocked)
+NUMBER_GLUE = frozenset({"▁", ",", "."})
+
+
 def number_tokens(tokens: list[str]) -> torch.Tensor:
-    """bool (V,): which entries of a target vocabulary (its token strings, in id order) hold a decimal digit -- a
-    digit piece, a subword or a whole word such as "1995" or "3,5"."""
-    return torch.tensor([any(c.isdigit() for c in tok) for tok in tokens], dtype=torch.bool)
+    """bool (V,): which entries of a target vocabulary (its token strings, in id order) belong to numbers: those
+    that hold a decimal digit -- a digit piece, a subword or a whole word such as "1995" or "3,5" -- and the
+    :data:`NUMBER_GLUE` between digits."""
+    return torch.tensor([tok in NUMBER_GLUE or any(c.isdecimal() for c in tok) for tok in tokens], dtype=torch.bool)
 
 
 def ban_repeats(logp: torch.Tensor, history: torch.Tensor, n: int, free: torch.Tensor | None = None) -> None:
