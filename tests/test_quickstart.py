@@ -53,8 +53,8 @@ def test_quickstart_pipeline_runs_end_to_end(data_dir, tmp_path):
     # which checkpoint it scored
     assert "trained for 40 updates in" in proc.stderr and "undertrained" not in proc.stderr
     assert f"scored: {work / 'recipe' / 'model' / 'checkpoint_last.pt'}" in proc.stderr
-    # decoded with the options the recipe left, which block repeated 3-grams
-    assert "--no-repeat-ngram 3" in (work / "recipe" / "translate.options").read_text()
+    # decoded with the options the recipe left, which block repeated 4-grams
+    assert "--no-repeat-ngram 4" in (work / "recipe" / "translate.options").read_text()
     for name in ("prepared corpus", "translations", "attention plots", "BLEU", "reference"):
         assert name in proc.stderr  # the closing summary: the scores, example translations, where each output is
 
