@@ -30,6 +30,8 @@ class Translation:
     nbest: list[tuple[str, float, float, int]] = field(default_factory=list)  # (text, logprob, ranking score, length)
     alignment: list[tuple[int, int]] | None = None  # word links (source i, target j)
     attention: dict | None = None  # {"source": tokens + </s>, "target": tokens + </s>, "alpha": rows}
+    word_attention: dict | None = None  # the same over words (subwords merged: source columns summed, target rows
+    #   averaged), from which ``alignment`` is drawn
     pieces: int = 1
 
 

@@ -33,6 +33,7 @@ target word.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -81,6 +82,20 @@ class _Window:
     tickets: list[int] = field(default_factory=list)  # the batches' tickets in the decoding pool
 
 
+def checkpoint_info(path: str, payload: dict) -> dict:
+    """What a loaded checkpoint is, in plain types: architecture, languages, model config, vocabulary sizes, the
+    preprocessing's settings (its scalar ones: BPE codes and SentencePiece models are left out) and the updates it
+    was trained for (None when it holds no training state)."""
+    state = (payload.get("train") or {}).get("state") or {}
+    scalar = (str, int, float, bool, type(None))
+    return {"path": str(path), "arch": payload["arch"], "source_lang": payload.get("source_lang"),
+            "target_lang": payload.get("target_lang"), "config": dict(payload["config"]),
+            "vocab_sizes": {side: len(payload["vocab"][side]) for side in ("src", "tgt")},
+            "preprocessing": {side: {k: v for k, v in dict(cfg).items() if isinstance(v, scalar)}
+                              for side, cfg in payload["preprocessing"].items()},
+            "updates": state.get("update")}
+
+
 class Translator:
     """Checkpoint(s) + decoding settings → :meth:`translate` over lines."""
 
@@ -113,6 +128,7 @@ class Translator:
             raise InputError(f"unknown --backend '{backend}' (choose from {', '.join(BACKENDS)})")
         payloads = load_checkpoints(checkpoints)
         first = payloads[0]
+        self.checkpoint_info = [checkpoint_info(path, p) for path, p in zip(checkpoints, payloads)]
         self.models = build_models(checkpoints, device, payloads, backend)
         self.backend = backend
         self.src_vocab = Vocabulary(first["vocab"]["src"])
@@ -142,6 +158,23 @@ class Translator:
         self._pool = None
         if workers > 1 and not self._lazy_pool:
             self._start_pool()
+
+    def configured(self, decode: DecodeConfig, need_attention: bool = False) -> Translator:
+        """The same loaded models with other decoding settings, decoded in this process: how a server answers each
+        request with its own options without loading the checkpoints again (``nmtkit.serve``)."""
+        if not isinstance(decode, DecodeConfig):
+            raise TypeError(f"decode must be a DecodeConfig (got {type(decode).__name__})")
+        if self._pool is not None or not self.models:
+            raise ValueError("configured() needs a translator that decodes in this process (workers=1)")
+        other = copy.copy(self)
+        other.decode = decode
+        other.need_attention = need_attention or decode.replace_unk
+        if (other.need_attention or decode.attends) and not self.has_attention:
+            raise InputError("alignments, attention, --coverage-penalty and --replace-unk need an attention model "
+                             f"(rnnsearch); this checkpoint is {self.models[0].arch}", self._checkpoints[0])
+        other._options = {**self._options, "decode": decode, "need_attention": other.need_attention}
+        other.workers, other._lazy_pool = 1, False
+        return other
 
     def _start_pool(self) -> None:
         from nmtkit.translate.pool import DecodePool
@@ -318,6 +351,9 @@ class Translator:
                                alignment=[] if self.need_attention else None,
                                attention={"source": ["</s>"], "target": list(prefix) + ["</s>"],
                                           "alpha": [[1.0]] * (len(prefix) + 1)}
+                               if self.need_attention else None,
+                               word_attention={"source": ["</s>"], "target": self.tgt_pre.words_of(prefix)[0] + ["</s>"],
+                                               "alpha": [[1.0]] * (len(self.tgt_pre.words_of(prefix)[0]) + 1)}
                                if self.need_attention else None)
         best_tokens: list[str] = []
         src_tokens: list[str] = []
@@ -346,8 +382,11 @@ class Translator:
                         pieces=len(parts))
         if self.need_attention:
             t.attention = block_attention(alphas)
-            t.alignment = hard_links(word_matrix(src_tokens, best_tokens, np.asarray(t.attention["alpha"]),
-                                                 self.src_pre.words_of, self.tgt_pre.words_of))
+            words = word_matrix(src_tokens, best_tokens, np.asarray(t.attention["alpha"]), self.src_pre.words_of,
+                                self.tgt_pre.words_of)
+            t.alignment = hard_links(words)
+            t.word_attention = {"source": self.src_pre.words_of(src_tokens)[0] + ["</s>"],
+                                "target": self.tgt_pre.words_of(best_tokens)[0] + ["</s>"], "alpha": words.tolist()}
         return t
 
     def _target_tokens(self, h: Hypothesis, piece: _Piece) -> list[str]:
