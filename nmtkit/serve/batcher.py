@@ -1,0 +1,138 @@
+"""Batching across clients: the lines of concurrent requests are decoded together.
+
+A request's lines wait in one queue, in arrival order.  The batch is formed around the request at its head: it
+takes, in order, the waiting requests with the same settings (:attr:`nmtkit.serve.service.Request.key`: decoding
+options, and whether attention is needed) until they hold ``max_batch`` lines, and it is decoded as soon as it
+holds them or when the head request has waited ``wait`` seconds, whichever comes first (Marian's
+``--queue-timeout``; CTranslate2's users ask for the same).  A request of more lines than ``max_batch`` is a batch of
+its own.  Requests with other settings wait for a later batch.  Decoding runs on one thread of its own, so the event
+loop goes on answering (``/health`` during a long batch) and queueing; each request gets back exactly its own lines.
+
+A request that would make the queue hold more than ``max_queue`` lines is refused at once (:class:`Overloaded`);
+one that waits longer than its timeout gets :class:`asyncio.TimeoutError` and its lines leave the queue if they have
+not been taken into a batch yet (a batch being decoded is not interrupted; its result for that request is dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from nmtkit.serve.service import Request, TranslationService
+
+
+class Overloaded(Exception):
+    """The queue cannot take the request's lines now."""
+
+
+@dataclass
+class Outcome:
+    """A request's results and how they were made (for its log line)."""
+
+    results: list[dict]
+    batch_lines: int  # lines of the batch its lines were decoded in
+    queue_ms: float  # from arrival to the start of that batch
+    decode_ms: float  # the batch's decoding
+
+
+@dataclass
+class _Job:
+    request: Request
+    future: asyncio.Future
+    arrived: float = field(default_factory=time.monotonic)
+    abandoned: bool = False  # (its client stopped waiting: nothing to hand it)
+
+
+class Batcher:
+    def __init__(self, service: TranslationService, max_batch: int, wait: float, max_queue: int):
+        self.service, self.max_batch, self.wait, self.max_queue = service, max_batch, wait, max_queue
+        self.queue: list[_Job] = []
+        self.queued_lines = 0
+        self._changed: asyncio.Event | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nmt-serve-decode")
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        """Start forming and decoding batches (in the running event loop)."""
+        self._changed = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="nmt-serve-batcher")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        self._executor.shutdown(wait=True)
+
+    async def translate(self, request: Request, timeout: float) -> Outcome:
+        """The request's results once its batch is decoded (:class:`Overloaded`, :class:`asyncio.TimeoutError`)."""
+        if not request.lines:
+            return Outcome([], 0, 0.0, 0.0)
+        n = len(request.lines)
+        if self.queued_lines + n > self.max_queue:
+            raise Overloaded(f"the queue holds {self.queued_lines} lines of at most {self.max_queue}")
+        job = _Job(request, asyncio.get_running_loop().create_future())
+        self.queue.append(job)
+        self.queued_lines += n
+        self._changed.set()
+        try:
+            return await asyncio.wait_for(asyncio.shield(job.future), timeout)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            job.abandoned = True
+            self._drop(job)
+            raise
+
+    def _drop(self, job: _Job) -> None:
+        if job in self.queue:
+            self.queue.remove(job)
+            self.queued_lines -= len(job.request.lines)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self.queue:
+                self._changed.clear()
+                await self._changed.wait()
+            head = self.queue[0]
+            key, deadline = head.request.key, head.arrived + self.wait
+            while head in self.queue and self._lines(key) < self.max_batch:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.clear()
+                try:
+                    await asyncio.wait_for(self._changed.wait(), left)
+                except asyncio.TimeoutError:
+                    break
+            if head not in self.queue:  # (it timed out while its batch formed)
+                continue
+            batch, lines = [], 0
+            for job in list(self.queue):
+                if job.request.key != key:
+                    continue
+                if batch and lines + len(job.request.lines) > self.max_batch:
+                    break
+                batch.append(job)
+                lines += len(job.request.lines)
+            for job in batch:
+                self._drop(job)
+            start = time.monotonic()
+            try:
+                results = await loop.run_in_executor(self._executor, self.service.translate,
+                                                     [job.request for job in batch])
+            except Exception as e:  # (the error of these requests: the server goes on)
+                for job in batch:
+                    if not job.abandoned:
+                        job.future.set_exception(e)
+                continue
+            decode_ms = (time.monotonic() - start) * 1000
+            for job, result in zip(batch, results):
+                if not job.abandoned:
+                    job.future.set_result(Outcome(result, lines, (start - job.arrived) * 1000, decode_ms))
+
+    def _lines(self, key) -> int:
+        return sum(len(job.request.lines) for job in self.queue if job.request.key == key)

@@ -1,0 +1,91 @@
+"""The OpenAPI 3.1 description of ``nmt-serve``'s routes (``GET /openapi.json``), its decoding options written from
+the fields of :class:`nmtkit.translate.config.DecodeConfig`: their types, defaults and the help ``nmt-translate``
+shows, so the schema and the command line cannot disagree."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from nmtkit import __version__
+from nmtkit.serve.config import ServeConfig
+
+_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
+
+
+def _error(description: str) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
+def schema(cfg: ServeConfig) -> dict:
+    from nmtkit.translate.config import DecodeConfig, field_kind
+
+    options = {}
+    for f in dataclasses.fields(DecodeConfig):
+        kind = _TYPES[field_kind(f.name)]
+        options[f.name] = {"type": [kind, "null"] if f.default is None else kind, "default": f.default,
+                           "description": f.metadata["help"]}
+    request = {
+        "type": "object", "required": ["src"], "additionalProperties": False,
+        "properties": {
+            "src": {"type": "array", "items": {"type": "string"}, "maxItems": cfg.max_lines,
+                    "description": f"The lines to translate, one result each, in order (empty lines too); at most "
+                                   f"{cfg.max_lines} lines and {cfg.max_chars} characters a request."},
+            "prefix": {"type": "array", "items": {"type": "string"},
+                       "description": "One target prefix per line (\"\": none): each translation starts with it, "
+                                      "as given (nmt-translate --prefix)."},
+            "alignment": {"type": "boolean", "default": False,
+                          "description": "Give each line its word alignment (Pharaoh i-j)."},
+            "attention": {"type": "boolean", "default": False,
+                          "description": "Give each line its soft alignment over words: the source's tokenised "
+                                         "words and the target's words (</s> last on both), the weights a row per "
+                                         "target word, summing to 1."},
+            **options,
+        },
+    }
+    result = {
+        "type": "object", "required": ["tgt", "score"],
+        "properties": {
+            "tgt": {"type": "string", "description": "The translation, as nmt-translate writes it."},
+            "score": {"type": "number", "description": "Its log-probability under the model(s)."},
+            "nbest": {"type": "array", "description": "With nbest > 1: the n best, best first.",
+                      "items": {"type": "object", "properties": {
+                          "tgt": {"type": "string"}, "score": {"type": "number"},
+                          "ranking_score": {"type": "number"}, "length": {"type": "integer"}}}},
+            "alignment": {"type": "string", "description": "Pharaoh links, e.g. \"0-0 1-2\"."},
+            "attention": {"type": "object", "properties": {
+                "src": {"type": "array", "items": {"type": "string"}},
+                "tgt": {"type": "array", "items": {"type": "string"}},
+                "weights": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}}},
+        },
+    }
+    json_of = lambda ref: {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}}  # noqa: E731
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "nmt-serve", "version": __version__,
+                 "description": "nmtkit's translation server: RNNsearch / RNNencdec over HTTP, batching the lines of "
+                                "concurrent requests."},
+        "paths": {
+            "/": {"get": {"summary": "A page to translate with, drawing the soft alignments",
+                          "responses": {"200": {"description": "text/html"}}}},
+            "/health": {"get": {"summary": "Ready or not", "responses": {
+                "200": {"description": "{\"status\": \"ok\"}: loaded and warmed up"},
+                "503": {"description": "{\"status\": \"loading\"}, with Retry-After"}}}},
+            "/models": {"get": {"summary": "What is loaded", "responses": {
+                "200": {"description": "architecture, languages, config, vocabulary sizes, preprocessing, updates"},
+                "503": _error("still loading")}}},
+            "/translate": {"post": {
+                "summary": "Translate lines", "requestBody": {"required": True, "content": json_of("Request")},
+                "responses": {
+                    "200": {"description": "One result per line, in order", "content": json_of("Translations")},
+                    "400": _error("malformed JSON, a wrong type or an unknown or bad option"),
+                    "413": _error("too many lines or characters"),
+                    "503": _error("loading, or the queue is full (Retry-After)"),
+                    "504": _error("no translation within the timeout")}}},
+        },
+        "components": {"schemas": {
+            "Request": request, "Result": result,
+            "Translations": {"type": "object", "properties": {
+                "translations": {"type": "array", "items": {"$ref": "#/components/schemas/Result"}}}},
+            "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+        }},
+    }

@@ -1,0 +1,95 @@
+"""``nmt-serve`` as a function: :func:`serve` listens, loads the model behind the socket (``/health`` says 503
+until a warm-up translation has run), answers until SIGTERM or Ctrl-C, then stops accepting, answers the requests
+in flight (for up to ``--timeout`` seconds) and returns.
+
+Why uvicorn and Starlette: an ASGI server that answers ``/health`` and queues requests on one event loop while a
+batch decodes on a thread of its own (the standard library's ``http.server`` has a thread per request and no way to
+batch across them), with a graceful shutdown built in; Starlette is the small framework under FastAPI, enough for
+four routes, with the OpenAPI schema written from :class:`~nmtkit.translate.config.DecodeConfig` rather than from a
+second description of the same options (nmtkit/serve/openapi.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+import threading
+
+from nmtkit.errors import InputError
+from nmtkit.serve.config import ServeConfig
+from nmtkit.serve.service import Request, TranslationService
+
+log = logging.getLogger("nmtkit.serve")
+WARM_UP = "This is a warm-up sentence of 1995."
+
+
+def load(cfg: ServeConfig) -> TranslationService:
+    """The checkpoints loaded as nmt-translate loads them (decoded in this process), and one warm-up translation."""
+    import torch
+
+    from nmtkit.translate.config import DecodeConfig
+    from nmtkit.translate.translator import Translator
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    translator = Translator(list(cfg.checkpoints), DecodeConfig(), device=cfg.device, unk_dict=cfg.unk_dict,
+                            batch_size=cfg.batch_size, tokenized=cfg.tokenized, max_source_len=cfg.max_source_len,
+                            workers=1, threads=cfg.threads, backend=cfg.backend)
+    service = TranslationService(translator)
+    service.translate([Request([WARM_UP], DecodeConfig())])
+    return service
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host``:``port`` (0: any free port), or one line saying why not."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as e:
+        raise InputError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock
+
+
+def serve(cfg: ServeConfig, announce=print) -> None:
+    """Serve until SIGTERM or SIGINT (then answer what is in flight and return); a model that cannot be loaded is
+    an :class:`InputError` after the server has stopped."""
+    import uvicorn
+
+    from nmtkit.serve.app import make_app
+
+    cfg.check()
+    sock = listen(cfg.host, cfg.port)
+    failure: list[BaseException] = []
+    server: uvicorn.Server | None = None
+
+    def on_failure(e: BaseException) -> None:
+        failure.append(e)
+        server.should_exit = True
+
+    app = make_app(cfg, lambda: load(cfg), on_failure)
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
+                                           timeout_graceful_shutdown=max(1, round(cfg.timeout))))
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    announce(f"nmt-serve: listening on http://{shown}:{port}/ (loading the model: GET /health answers 200 when "
+             "it is ready)", file=sys.stderr, flush=True)
+    # uvicorn answers SIGTERM and SIGINT with the graceful shutdown, then raises the signal again for the handler it
+    # found: a no-op one here, so that a shutdown asked for is a normal end (exit 0), not an interruption
+    main = threading.current_thread() is threading.main_thread()  # (signals are the main thread's only)
+    handlers = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+        sock.close()
+    if failure:
+        e = failure[0]
+        if isinstance(e, InputError):
+            raise e
+        raise InputError(f"the model could not be loaded: {type(e).__name__}: {e}")

@@ -1,0 +1,134 @@
+"""What ``nmt-serve`` does with a request, without HTTP: a request's JSON read into its lines and settings
+(:func:`read_request`), and the translation of several requests' lines at once (:class:`TranslationService`).
+
+A request is ``{"src": ["line", ...], "prefix": ["...", ...], "alignment": bool, "attention": bool, ...}`` where
+``...`` are the fields of :class:`nmtkit.translate.config.DecodeConfig`, by their names (``beam``, ``nbest``,
+``lenpen``, ``no_repeat_ngram``, ``sampling``, ...): the object ``nmt-translate``'s options make, read from JSON
+with the same checks.  Each line's result is what ``nmt-translate`` writes for it, in plain types: its text, its
+log-probability, with ``nbest`` > 1 the n-best list, and when asked its Pharaoh alignment and its attention matrix
+over words (the source's tokenised words, the target's words before detokenisation, ``</s>`` last on both axes:
+subword columns summed, rows averaged, as ``nmt-align`` and the alignment use it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nmtkit.errors import InputError
+
+REQUEST_KEYS = ("src", "prefix", "alignment", "attention")
+
+
+@dataclass
+class Request:
+    """One request's lines and how to translate them."""
+
+    lines: list[str]
+    decode: Any  # nmtkit.translate.config.DecodeConfig
+    prefixes: list[str] | None = None  # one per line ("" = none), or None
+    alignment: bool = False
+    attention: bool = False
+    chars: int = field(init=False)
+
+    def __post_init__(self):
+        self.chars = sum(len(x) for x in self.lines)
+
+    @property
+    def key(self) -> tuple:
+        """What the lines of requests decoded together must share."""
+        return self.decode, self.alignment or self.attention
+
+
+def read_request(body: Any) -> Request:
+    """A request's parsed JSON → :class:`Request`; anything else is one :class:`InputError` naming the field."""
+    from nmtkit.translate.config import DecodeConfig
+
+    if not isinstance(body, dict):
+        raise InputError(f"the request must be a JSON object with \"src\" (got {type(body).__name__})")
+    if "src" not in body:
+        raise InputError("the request has no \"src\" (a list of lines to translate)")
+    lines = _strings(body["src"], "src")
+    prefixes = None
+    if body.get("prefix") is not None:
+        prefixes = _strings(body["prefix"], "prefix")
+        if len(prefixes) != len(lines):
+            raise InputError(f"\"prefix\" must have one entry per line of \"src\" (got {len(prefixes)} for "
+                             f"{len(lines)} lines)")
+    flags = {}
+    for name in ("alignment", "attention"):
+        value = body.get(name, False)
+        if not isinstance(value, bool):
+            raise InputError(f"\"{name}\" must be true or false (got {value!r})")
+        flags[name] = value
+    decode = DecodeConfig.from_dict({k: v for k, v in body.items() if k not in REQUEST_KEYS})
+    return Request(lines, decode, prefixes, **flags)
+
+
+def _strings(value: Any, name: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise InputError(f"\"{name}\" must be a list of strings")
+    for k, x in enumerate(value):
+        if "\n" in x or "\r" in x:
+            raise InputError(f"\"{name}\"[{k}] holds a line break: one line per entry")
+    return value
+
+
+class TranslationService:
+    """A loaded :class:`nmtkit.translate.translator.Translator` and the translation of request groups with it.
+    Not thread-safe: one caller at a time (nmtkit/serve/batcher.py runs it on one thread)."""
+
+    def __init__(self, translator):
+        self.translator = translator
+        self._configured: dict[tuple, Any] = {}
+
+    def describe(self) -> dict:
+        """What is loaded, for ``GET /models``."""
+        t = self.translator
+        return {"models": t.checkpoint_info, "ensemble": len(t.checkpoint_info), "device": str(t.device),
+                "attention": t.has_attention, "max_source_len": t.max_source_len}
+
+    def _translator(self, decode, need_attention: bool):
+        key = (decode, need_attention)
+        if key not in self._configured:
+            if len(self._configured) > 64:  # (settings are many only under unusual use: keep the memory bounded)
+                self._configured.clear()
+            self._configured[key] = self.translator.configured(decode, need_attention)
+        return self._configured[key]
+
+    def translate(self, requests: list[Request]) -> list[list[dict]]:
+        """Requests that share their :attr:`Request.key` → each one's results, one per line, in order.  Each
+        request's lines are numbered from 1 as in a file of its own, so that sampling draws what ``nmt-translate``
+        draws for that file."""
+        if not requests:
+            return []
+        decode, need_attention = requests[0].key
+        if any(r.key != requests[0].key for r in requests):
+            raise ValueError("requests decoded together must share their settings")
+        translator = self._translator(decode, need_attention)
+        numbered = [(k, line) for r in requests for k, line in enumerate(r.lines, start=1)]
+        prefixes = None
+        if any(r.prefixes is not None for r in requests):
+            prefixes = [p for r in requests for p in (r.prefixes or [""] * len(r.lines))]
+        translations = list(translator.translate(numbered, prefixes, "prefix"))
+        out, at = [], 0
+        for r in requests:
+            out.append([_result(t, r) for t in translations[at: at + len(r.lines)]])
+            at += len(r.lines)
+        return out
+
+
+def _result(t, request: Request) -> dict:
+    """One line's result as JSON: what nmt-translate writes for it."""
+    from nmtkit.translate.wordalign import pharaoh
+
+    result: dict[str, Any] = {"tgt": t.text, "score": t.score}
+    if request.decode.nbest > 1:
+        result["nbest"] = [{"tgt": text, "score": logprob, "ranking_score": norm, "length": length}
+                           for text, logprob, norm, length in t.nbest]
+    if request.alignment:
+        result["alignment"] = pharaoh(t.alignment)
+    if request.attention:  # (over words, as nmt-align shows them; nmt-translate --attention writes model tokens)
+        result["attention"] = {"src": t.word_attention["source"], "tgt": t.word_attention["target"],
+                               "weights": t.word_attention["alpha"]}
+    return result

@@ -1,0 +1,372 @@
+"""nmt-serve: a real server process on 127.0.0.1, real HTTP, the tiny RNNsearch trained on real Multi30K pairs.
+
+Each route and error code; the same text as nmt-translate for the same lines and options (beam, n-best, prefix,
+alignments, sampling); concurrent clients each get their own lines back, decoded in shared batches; a full queue
+is 503 and a long wait 504; /health answers during a long batch; SIGTERM answers the requests in flight and exits
+0; a checkpoint that cannot be served is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from conftest import REPO, lines_of
+
+SERVE = [sys.executable, str(REPO / "bin" / "nmt-serve")]
+TRANSLATE = [sys.executable, str(REPO / "bin" / "nmt-translate")]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+class Server:
+    """``nmt-serve`` started on a free port; its standard error collected as it runs."""
+
+    def __init__(self, ckpt: str, *options: str):
+        self.proc = subprocess.Popen([*SERVE, "-m", ckpt, "--port", "0", "--threads", "1", *options],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, text=True)
+        self.lines: list[str] = []
+        first = self.proc.stderr.readline()
+        self.lines.append(first)
+        match = re.search(r"listening on (http://127\.0\.0\.1:\d+/)", first)
+        if not match:
+            self.proc.kill()
+            raise AssertionError(f"no address in {first!r}: {self.proc.stderr.read()}")
+        self.url = match.group(1)
+        self._reader = threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stderr.readline, "")),
+                                        daemon=True)
+        self._reader.start()
+
+    def call(self, path: str, body=None, raw: bytes | None = None, method: str | None = None,
+             timeout: float = 120) -> tuple:
+        """(status, JSON body, headers: case-insensitive) of one request."""
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        request = urllib.request.Request(self.url + path.lstrip("/"), data=data, method=method,
+                                         headers={"Content-Type": "application/json"} if data is not None else {})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as r:
+                return r.status, json.loads(r.read()), r.headers
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read()), e.headers
+
+    def ready(self, timeout: float = 120) -> list[int]:
+        """Poll /health until it says ok; the statuses seen."""
+        seen, end = [], time.monotonic() + timeout
+        while time.monotonic() < end:
+            status, body, _ = self.call("/health")
+            seen.append(status)
+            if status == 200:
+                assert body == {"status": "ok"}
+                return seen
+            assert (status, body) == (503, {"status": "loading"})
+            time.sleep(0.05)
+        raise AssertionError(f"not ready in {timeout} s: {''.join(self.lines)}")
+
+    def translate(self, lines, **options) -> list[dict]:
+        status, body, _ = self.call("/translate", {"src": lines, **options})
+        assert status == 200, body
+        assert len(body["translations"]) == len(lines)
+        return body["translations"]
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=60)
+        self._reader.join(timeout=10)
+        return code
+
+
+@pytest.fixture(scope="module")
+def ckpt(trained):
+    return trained[1]
+
+
+@pytest.fixture(scope="module")
+def server(ckpt):
+    s = Server(ckpt, "--batch-wait-ms", "20")
+    s.seen = s.ready()
+    yield s
+    assert s.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def lines(data_dir):
+    found = lines_of(data_dir / "multi30k" / "val.en", 12)
+    return found[:5] + [""] + found[5:]  # (an empty line is a line too)
+
+
+def nmt_translate(ckpt, tmp_path, lines, *options, prefixes=None) -> dict[str, str]:
+    """nmt-translate's outputs for the same lines: {"text", "nbest", "alignments"} as their files hold them."""
+    src = tmp_path / "in.en"
+    src.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    args = [*TRANSLATE, "-m", ckpt, "-i", str(src), "-o", str(tmp_path / "out.fr"), "--threads", "1",
+            "--workers", "1", *options]
+    if prefixes is not None:
+        (tmp_path / "prefix.fr").write_text("".join(x + "\n" for x in prefixes), encoding="utf-8")
+        args += ["--prefix", str(tmp_path / "prefix.fr")]
+    proc = subprocess.run(args, capture_output=True, env=ENV, timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return {name: (tmp_path / file).read_text(encoding="utf-8") if (tmp_path / file).exists() else ""
+            for name, file in (("text", "out.fr"), ("nbest", "out.nbest"), ("alignments", "out.align"))}
+
+
+# -- routes --------------------------------------------------------------------------------------------------------
+
+def test_health_is_503_until_loaded_then_models_and_the_schema(server, ckpt):
+    assert server.seen[0] == 503 and server.seen[-1] == 200  # (it listens before torch is even imported)
+    status, models, _ = server.call("/models")
+    assert status == 200 and models["ensemble"] == 1 and models["attention"] is True
+    (m,) = models["models"]
+    assert (m["path"], m["arch"], m["source_lang"], m["target_lang"]) == (ckpt, "rnnsearch", "en", "fr")
+    assert m["vocab_sizes"]["src"] > 100 and m["updates"] == 150 and "lowercase" in m["preprocessing"]["src"]
+    status, schema, _ = server.call("/openapi.json")
+    from dataclasses import fields
+
+    from nmtkit.translate.config import DecodeConfig
+
+    props = schema["components"]["schemas"]["Request"]["properties"]
+    assert status == 200 and schema["openapi"].startswith("3.1")
+    assert {f.name for f in fields(DecodeConfig)} | {"src", "prefix", "alignment", "attention"} == set(props)
+    assert props["beam"]["default"] == 12 and props["beam"]["type"] == "integer"
+    status, body, _ = server.call("/nope")
+    assert (status, body) == (404, {"error": "no route /nope"})
+    status, body, _ = server.call("/translate")
+    assert (status, body) == (405, {"error": "GET is not allowed on /translate"})
+
+
+# -- the same text as nmt-translate --------------------------------------------------------------------------------
+
+def test_translations_are_nmt_translates(server, ckpt, lines, tmp_path):
+    got = server.translate(lines)
+    want = nmt_translate(ckpt, tmp_path, lines)["text"].splitlines()
+    assert [r["tgt"] for r in got] == want and got[5]["tgt"] == "" and len(set(want)) > 5
+    assert all(isinstance(r["score"], float) and "nbest" not in r and "alignment" not in r for r in got)
+    # n-best, alignments and the beam: the n-best list as the Moses file has it
+    got = server.translate(lines, beam=5, nbest=3, alignment=True)
+    files = nmt_translate(ckpt, tmp_path, lines, "--beam", "5", "--nbest", "3", "--nbest-file",
+                          str(tmp_path / "out.nbest"), "--alignments", str(tmp_path / "out.align"))
+    nbest = [x.split(" ||| ") for x in files["nbest"].splitlines()]
+    assert [(int(k), text) for k, text, _, _ in nbest] == [(i, h["tgt"]) for i, r in enumerate(got) for h in r["nbest"]]
+    assert [r["tgt"] for r in got] == [r["nbest"][0]["tgt"] for r in got]
+    assert [r["alignment"] for r in got] == files["alignments"].splitlines()
+    assert any(len(r["nbest"]) == 3 for r in got)
+
+
+def test_prefixes_attention_and_sampling_are_nmt_translates(server, ckpt, lines, tmp_path):
+    prefixes = ["Un homme" if k % 2 else "" for k in range(len(lines))]
+    got = server.translate(lines, prefix=prefixes)
+    assert [r["tgt"] for r in got] == nmt_translate(ckpt, tmp_path, lines, prefixes=prefixes)["text"].splitlines()
+    assert all(r["tgt"].startswith("Un homme") for k, r in enumerate(got) if k % 2)
+    got = server.translate(lines, sampling="topk:5", seed=3, nbest=2)
+    want = nmt_translate(ckpt, tmp_path, lines, "--sampling", "topk:5", "--seed", "3", "--nbest", "2", "--nbest-file",
+                         str(tmp_path / "out.nbest"))["nbest"].splitlines()
+    assert [h["tgt"] for r in got for h in r["nbest"]] == [x.split(" ||| ")[1] for x in want]
+    got = server.translate(lines[:3], attention=True)
+    for r in got:
+        a = r["attention"]
+        assert a["src"][-1] == "</s>" and a["tgt"][-1] == "</s>" and len(a["weights"]) == len(a["tgt"])
+        assert all(len(row) == len(a["src"]) and abs(sum(row) - 1) < 1e-3 for row in a["weights"])
+
+
+def test_concurrent_clients_each_get_their_own_lines_in_shared_batches(ckpt, data_dir, tmp_path):
+    lines = lines_of(data_dir / "multi30k" / "val.en", 50)
+    assert len(set(lines)) == 50
+    want = nmt_translate(ckpt, tmp_path, lines)["text"].splitlines()
+    s = Server(ckpt, "--batch-wait-ms", "200", "--max-batch", "16")
+    try:
+        s.ready()
+        with ThreadPoolExecutor(50) as pool:
+            got = list(pool.map(lambda line: s.translate([line])[0]["tgt"], lines))
+        assert got == want
+    finally:
+        assert s.stop() == 0
+    batches = [int(m.group(1)) for line in s.lines if (m := re.search(r"POST /translate 200 .*batch of (\d+)", line))]
+    assert len(batches) == 50 and max(batches) > 1 and max(batches) <= 16  # decoded together, never past the cap
+
+
+# -- bad input and overload ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("raw, status, message", [
+    (b"{not json", 400, "the body is not JSON"),
+    (b'["A dog."]', 400, "the request must be a JSON object with \"src\""),
+    (b'{"text": ["A dog."]}', 400, "the request has no \"src\""),
+    (b'{"src": "A dog."}', 400, "\"src\" must be a list of strings"),
+    (b'{"src": ["A dog.", 3]}', 400, "\"src\" must be a list of strings"),
+    (b'{"src": ["A dog.\\nA cat."]}', 400, "\"src\"[0] holds a line break"),
+    (b'{"src": ["A dog."], "beem": 5}', 400, "unknown decoding setting 'beem'"),
+    (b'{"src": ["A dog."], "beam": 0}', 400, "need beam >= 1"),
+    (b'{"src": ["A dog."], "beam": "5"}', 400, "--beam must be a whole number"),
+    (b'{"src": ["A dog."], "prefix": ["Un"]}', 200, None),
+    (b'{"src": ["A dog."], "prefix": []}', 400, "\"prefix\" must have one entry per line"),
+    (b'{"src": ["A dog."], "alignment": 1}', 400, "\"alignment\" must be true or false"),
+    (b'{"src": ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s", '
+     b'"t", "u"]}', 413, "21 lines: at most 20 a request (--max-lines)"),
+    (b'{"src": ["' + b"x" * 301 + b'"]}', 413, "301 characters: at most 300 a request (--max-chars)"),
+    (b'{"src": ["' + b"x" * 100000 + b'"]}', 413, "a body of 100013 bytes: at most 66736 (--max-chars)"),
+])
+def test_bad_input_is_one_line_and_the_server_goes_on(ckpt, raw, status, message, limited):
+    got, body, _ = limited.call("/translate", raw=raw)
+    assert got == status, body
+    if message is not None:
+        assert set(body) == {"error"} and message in body["error"] and "\n" not in body["error"]
+    assert limited.call("/health")[0] == 200
+
+
+@pytest.fixture(scope="module")
+def limited(ckpt):
+    s = Server(ckpt, "--max-lines", "20", "--max-chars", "300")
+    s.ready()
+    yield s
+    assert s.stop() == 0
+
+
+def test_a_full_queue_is_503_with_retry_after_and_a_long_wait_504(ckpt, lines):
+    s = Server(ckpt, "--max-batch", "100", "--batch-wait-ms", "3000", "--max-queue", "5", "--max-lines", "5",
+               "--timeout", "20")
+    try:
+        s.ready()
+        with ThreadPoolExecutor(2) as pool:
+            a = pool.submit(s.translate, lines[:3])
+            b = pool.submit(s.translate, lines[3:5])
+            time.sleep(1.0)  # (both wait in the queue: 5 lines, the most it holds)
+            status, body, headers = s.call("/translate", {"src": lines[7:8]})
+            assert (status, headers.get("Retry-After")) == (503, "1") and "too busy" in body["error"]
+            assert len(a.result()) == 3 and len(b.result()) == 2  # then decoded together
+    finally:
+        assert s.stop() == 0
+    assert any("batch of 5" in line for line in s.lines)
+    s = Server(ckpt, "--batch-wait-ms", "5000", "--timeout", "1")
+    try:
+        s.ready()
+        status, body, _ = s.call("/translate", {"src": lines[:2]})
+        assert (status, body) == (504, {"error": "no translation within 1 s (--timeout)"})
+        assert s.call("/health")[0] == 200
+    finally:
+        assert s.stop() == 0
+
+
+def test_health_answers_while_a_long_batch_decodes(server, lines):
+    # (a long forced prefix: every hypothesis runs its 120 words through the model, whatever the model would say)
+    heavy = {"src": [" ".join(lines[:4])] * 20, "prefix": [" ".join(["un homme"] * 60)] * 20, "beam": 48}
+    done = {}
+
+    def post():
+        done["translate"] = (server.call("/translate", heavy), time.monotonic())
+
+    thread = threading.Thread(target=post)
+    thread.start()
+    time.sleep(0.3)
+    status = server.call("/health")[0]
+    answered = time.monotonic()
+    pending = "translate" not in done
+    thread.join()
+    assert status == 200 and done["translate"][0][0] == 200
+    assert pending and answered < done["translate"][1]  # (the batch was still decoding: not a vacuous test)
+
+
+# -- shutdown and start-up -----------------------------------------------------------------------------------------
+
+def test_sigterm_answers_the_requests_in_flight_then_exits_0(ckpt, lines, tmp_path):
+    want = nmt_translate(ckpt, tmp_path, lines[:3])["text"].splitlines()
+    s = Server(ckpt, "--batch-wait-ms", "1500")
+    s.ready()
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(s.translate, [line]) for line in lines[:3]]
+        time.sleep(0.5)  # (they wait for their batch)
+        s.proc.send_signal(signal.SIGTERM)
+        got = [f.result()[0]["tgt"] for f in futures]
+    assert got == want
+    assert s.stop() == 0
+    log = "".join(s.lines)
+    assert "Traceback" not in log and log.count("POST /translate 200") == 3
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(s.url + "health", timeout=5)
+
+
+def test_a_checkpoint_that_cannot_be_served_is_one_line(tmp_path):
+    proc = subprocess.run([*SERVE, "-m", str(tmp_path / "missing.pt"), "--port", "0"], capture_output=True, text=True,
+                          env=ENV, timeout=120)
+    assert proc.returncode == 1 and proc.stderr.strip() == f"nmt-serve: error: {tmp_path / 'missing.pt'}: no such file"
+    (tmp_path / "garbage.pt").write_bytes(b"not a checkpoint" * 100)
+    proc = subprocess.run([*SERVE, "-m", str(tmp_path / "garbage.pt"), "--port", "0", "-q"], capture_output=True,
+                          text=True, env=ENV, timeout=120)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and "listening on" in err[0] and len(err) == 2, proc.stderr
+    assert err[1].startswith(f"nmt-serve: error: {tmp_path / 'garbage.pt'}") and "Traceback" not in proc.stderr
+
+
+def test_a_port_in_use_is_one_line(server, ckpt):
+    port = server.url.rsplit(":", 1)[1].strip("/")
+    proc = subprocess.run([*SERVE, "-m", ckpt, "--port", port], capture_output=True, text=True, env=ENV, timeout=120)
+    assert proc.returncode == 1 and proc.stderr.strip().startswith(f"nmt-serve: error: cannot listen on 127.0.0.1:{port}")
+
+
+# -- the page, in a real browser -----------------------------------------------------------------------------------
+
+def _browser():
+    """Chromium (the OS package) driven by Selenium through chromedriver; skipped with the reason when one of them
+    is missing, a failure under CI (.ci/run installs them)."""
+    import shutil
+
+    chromium = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
+    driver = shutil.which("chromedriver")
+    try:
+        from selenium import webdriver
+    except ImportError:
+        webdriver = None
+    if not (chromium and driver and webdriver):
+        missing = ", ".join(n for n, x in (("chromium", chromium), ("chromedriver", driver), ("selenium", webdriver))
+                            if not x)
+        reason = f"the page test needs a browser: {missing} not installed (apt install chromium chromium-driver)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1200,900"):
+        options.add_argument(arg)
+    return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver))
+
+
+def test_the_page_translates_and_draws_the_alignment_in_a_real_browser(server, lines, tmp_path):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser = _browser()
+    try:
+        browser.get(server.url)
+        assert "http" not in "".join(s.get_attribute("src") or "" for s in browser.find_elements(By.TAG_NAME, "script"))
+        box = browser.find_element(By.ID, "src")
+        box.clear()
+        box.send_keys("\n".join(lines[:2]))
+        browser.find_element(By.ID, "translate").click()
+        WebDriverWait(browser, 120).until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".translation")) == 2)
+        shown = [p.text for p in browser.find_elements(By.CSS_SELECTOR, ".translation")]
+        api = server.translate(lines[:2], beam=12, attention=True)
+        assert shown == [r["tgt"] for r in api]
+        for table, r in zip(browser.find_elements(By.CSS_SELECTOR, "table.matrix"), api):
+            a = r["attention"]
+            assert len(table.find_elements(By.CSS_SELECTOR, "td.cell")) == len(a["tgt"]) * len(a["src"])
+            assert [th.text for th in table.find_elements(By.CSS_SELECTOR, "th.src")] == a["src"]
+        # pointing at the first target word highlights the source words it attended to (at least half its largest
+        # weight)
+        first = browser.find_elements(By.CSS_SELECTOR, "table.matrix")[0]
+        ActionChains(browser).move_to_element(first.find_elements(By.CSS_SELECTOR, "th.tgt")[0]).perform()
+        lit = [int(th.get_attribute("data-j")) for th in first.find_elements(By.CSS_SELECTOR, "th.src.attended")]
+        row = api[0]["attention"]["weights"][0]
+        expected = [j for j, w in enumerate(row) if w >= 0.5 * max(row)]
+        assert lit == expected and expected
+        browser.save_screenshot(str(tmp_path / "page.png"))
+        assert (tmp_path / "page.png").stat().st_size > 10_000
+    finally:
+        browser.quit()
