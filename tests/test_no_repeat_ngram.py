@@ -258,7 +258,7 @@ def test_numbers_repeat_their_digits_under_the_block_and_words_do_not(trained, t
     tokens[num], tokens[word] = "000", "oui"
     payload["vocab"]["tgt"] = tokens
     b_y = payload["model"]["b_y"].clone()
-    b_y[num], b_y[word] = 60.0, 58.0  # (logits of a few units elsewhere: "000" first, "oui" second, everywhere)
+    b_y[num], b_y[word] = 80.0, 70.0  # (logits of a few units elsewhere: "000" first, "oui" second, everywhere)
     payload["model"]["b_y"] = b_y
     checkpoint.save(payload, tmp_path / "numbers.pt")
     base = ["-m", str(tmp_path / "numbers.pt"), "--beam", "1", "--max-len-a", "0", "--max-len-b", "6"]
@@ -268,7 +268,7 @@ def test_numbers_repeat_their_digits_under_the_block_and_words_do_not(trained, t
     blocked = translate(base + ["--no-repeat-ngram", "2", "--block-numbers"], line).stdout.decode().split()
     assert blocked[:3] == ["000", "000", "oui"] and not repeats(blocked, 2) and len(blocked) == 6
     # a word loop is cut as before, also after the number: with "oui" first, "oui oui" and "000 oui" come once
-    b_y[num], b_y[word] = 58.0, 60.0
+    b_y[num], b_y[word] = 70.0, 80.0
     checkpoint.save(payload, tmp_path / "words.pt")
     words = translate(["-m", str(tmp_path / "words.pt")] + base[2:] + ["--no-repeat-ngram", "2"], line)
     words = words.stdout.decode().split()
