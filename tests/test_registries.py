@@ -112,7 +112,9 @@ def added(monkeypatch):
 
 
 def test_an_optimizer_and_a_schedule_added_by_registration_train_and_resume_exactly(added, data_dir, tmp_path):
-    settings = dict(optimizer="adagrad", lr=0.05, lr_scheduler="step", valid_every=3)
+    settings = dict(optimizer="adagrad", lr=0.05, lr_scheduler="step", valid_every=3, log_every=1)
+    for root in ("A", "B"):
+        (tmp_path / root).mkdir()
     straight = tiny_multi30k_run(data_dir, tmp_path / "A", max_updates=6, **settings)
     cut = tiny_multi30k_run(data_dir, tmp_path / "B", max_updates=3, **settings)
     threads = torch.get_num_threads()
