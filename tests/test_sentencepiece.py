@@ -331,8 +331,12 @@ def test_translations_of_a_sentencepiece_model_read_as_words(hansards_spm, data_
         for p, t in zip(plain_nbest[k], tok_nbest[k]):  # the best, and every other entry
             words = FR_WORDS.detokenize(t.split())
             if prefix:  # (the prefix as written, "ici .", not as detokenised, "ici.")
-                assert t.startswith(PREFIX) and words.startswith(PREFIX_TEXT), (k, t)
-                words = PREFIX + words[len(PREFIX_TEXT):]
+                assert t.startswith(PREFIX) and p.startswith(PREFIX), (k, t, p)
+                if words.startswith(PREFIX_TEXT):
+                    words = PREFIX + words[len(PREFIX_TEXT):]
+                else:  # the hypothesis went on with the prefix's last word ("ici ." then "s": "ici .s"): the rest
+                    assert not t[len(PREFIX):].startswith(" "), (k, t)  # follows the prefix, without a space
+                    words = PREFIX + FR_WORDS.detokenize(t[len(PREFIX):].split())
             assert p == words, (k, p, t)
     assert plain[3] == PREFIX and tok[3] == PREFIX
     # running text, not one glued word: the prefixed lines have the prefix's seven words, and an unprefixed line

@@ -49,7 +49,10 @@ def render(pre: Preprocessor, tokens: list[str], tokenized: bool, given: str = "
     head = text(tokens[:forced])  # (the prefix as the preprocessing reads it back)
     if whole.startswith(head):
         rest = whole[len(head):]
-    else:  # (detokenisation joined the prefix's end to what follows: the rest on its own, after a space)
+    else:  # (detokenisation joined the prefix's end to what follows: the rest on its own)
         rest = text(tokens[forced:])
-        rest = " " + rest if rest else ""
+        _, word_of = pre.words_of(list(tokens))
+        if rest and word_of[forced] != word_of[forced - 1]:
+            rest = " " + rest  # (after a space, unless the hypothesis went on with the prefix's last word, as a
+            #   prefix that ends inside a word asks: "Le très hono" + "rable")
     return given + (rest.lstrip() if given[-1:].isspace() else rest)
