@@ -179,9 +179,9 @@ def _end_of_a_data_parallel_process(code) -> None:
 
     gloo's threads outlive the process group (``destroy_process_group`` does not free it after a training run,
     nmtkit/train/distributed.py), and a C++ thread that needs the interpreter while it shuts down is ended by
-    unwinding, which aborts the process ("terminate called without an active exception", SIGABRT: one run in a
-    hundred of tests/bench/soak_torchrun.py without this exit, none in 200 with it: results/soak_torchrun.txt).  Everything the run writes is complete and closed when the command's
-    body returns; the logs and standard streams are flushed here."""
+    unwinding, which aborts the process ("terminate called without an active exception", SIGABRT, in some
+    runs of tests/bench/soak_torchrun.py without this exit: results/soak_torchrun.txt).  Everything the run writes is
+    complete and closed when the command's body returns; the logs and standard streams are flushed here."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return
     if code is None:

@@ -11,8 +11,8 @@ hypothesis' history, but the prefix itself is never blocked (the caller applies 
 **Number tokens are never blocked.** A token with a digit in it, or the word boundary or bare comma or point that
 joins a number's digits (:func:`number_tokens` of the target vocabulary), may always follow: a number repeats its
 pieces ("1 000 000" with SentencePiece's split digits is ``▁ 1 ▁ 0 0 0 ▁ 0 0 0``, whose 3-grams ``0 0 ▁`` and
-``▁ 0 0`` come twice) and a text repeats its numbers ("en 1995 et en 1996"); blocking them cost the one-hour model
-one number in sixteen in domain (``tests/bench/results/bench_recipe.txt``).  Every other token is
+``▁ 0 0`` come twice) and a text repeats its numbers ("en 1995 et en 1996"); blocking them cost numbers
+(``tests/bench/results/bench_recipe.txt``, "after the hour").  Every other token is
 blocked as before, also after a window that holds digits, so a loop through a number ("en 1995, en 1995, ...") is
 still cut, at its first word or punctuation mark.  ``nmt-translate --block-numbers`` blocks numbers too (fairseq's
 rule).

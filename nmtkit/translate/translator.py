@@ -346,14 +346,15 @@ class Translator:
         if not parts:  # an empty line: nothing to translate, the prefix (if any) as it was given
             # (counted and shaped as a decoded line's: its tokens and </s>, all attention on the source's </s>)
             text = self._render(prefix, given, len(prefix))
-            return Translation(lineno, text, src_words, self.tgt_pre.merge_subwords(prefix), 0.0,
+            prefix_words = self.tgt_pre.merge_subwords(prefix)
+            return Translation(lineno, text, src_words, prefix_words, 0.0,
                                nbest=[(text, 0.0, 0.0, len(prefix) + 1)],
                                alignment=[] if self.need_attention else None,
                                attention={"source": ["</s>"], "target": list(prefix) + ["</s>"],
                                           "alpha": [[1.0]] * (len(prefix) + 1)}
                                if self.need_attention else None,
-                               word_attention={"source": ["</s>"], "target": self.tgt_pre.words_of(prefix)[0] + ["</s>"],
-                                               "alpha": [[1.0]] * (len(self.tgt_pre.words_of(prefix)[0]) + 1)}
+                               word_attention={"source": ["</s>"], "target": prefix_words + ["</s>"],
+                                               "alpha": [[1.0]] * (len(prefix_words) + 1)}
                                if self.need_attention else None)
         best_tokens: list[str] = []
         src_tokens: list[str] = []
