@@ -130,3 +130,36 @@ def test_train_and_translate_on_cuda(prepared, tmp_path, bf16):
                           "--device", "cuda", "--beam", "4"], input="\n".join(lines) + "\n", text=True,
                          capture_output=True, check=True).stdout.splitlines()
     assert out == on_gpu
+
+
+def test_serve_on_cuda_gives_nmt_translates_lines(prepared, tmp_path):
+    """``nmt-serve --device cuda``: /models names the device; one request and four concurrent clients (decoded in
+    shared batches on the GPU) each get ``nmt-translate --device cuda``'s lines, in order, empty lines included (a
+    batch of other lines runs other GPU kernels, so a near-tie may break differently: at most two lines of 26)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from test_serve import Server  # the real server process of the CPU tests
+
+    root, data = prepared
+    save = tmp_path / "run"
+    train(TrainConfig(str(data), "rnnsearch-tiny", str(save), optimizer="adam", lr=3e-3, max_updates=60,
+                      valid_every=60, valid_bleu_sentences=0, batch_size=20, device="cuda"))
+    ckpt = str(save / "checkpoint_last.pt")
+    lines = (root / "valid.en").read_text(encoding="utf-8").splitlines()[:24] + ["", "a"]
+    cli = subprocess.run([sys.executable, "-m", "nmtkit.cli.translate", "-m", ckpt, "--device", "cuda", "--beam", "4"],
+                         input="\n".join(lines) + "\n", text=True, capture_output=True, check=True).stdout.splitlines()
+    server = Server(ckpt, "--device", "cuda", "--batch-wait-ms", "50")
+    try:
+        server.ready()
+        status, models, _ = server.call("/models")
+        assert status == 200 and models["device"].startswith("cuda"), models
+        served = [t["tgt"] for t in server.translate(lines, beam=4)]
+        assert len(served) == len(cli) and served[24] == "" and sum(a != b for a, b in zip(served, cli)) <= 2
+        slices = [lines[k::4] for k in range(4)]
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda part: [t["tgt"] for t in server.translate(part, beam=4)], slices))
+        assert [len(a) for a in answers] == [len(s) for s in slices]
+        concurrent = [answers[i % 4][i // 4] for i in range(len(lines))]  # back in the input's order
+        assert concurrent[24] == "" and sum(a != b for a, b in zip(concurrent, cli)) <= 2, (concurrent, cli)
+    finally:
+        assert server.stop() == 0

@@ -97,7 +97,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
         sizes = policy()
         chunk = max(sizes.loss_min_chunk_rows, sizes.loss_chunk_elements // V2)
         chunk -= chunk % ALIGN if chunk > ALIGN else 0  # a multiple of 8 too
-        rows = max(1, sizes.softmax_block_elements // V2)
+        # the softmax in cache-sized blocks of rows on the CPU; a GPU takes the whole chunk at once (each block is a
+        # dozen kernel launches, and its launches, not its caches, bound it: tests/bench/results/bench_cuda.txt)
+        rows = max(1, sizes.softmax_block_elements // V2) if t.device.type == "cpu" else chunk
         buf = None if lowp is None else t.new_empty(min(rows, N), V2)  # float32 logits of one block
         t_l = in_lowp(t, lowp)
         loss = t.new_zeros((), dtype=torch.float64)  # −Σ log p(y)

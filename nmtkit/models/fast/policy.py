@@ -44,7 +44,8 @@ class SpeedPolicy:
     attention_groups: int = 4
     # the fused output loss: logits per chunk of rows (256 MB of float32: one chunk for a paper-size batch of
     # ~2,000 targets; chunks bound the memory of larger ones), at least this many rows per chunk (fewer make
-    # inefficient products), and logits per block of rows for the softmax and its gradient (4 MB: in the cache)
+    # inefficient products), and logits per block of rows for the softmax and its gradient (4 MB: in the cache;
+    # on the CPU only: a GPU's softmax takes a whole chunk)
     loss_chunk_elements: int = 1 << 26
     loss_min_chunk_rows: int = 64
     softmax_block_elements: int = 1 << 20
