@@ -1,12 +1,10 @@
-"""The source encoder: forward (and, for RNNsearch, backward) gated recurrent layers over padded batches.
+"""The source encoder: forward (and, for RNNsearch, backward) gated recurrent layers over a batch of sentences.
 
-Batches are right-padded.  The forward direction simply runs on over the padding (its states there are never used:
-annotations at padding are zeroed and →h_{T_x} is taken at each sentence's own last token).  The backward direction
-must start at each sentence's own last token, so its input is reversed *within each sentence's length* before the
-recurrence and its states are put back in source order afterwards; ←h_1 is then the state at position 0.
-
-That is the reference (``forward``).  ``forward_packed`` computes the same for the paper's unit over packed
-sentences (packed.py): nothing is computed at padding, and both directions step in one loop.
+The paper's unit runs over *packed* sentences (``forward_packed``, packed.py): nothing is computed at padding, the
+backward direction reads each sentence from its own last token, and both directions step in one loop; the
+annotations come back right-padded, zero at padding.  ``torch.nn.GRU`` (``unit="torch"``, a different unit) runs
+over the padded batch through torch's own packing (``forward``).  The literal reference of the equations, one
+sentence position at a time, is ``reference.encode``; tests hold the packed encoder to it.
 """
 
 from __future__ import annotations
@@ -30,13 +28,6 @@ class EncoderStates(NamedTuple):
     last_forward: Tensor  # (B, n): →h_{T_x}, the forward state at each sentence's own last token
     first_backward: Tensor | None  # (B, n): ←h_1, or None without a backward direction
     packed: Tensor | None = None  # (N, D·n): the annotations at the real positions, forward-packed (forward_packed)
-
-
-def reversal_index(src_lens: Tensor, max_len: int) -> Tensor:
-    """(B, Tx) index that reverses each row within its length and leaves the padding in place (an involution)."""
-    t = torch.arange(max_len, device=src_lens.device).unsqueeze(0)  # (1, Tx)
-    lens = src_lens.unsqueeze(1)  # (B, 1)
-    return torch.where(t < lens, lens - 1 - t, t)  # (B, Tx)
 
 
 class SourceEncoder(nn.Module):
@@ -77,26 +68,15 @@ class SourceEncoder(nn.Module):
                 zeros_(p)
 
     def forward(self, x: Tensor, src_lens: Tensor, src_mask: Tensor) -> EncoderStates:
-        """x: embedded source, time-major (Tx, B, m); src_lens (B,) on x's device; src_mask (B, Tx) bool.  (The
-        models run the paper's unit over packed sentences, ``forward_packed``; this is the padded batch's.)"""
-        if self.unit == "torch":
-            return self._forward_torch(x, src_lens, src_mask)
-        Tx, B, _ = x.shape
-        mask = src_mask.t().unsqueeze(-1).to(x.dtype)  # (Tx, B, 1)
-        h_fwd = self.fwd(self.fwd.input_projections(x))  # (Tx, B, n)   →h_j
-        last_forward = h_fwd[src_lens - 1, torch.arange(B, device=x.device)]  # (B, n)   →h_{T_x}
-        if self.bwd is None:
-            return EncoderStates((h_fwd * mask).transpose(0, 1).contiguous(), last_forward, None)
-        rev = reversal_index(src_lens, Tx).t().unsqueeze(-1)  # (Tx, B, 1)
-        x_rev = x.gather(0, rev.expand_as(x))  # (Tx, B, m)   each sentence read backwards
-        h_rev = self.bwd(self.bwd.input_projections(x_rev))  # (Tx, B, n)   in reading order
-        h_bwd = h_rev.gather(0, rev.expand_as(h_rev))  # (Tx, B, n)   ←h_j, back in source order
-        annotations = (torch.cat([h_fwd, h_bwd], dim=-1) * mask).transpose(0, 1).contiguous()  # (B, Tx, 2n)
-        return EncoderStates(annotations, last_forward, h_bwd[0])
+        """``torch.nn.GRU``'s unit over the padded batch: x, the embedded source, time-major (Tx, B, m); src_lens (B,);
+        src_mask (B, Tx) bool.  The paper's unit runs over packed sentences only (``forward_packed``)."""
+        if self.unit != "torch":
+            raise ValueError("the paper's unit runs over packed sentences: forward_packed")
+        return self._forward_torch(x, src_lens, src_mask)
 
     def forward_packed(self, x: Tensor, pack: Packing) -> EncoderStates:
         """The paper's unit over packed sentences: x (N, m), the embedded source at its real positions in
-        forward-packed order (``packed.packing``).  Same values as ``forward``."""
+        forward-packed order (``packed.packing``)."""
         if self.unit != "paper":
             raise ValueError("forward_packed runs the paper's unit only")
         grus = [self.fwd] if self.bwd is None else [self.fwd, self.bwd]

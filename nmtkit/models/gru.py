@@ -29,16 +29,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nmtkit.models.fast.fused import gru_sequence
 from nmtkit.models.init import normal_, orthogonal_blocks_, zeros_
 from nmtkit.models.fast.matmul import aligned_linear
 
 
 class PaperGRU(nn.Module):
-    """One direction of the paper's gated recurrent layer.
+    """One direction of the paper's gated recurrent layer: its parameters.
 
-    Use ``input_projections(x)`` once for the whole sequence (one big matmul), then ``forward(gx)`` runs the
-    recurrence, whose per-step work is the two recurrent matmuls only.
+    The encoder projects a whole sequence at once with W_stack (one big matmul, both directions together); the
+    recurrence, whose per-step work is the two recurrent matmuls only, runs in the fast paths
+    (``fast.packed.gru_packed``, both directions over packed sentences) or, as the equations read, in
+    ``reference.gru_step``.
     """
 
     def __init__(self, input_dim: int, hidden_dim: int):
@@ -57,15 +58,6 @@ class PaperGRU(nn.Module):
         zeros_(self.b_stack)
         orthogonal_blocks_(self.U_zr, self.hidden_dim)
         orthogonal_blocks_(self.U, self.hidden_dim)
-
-    def input_projections(self, x: Tensor) -> Tensor:
-        """x (T, B, in) -> (T, B, 3n): W_z x + b_z, W_r x + b_r, W x + b for all steps in one matmul."""
-        return aligned_linear(x, self.W_stack, self.b_stack)  # (matmul.py: m = 620 is slow)
-
-    def forward(self, gx: Tensor, s0: Tensor | None = None) -> Tensor:
-        """gx (T, B, 3n) from ``input_projections`` -> states (T, B, n), through ``fast.fused.gru_sequence`` (the values
-        of ``reference.gru_step`` run over the sequence, with a hand-written backward)."""
-        return gru_sequence(gx, self.U_zr, self.U, s0)
 
 
 class ConditionalGRU(nn.Module):

@@ -69,20 +69,30 @@ def _gru_forward_step(gx_t, s, by_U_zr, by_U, zr_out, h_out, rs_out, s_out, pre_
     torch.lerp(s, h_out, zr_out[:, :n], out=s_out)  # (B, n)   (1 − z) ∘ s + z ∘ s̃
 
 
-def _gru_backward_step(ds, s, zr, h, by_UT, dg_out) -> Tensor:
-    """Given ds = ∂L/∂s', write ∂L/∂gx (B, 3n) into dg_out; return the part of ∂L/∂s that does NOT go through
+def gru_backward_step(ds, s, zr, h, by_UT, dg_out) -> Tensor | None:
+    """The paper's unit backwards, written once for every fast recurrence (this module's, and packed.py's over both
+    encoder directions at once: then every tensor has a leading direction axis, (D, B, ·)).
+
+    Given ds = ∂L/∂s', write ∂L/∂gx (…, 3n) into dg_out; return the part of ∂L/∂s that does NOT go through
     [U_z; U_r] (the caller adds [U_z; U_r]ᵀ ∂L/∂(gates), batched with other products of the same step).
-    by_UT: a ``Multiplier`` of Uᵀ (x ↦ x U)."""
-    n = s.shape[-1]
-    z, r = zr[:, :n], zr[:, n:]
-    dh = ds * z  # (B, n)   ∂L/∂s̃
-    torch.ops.aten.tanh_backward.grad_input(dh, h, grad_input=dg_out[:, 2 * n :])  # (B, n)   ∂L/∂(cand. pre-act.)
-    drs = by_UT.product(dg_out[:, 2 * n :])  # (B, n)   ∂L/∂(r ∘ s)
-    dzr = dg_out[:, : 2 * n]  # (B, 2n)   ∂L/∂z, ∂L/∂r, then in place ∂L/∂(gate pre-activations)
-    torch.mul(ds, h - s, out=dzr[:, :n])
-    torch.mul(drs, s, out=dzr[:, n:])
+    by_UT: x ↦ x U, the candidate's gradient back through U (a ``Multiplier`` of Uᵀ's ``product``, or one per
+    direction).  ``s is None`` is a sequence's first step from the zero state: ∂L/∂r = 0 and nothing flows further
+    back (None is returned)."""
+    n = h.shape[-1]
+    z, r = zr[..., :n], zr[..., n:]
+    dh = ds * z  # (…, n)   ∂L/∂s̃
+    torch.ops.aten.tanh_backward.grad_input(dh, h, grad_input=dg_out[..., 2 * n :])  # ∂L/∂(cand. pre-activation)
+    dzr = dg_out[..., : 2 * n]  # (…, 2n)   ∂L/∂z, ∂L/∂r, then in place ∂L/∂(gate pre-activations)
+    if s is None:  # s' = z ∘ s̃
+        torch.mul(ds, h, out=dzr[..., :n])
+        dzr[..., n:].zero_()
+        torch.ops.aten.sigmoid_backward.grad_input(dzr, zr, grad_input=dzr)
+        return None
+    drs = by_UT(dg_out[..., 2 * n :])  # (…, n)   ∂L/∂(r ∘ s)
+    torch.mul(ds, h - s, out=dzr[..., :n])
+    torch.mul(drs, s, out=dzr[..., n:])
     torch.ops.aten.sigmoid_backward.grad_input(dzr, zr, grad_input=dzr)
-    return torch.addcmul(ds - dh, drs, r)  # (B, n)   (1 − z) ∘ ds + r ∘ drs
+    return torch.addcmul(ds - dh, drs, r)  # (…, n)   (1 − z) ∘ ds + r ∘ drs
 
 
 class _GRUSequence(torch.autograd.Function):
@@ -112,7 +122,7 @@ class _GRUSequence(torch.autograd.Function):
         dgx = dS.new_empty(T, B, 3 * n)  # (T, B, 3n)
         ds = dS.new_zeros(B, n)  # (B, n)
         for t in reversed(range(T)):
-            part = _gru_backward_step(ds + dS[t], S[t], ZR[t], Hc[t], by_UT, dgx[t])
+            part = gru_backward_step(ds + dS[t], S[t], ZR[t], Hc[t], by_UT.product, dgx[t])
             ds = by_U_zrT.add_product(part, dgx[t, :, : 2 * n], out=part)  # (B, n)   + [U_z; U_r]ᵀ ∂L/∂(gates)
         flat = dgx.view(T * B, 3 * n)
         dU_zr = mm(flat[:, : 2 * n].t(), S[:-1].reshape(T * B, n), lowp)  # (2n, n)
@@ -292,7 +302,7 @@ class _AttentiveDecoder(torch.autograd.Function):
         for i in reversed(range(Ty)):
             Di = D[i]
             if i + 1 < Ty:
-                ds = _gru_backward_step(ds, S[i], ZR[i], Hc[i], by_UT, Di[:, n_a : n_a + 3 * n])
+                ds = gru_backward_step(ds, S[i], ZR[i], Hc[i], by_UT.product, Di[:, n_a : n_a + 3 * n])
             else:
                 ds = torch.zeros_like(ds)  # s_Ty is not computed
             ds += dS[i]

@@ -15,7 +15,7 @@ The forward direction reads sentence b's position t at step t; the backward dire
 both, and a sentence's previous state is the row of the same rank in the previous block (o_{t-1} + b).  The input
 projections, U_a h_j and C_stack h_j are then computed only at the N real positions.
 
-``gru_packed`` has a hand-written backward like fused.py's recurrences (its step functions, batched over the
+``gru_packed`` has a hand-written backward like fused.py's recurrences (fused.gru_backward_step, batched over the
 directions): the recurrent weights' gradients are one matmul per direction over all N rows after the loop.
 """
 
@@ -28,6 +28,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from nmtkit.models.fast.activations import tanh_
+from nmtkit.models.fast.fused import gru_backward_step
 from nmtkit.models.fast.matmul import Multiplier, autocast_dtype, mm
 
 
@@ -119,30 +120,21 @@ class _PackedGRUs(torch.autograd.Function):
         D, N, n = H.shape
         by_U_zrT = [Multiplier(U_zr[d].t(), lowp) for d in range(D)]  # x ↦ x [U_z; U_r]
         by_UT = [Multiplier(U[d].t(), lowp) for d in range(D)]
+
+        def drs_of(dc: Tensor) -> Tensor:  # (D, b, n) ∂L/∂(candidate pre-activations) -> ∂L/∂(r ∘ s), x ↦ x U
+            return torch.stack([by_UT[d].product(dc[d]) for d in range(D)])
+
         dgx = H.new_empty(D, N, 3 * n)  # (D, N, 3n)   ∂L/∂(pre-activations) = ∂L/∂gx
         ds = H.new_zeros(D, pack.batch_sizes[0], n)  # ∂L/∂s from later steps; rows never reached stay 0
         for t, rows, prev in reversed(list(_steps(pack))):
             b = rows.stop - rows.start
             g = ds[:, :b] + dH[:, rows]  # (D, b, n)   ∂L/∂s_t
-            zr, h = ZR[:, rows], Hc[:, rows]
-            z, r = zr[..., :n], zr[..., n:]
-            dg = dgx[:, rows]  # (D, b, 3n)
-            dh = g * z  # ∂L/∂s̃
-            torch.ops.aten.tanh_backward.grad_input(dh, h, grad_input=dg[..., 2 * n:])
-            dzr = dg[..., : 2 * n]  # (D, b, 2n)   ∂L/∂z, ∂L/∂r, then in place ∂L/∂(gate pre-activations)
-            if prev is None:  # s_prev = 0: ∂L/∂r = 0; nothing flows further back
-                torch.mul(g, h, out=dzr[..., :n])
-                dzr[..., n:].zero_()
-                torch.ops.aten.sigmoid_backward.grad_input(dzr, zr, grad_input=dzr)
+            s = None if prev is None else H[:, prev]  # s_prev of the same sentences (step 0: the zero state)
+            part = gru_backward_step(g, s, ZR[:, rows], Hc[:, rows], drs_of, dgx[:, rows])
+            if part is None:  # nothing flows back from step 0
                 continue
-            s = H[:, prev]
-            drs = torch.stack([by_UT[d].product(dg[d, :, 2 * n:]) for d in range(D)])  # (D, b, n)   ∂L/∂(r ∘ s)
-            torch.mul(g, h - s, out=dzr[..., :n])
-            torch.mul(drs, s, out=dzr[..., n:])
-            torch.ops.aten.sigmoid_backward.grad_input(dzr, zr, grad_input=dzr)
-            part = torch.addcmul(g - dh, drs, r)  # (D, b, n)   (1 − z) ∘ ∂L/∂s_t + r ∘ ∂L/∂(r ∘ s)
             for d in range(D):
-                by_U_zrT[d].add_product(part[d], dg[d, :, : 2 * n], out=part[d])  # + [U_z; U_r]ᵀ ∂L/∂(gates)
+                by_U_zrT[d].add_product(part[d], dgx[d, rows, : 2 * n], out=part[d])  # + [U_z; U_r]ᵀ ∂L/∂(gates)
             ds[:, :b] = part
         b0 = pack.batch_sizes[0]
         dU_zr, dU = torch.zeros_like(U_zr), torch.empty_like(U)
