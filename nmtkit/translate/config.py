@@ -48,6 +48,10 @@ class DecodeConfig:
            "digits: \"1 000 000\"). A --prefix is kept as given.", metavar="N")
     block_numbers: bool = _setting(
         False, "With --no-repeat-ngram: block numbers' tokens too (fairseq's rule; numbers lose digits).")
+    source_numbers: bool = _setting(
+        False, "Write digits only as parts of the source's numbers: a number the source does not have, or one of its "
+               "numbers changed or run on, is never written (grouping and separators are the model's; a '%' also "
+               "allows the French 'p. 100').")
     no_unk: bool = _setting(False, "Never generate the unknown-word token.")
     replace_unk: bool = _setting(
         False, "Replace each generated <unk> by the most attended source word (or its --unk-dict entry).")

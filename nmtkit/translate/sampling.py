@@ -60,13 +60,17 @@ def reshape(logp: torch.Tensor, sampling: Sampling) -> torch.Tensor:
 @torch.no_grad()
 def sample(models, src: torch.Tensor, src_lens: torch.Tensor, keys: list, decode: DecodeConfig,
            need_attention: bool = False, prefix: torch.Tensor | None = None,
-           prefix_lens: torch.Tensor | None = None, numbers: torch.Tensor | None = None) -> list[list[Hypothesis]]:
+           prefix_lens: torch.Tensor | None = None, numbers: torch.Tensor | None = None,
+           numbers_from=None) -> list[list[Hypothesis]]:
     """src (B, Tx) with ``</s>``, src_lens (B,), one key per sentence -> for each sentence ``decode.nbest`` samples
     drawn as ``decode.sampling`` says, sorted by their length-normalised log-probability (``decode``'s lenpen;
-    its max_len_a/b, no_unk and no_repeat_ngram with ``numbers`` free as in the search)."""
+    its max_len_a/b, no_unk and no_repeat_ngram with ``numbers`` free, and ``numbers_from``'s constraint, as in
+    the search)."""
     n, sampling, lenpen = decode.nbest, decode.how, decode.lenpen
     max_len_a, max_len_b, no_unk, no_repeat_ngram = decode.max_len_a, decode.max_len_b, decode.no_unk, \
         decode.no_repeat_ngram
+    if decode.source_numbers and numbers_from is None:
+        raise ValueError("decode.source_numbers needs the source's numbers (numbers_from)")
     if sampling is None:
         raise ValueError("sample() needs decoding settings with a sampling spec (DecodeConfig(sampling=...))")
     if n < 1 or len(keys) != src.shape[0]:
@@ -82,7 +86,8 @@ def sample(models, src: torch.Tensor, src_lens: torch.Tensor, keys: list, decode
 
     tokens, scores, attn = one_token_at_a_time(models, src, src_lens, draw, n, max_len_a, max_len_b, no_unk,
                                                need_attention, prefix, prefix_lens,
-                                               no_repeat_ngram, free_tokens(decode, numbers, src.device))  # (B·n rows)
+                                               no_repeat_ngram, free_tokens(decode, numbers, src.device),
+                                               numbers_from)  # (B·n rows)
     lens = src_lens.tolist()
     results = []
     for b in range(len(lens)):

@@ -22,6 +22,9 @@ Every search takes its settings as one :class:`nmtkit.translate.config.DecodeCon
   blocked, ``</s>`` never is. The history is the hypothesis' own token row, reordered with it after each top-k.
   Given ``numbers`` (bool (V,): the target tokens holding a digit, :func:`~nmtkit.translate.ngramblock.number_tokens`),
   those tokens are never blocked, unless ``block_numbers``.
+- With ``source_numbers`` (a :class:`~nmtkit.translate.sourcenumbers.SourceNumbers` for the batch: the decoding's
+  ``source_numbers`` setting) a token holding a digit may only continue or begin one of the sentence's source
+  numbers; the others get −inf before the top-k, after the n-gram block (:mod:`nmtkit.translate.sourcenumbers`).
 - :func:`greedy`: the plain batched greedy decoder (validation during training; equal to ``beam = 1``).
 - :func:`beam_search_reference`: one sentence at a time with Python lists — slow, obviously right, and the yardstick
   the batched search is tested against.
@@ -42,6 +45,7 @@ from nmtkit.data.vocab import BOS, EOS, PAD, UNK
 from nmtkit.models.fast.policy import policy
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.ngramblock import ban_repeats, banned_after
+from nmtkit.translate.sourcenumbers import SourceNumbers
 
 DEFAULT = DecodeConfig()  # (nmt-translate's defaults: beam 12, ...)
 
@@ -80,6 +84,12 @@ class Ensemble:
         return logp, new_states, alpha
 
 
+def _check_numbers_from(decode: DecodeConfig, numbers_from: SourceNumbers | None) -> None:
+    if decode.source_numbers and numbers_from is None:
+        raise ValueError("decode.source_numbers needs the source's numbers (numbers_from): decode through "
+                         "decoding.decode_batch or a Translator, which read them from the source lines")
+
+
 def free_tokens(decode: DecodeConfig, numbers: torch.Tensor | None, device) -> torch.Tensor | None:
     """The tokens the n-gram block leaves free (bool (V,) on ``device``), or None: ``numbers`` unless
     ``decode.block_numbers`` (or no block)."""
@@ -98,10 +108,11 @@ def _limits(src_lens: torch.Tensor, max_len_a: float, max_len_b: int,
 def _mask_step(logp: torch.Tensor, no_unk: bool, t: int, prefix: torch.Tensor | None = None,
                prefix_lens: torch.Tensor | None = None, sentences: torch.Tensor | None = None, K: int = 1,
                history: torch.Tensor | None = None, no_repeat_ngram: int = 0,
-               free: torch.Tensor | None = None) -> None:
-    """In place, at step t: :func:`_mask`, and with ``no_repeat_ngram`` the n-gram block over the rows' tokens so
-    far, history (rows, t); then rows (K per sentence, ``sentences`` (A,) their batch ids) whose prefix is longer
-    than t may only continue with its token t, at its log-probability before the masking (so never blocked)."""
+               free: torch.Tensor | None = None, numbers_from: SourceNumbers | None = None) -> None:
+    """In place, at step t: :func:`_mask`, with ``no_repeat_ngram`` the n-gram block over the rows' tokens so
+    far, history (rows, t), with ``numbers_from`` the source-numbers constraint over the same; then rows (K per
+    sentence, ``sentences`` (A,) their batch ids) whose prefix is longer than t may only continue with its token t,
+    at its log-probability before the masking (so never blocked)."""
     forcing = None
     if prefix is not None and t < prefix.shape[1]:
         rows = (t < prefix_lens[sentences]).repeat_interleave(K).nonzero().squeeze(1)  # (R,)
@@ -111,6 +122,8 @@ def _mask_step(logp: torch.Tensor, no_unk: bool, t: int, prefix: torch.Tensor | 
     _mask(logp, no_unk)
     if no_repeat_ngram:
         ban_repeats(logp, history, no_repeat_ngram, free)
+    if numbers_from is not None:
+        numbers_from.apply(logp, history, sentences.repeat_interleave(K).tolist())
     if forcing is not None:
         rows, tok, kept = forcing
         logp[rows] = -math.inf
@@ -170,12 +183,14 @@ def one_token_at_a_time(models, src: torch.Tensor, src_lens: torch.Tensor, choos
                         max_len_a: float = 2.0, max_len_b: int = 10, no_unk: bool = False,
                         need_attention: bool = False, prefix: torch.Tensor | None = None,
                         prefix_lens: torch.Tensor | None = None,
-                        no_repeat_ngram: int = 0, free: torch.Tensor | None = None
+                        no_repeat_ngram: int = 0, free: torch.Tensor | None = None,
+                        numbers_from: SourceNumbers | None = None
                         ) -> tuple[list[list[int]], list[float], torch.Tensor | None]:
     """The left-to-right loop of greedy decoding and of sampling: ``n`` rows per sentence of src (B, Tx) with
     ``</s>``, each extended by one token a step, ``choose(logp (B·n, V), t) -> y (B·n,)`` picking it from the masked
     log-probabilities (``<pad>``, ``<s>``, with ``no_unk`` ``<unk>``; with ``no_repeat_ngram`` the tokens that would
-    repeat an n-gram of the row, never a ``free`` token; a prefix's token t where it is longer than t; only ``</s>`` at the length limit),
+    repeat an n-gram of the row, never a ``free`` token; with ``numbers_from`` digits that are no part of a source
+    number; a prefix's token t where it is longer than t; only ``</s>`` at the length limit),
     until every row has ended.  -> each row's tokens (without ``</s>``), its log-probability, and with
     ``need_attention`` α (B·n, T, Tx)."""
     if no_repeat_ngram < 0:
@@ -194,12 +209,13 @@ def one_token_at_a_time(models, src: torch.Tensor, src_lens: torch.Tensor, choos
     scores = torch.zeros(B * n, dtype=torch.float64, device=dev)
     out, alphas = [], []
     T = int(limits.max()) + 1
-    # with the block: each row's tokens so far, (B·n, T), filled a column a step (rows do not move here)
-    history = torch.zeros((B * n, T), dtype=torch.long, device=dev) if no_repeat_ngram else None
+    # with the block or the numbers' constraint: each row's tokens so far, (B·n, T), filled a column a step (rows do
+    # not move here)
+    history = torch.zeros((B * n, T), dtype=torch.long, device=dev) if no_repeat_ngram or numbers_from else None
     for t in range(T):
         logp, states, alpha = ens.step(y, states, encs)  # (B·n, V), α (B·n, Tx)
         _mask_step(logp, no_unk, t, prefix, prefix_lens, sentences, n,
-                   history[:, :t] if history is not None else None, no_repeat_ngram, free)
+                   history[:, :t] if history is not None else None, no_repeat_ngram, free, numbers_from)
         _only_eos(logp, t >= limits)  # (at the limit only </s> may follow)
         y = choose(logp, t)  # (B·n,)
         step = logp.gather(1, y[:, None]).squeeze(1).double()
@@ -218,25 +234,29 @@ def one_token_at_a_time(models, src: torch.Tensor, src_lens: torch.Tensor, choos
 
 
 def greedy(models, src: torch.Tensor, src_lens: torch.Tensor, decode: DecodeConfig = DEFAULT,
-           numbers: torch.Tensor | None = None) -> list[Hypothesis]:
+           numbers: torch.Tensor | None = None, numbers_from: SourceNumbers | None = None) -> list[Hypothesis]:
     """Batched greedy decoding: src (B, Tx) with ``</s>``, src_lens (B,) → one hypothesis per sentence, in order
-    (``decode``'s max_len_a/b, no_unk and no_repeat_ngram with ``numbers`` free; its beam is not read)."""
+    (``decode``'s max_len_a/b, no_unk and no_repeat_ngram with ``numbers`` free, ``numbers_from`` the source-numbers
+    constraint; its beam is not read)."""
+    _check_numbers_from(decode, numbers_from)
     tokens, scores, _ = one_token_at_a_time(models, src, src_lens, lambda logp, t: logp.argmax(dim=-1),
                                             max_len_a=decode.max_len_a, max_len_b=decode.max_len_b,
                                             no_unk=decode.no_unk, no_repeat_ngram=decode.no_repeat_ngram,
-                                            free=free_tokens(decode, numbers, src.device))
+                                            free=free_tokens(decode, numbers, src.device), numbers_from=numbers_from)
     return [Hypothesis(toks, score, score) for toks, score in zip(tokens, scores)]
 
 
 @torch.no_grad()
 def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, decode: DecodeConfig = DEFAULT,
                 need_attention: bool = False, prefix: torch.Tensor | None = None,
-                prefix_lens: torch.Tensor | None = None, numbers: torch.Tensor | None = None) -> list[list[Hypothesis]]:
+                prefix_lens: torch.Tensor | None = None, numbers: torch.Tensor | None = None,
+                numbers_from: SourceNumbers | None = None) -> list[list[Hypothesis]]:
     """Batched beam search: src (B, Tx) with ``</s>``, src_lens (B,), optionally prefix (B, P) target ids padded
     with ``<pad>`` and prefix_lens (B,) → for each sentence its ``decode.nbest`` best hypotheses, best first (see the
     module docstring for the exact procedure; ``decode``: beam, nbest, lenpen, max_len_a/b, no_unk, coverage_penalty,
-    no_repeat_ngram, block_numbers; ``numbers``: the tokens the block leaves free), with their attention when
-    ``need_attention``."""
+    no_repeat_ngram, block_numbers; ``numbers``: the tokens the block leaves free; ``numbers_from``: the
+    source-numbers constraint), with their attention when ``need_attention``."""
+    _check_numbers_from(decode, numbers_from)
     beam, nbest, lenpen, no_unk = decode.beam, decode.nbest, decode.lenpen, decode.no_unk
     coverage_penalty, no_repeat_ngram = decode.coverage_penalty, decode.no_repeat_ngram
     ens = Ensemble(models)
@@ -266,7 +286,8 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, decode: Decod
         A = alive.numel()
         logp, states, alpha = ens.step(y, states, encs)  # (A*K, V), α (A*K, Tx)
         V = logp.shape[1]
-        _mask_step(logp, no_unk, t, prefix, prefix_lens, alive, K, tokens, no_repeat_ngram, free)  # tokens (A*K, t)
+        _mask_step(logp, no_unk, t, prefix, prefix_lens, alive, K, tokens, no_repeat_ngram, free,
+                   numbers_from)  # tokens (A*K, t)
         if words is not None:
             if alpha is None:
                 raise ValueError("the coverage penalty needs an attention model (rnnsearch)")
@@ -331,8 +352,10 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, decode: Decod
 
 @torch.no_grad()
 def beam_search_reference(models, src_ids: list[int], decode: DecodeConfig = DEFAULT,
-                          prefix: list[int] | None = None, numbers: torch.Tensor | None = None) -> list[Hypothesis]:
-    """The same search for one sentence (ids without ``</s>``), hypothesis by hypothesis with Python lists."""
+                          prefix: list[int] | None = None, numbers: torch.Tensor | None = None,
+                          numbers_from: SourceNumbers | None = None) -> list[Hypothesis]:
+    """The same search for one sentence (ids without ``</s>``), hypothesis by hypothesis with Python lists
+    (``numbers_from``: the source-numbers constraint of a batch of this one sentence)."""
     free = free_tokens(decode, numbers, "cpu")
     free = frozenset() if free is None else frozenset(free.nonzero().flatten().tolist())
     beam, nbest, lenpen, no_unk = decode.beam, decode.nbest, decode.lenpen, decode.no_unk
@@ -354,6 +377,8 @@ def beam_search_reference(models, src_ids: list[int], decode: DecodeConfig = DEF
             _mask(logp, no_unk)
             new_cov = cov if alpha is None else [c + float(a) for c, a in zip(cov, alpha[0])]
             banned = banned_after(toks, no_repeat_ngram, free)  # (the prefix counts as history; its tokens are forced)
+            if numbers_from is not None:
+                banned |= numbers_from.banned(toks)
             for v in range(logp.shape[1]):
                 lp = -math.inf if v in banned else float(logp[0, v])
                 if t < len(prefix):

@@ -49,6 +49,7 @@ from nmtkit.errors import InputError, WorkerError
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.search import Hypothesis
 from nmtkit.translate.ngramblock import number_tokens
+from nmtkit.translate.sourcenumbers import DigitTable, source_numbers
 from nmtkit.streaming import windows
 from nmtkit.data.text import Preprocessor, TextConfig
 from nmtkit.data.vocab import SPECIALS, UNK, Vocabulary
@@ -70,6 +71,7 @@ class _Piece:
     key: tuple[int, int] = (0, 0)  # (line number, piece): what a sample's random draws depend on, with the seed
     prefix: np.ndarray | None = None  # target prefix ids the translation must start with (first piece only)
     prefix_tokens: list[str] = field(default_factory=list)  # the prefix's model tokens, written back as given
+    numbers: list[str] = field(default_factory=list)  # the line's source numbers (with decode.source_numbers)
 
 
 @dataclass
@@ -147,7 +149,8 @@ class Translator:
         # decode_batch's settings, also sent to the worker processes
         # (numbers: the target tokens with a digit, which the n-gram block leaves free)
         self._options = dict(decode=decode, need_attention=self.need_attention, bf16=bf16,
-                             numbers=number_tokens(self.tgt_vocab.tokens).numpy())
+                             numbers=number_tokens(self.tgt_vocab.tokens).numpy(),
+                             digit_table=DigitTable(self.tgt_vocab.tokens).to_dict())
         threads = threads or torch.get_num_threads()
         self._lazy_pool = workers == 0  # automatic: start processes only for an input that fills a window
         if workers == 0:  # processes rather than threads on a CPU (see nmtkit.translate.pool)
@@ -278,6 +281,8 @@ class Translator:
             extras["prefixes"] = [p.prefix for p in batch]
         if self.decode.sampling is not None:
             extras["keys"] = [p.key for p in batch]
+        if self.decode.source_numbers:
+            extras["source_numbers"] = [p.numbers for p in batch]
         return extras
 
     def translate_lines(self, texts: Iterable[str]) -> list[str]:
@@ -318,8 +323,9 @@ class Translator:
             if len(parts) > 1:
                 log.warning("line %d: %d source tokens, more than --max-source-len %d: translated in %d pieces",
                             lineno, len(tokens), self.max_source_len, len(parts))
+            numbers = source_numbers(window[k][1]) if self.decode.source_numbers else []
             for n, p in enumerate(parts):
-                piece = _Piece(k, n, self.src_vocab.encode(p), p, key=(lineno, n))
+                piece = _Piece(k, n, self.src_vocab.encode(p), p, key=(lineno, n), numbers=numbers)
                 if n == 0 and prefixes[k]:
                     ids = self.tgt_vocab.encode(prefixes[k])
                     ids[ids < len(SPECIALS)] = UNK  # a "</s>" or "<s>" written in a prefix is a word: <unk>
