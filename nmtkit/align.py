@@ -320,31 +320,58 @@ class Aligner:
 
 @dataclass
 class AlignResult:
-    """What :func:`align_files` gives: per sentence its text line, soft alignment and hard links; the scores
-    against gold when a gold file was given."""
+    """What :func:`align_files` gives: per sentence its text line, soft alignment and hard links (symmetrised when a
+    reverse model was given); the scores against gold when a gold file was given, and with a reverse model the
+    scores of each direction and each symmetrisation (``by_method``: forward, backward, then
+    :data:`nmtkit.symmetrize.HEURISTICS`)."""
 
     sentences: list[TextLine]
     soft: list[SoftAlignment]
     links: list[list[tuple[int, int]]]
     scores: AlignmentScores | None = None
+    by_method: dict[str, AlignmentScores] | None = None
+
+
+def check_reverse(aligner: Aligner, reverse: Aligner, reverse_path: str) -> None:
+    """The reverse model must translate the other way: its source language the model's target language."""
+    there = (aligner.src_pre.config.lang, aligner.tgt_pre.config.lang)
+    back = (reverse.src_pre.config.lang, reverse.tgt_pre.config.lang)
+    if back != there[::-1]:
+        raise InputError(f"translates {back[0]}->{back[1]}; the reverse of the model's {there[0]}->{there[1]} is "
+                         f"{there[1]}->{there[0]}", reverse_path)
 
 
 def align_files(aligner: Aligner, source: str, target: str | None = None, gold: str | None = None,
                 gold_format: str = "auto", gold_order: str = "src-tgt", rule: str = "argmax",
-                threshold: float = 0.5) -> AlignResult:
+                threshold: float = 0.5, reverse: Aligner | None = None,
+                symmetrization: str = "grow-diag-final") -> AlignResult:
     """Align a source file with its target file (or with the model's translations when ``target`` is None),
-    and score the hard links against ``gold``. Every input is read and checked (counts, sentence numbers,
-    gold links within their sentences) before the model runs."""
+    and score the hard links against ``gold``.  With ``reverse`` (an aligner of a model of the other direction,
+    checked by :func:`check_reverse`) the target file is also aligned to the source by that model, and the two
+    directions' links are symmetrised (:func:`nmtkit.symmetrize.symmetrize`, ``symmetrization``).  Every input is
+    read and checked (counts, sentence numbers, gold links within their sentences, both models' words of each
+    pair) before a model runs."""
+    from nmtkit.symmetrize import HEURISTICS, symmetrize, transpose
+
     if gold is not None and target is None:
         raise InputError("--gold needs the target sentences the gold links refer to: give -t TGT")
+    if reverse is not None and target is None:
+        raise InputError("--reverse-model aligns the target sentences to the source: give -t TGT")
     if rule not in ("argmax", "threshold") or not 0.0 < threshold <= 1.0:
         raise InputError(f"need rule argmax or threshold and 0 < threshold <= 1 (got {rule}, {threshold})")
+    if symmetrization not in HEURISTICS:
+        raise InputError(f"unknown symmetrization {symmetrization!r} (choose from {', '.join(HEURISTICS)})")
     src = read_text(source)
     tgt = read_text(target) if target is not None else None
     if tgt is not None:
         check_pairs(src, tgt, source, target)
     src_words = [aligner.words(s.text, "src") for s in src]
     tgt_words = [aligner.words(t.text, "tgt") for t in tgt] if tgt is not None else None
+    if reverse is not None:
+        for k, (s, t) in enumerate(zip(src, tgt)):
+            if reverse.words(t.text, "src") != tgt_words[k] or reverse.words(s.text, "tgt") != src_words[k]:
+                raise InputError("the two models read this pair into different words (their tokenisation or "
+                                 "lowercasing differ): their links cannot be combined", target, k + 1)
     gold_links = None
     if gold is not None:
         gold_links = load_gold(gold, gold_format, gold_order, src)
@@ -354,5 +381,14 @@ def align_files(aligner: Aligner, source: str, target: str | None = None, gold: 
                    [s.name for s in src], hint)
     soft = aligner.align_words(src_words, tgt_words)
     links = [hard_links(a.alpha, rule, threshold) for a in soft]
+    by_method = None
+    if reverse is not None:
+        backward = [transpose(hard_links(a.alpha, rule, threshold)) for a in reverse.align_words(tgt_words, src_words)]
+        methods = {"forward": links, "backward": backward}
+        methods.update({h: [sorted(symmetrize(f, b, h), key=lambda ij: (ij[1], ij[0])) for f, b in zip(links, backward)]
+                        for h in HEURISTICS})  # (sorted as hard_links sorts: by target, then source)
+        links = methods[symmetrization]
+        if gold_links is not None:
+            by_method = {name: alignment_error(ls, gold_links) for name, ls in methods.items()}
     scores = alignment_error(links, gold_links) if gold_links is not None else None
-    return AlignResult(src, soft, links, scores)
+    return AlignResult(src, soft, links, scores, by_method)

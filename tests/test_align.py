@@ -212,10 +212,9 @@ def test_attention_plot_is_a_readable_png(tmp_path):
 # -- with a model ----------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def model(data_dir, tmp_path_factory):
-    """A tiny RNNsearch with random non-uniform weights and vocabularies from the Hansards train sample
-    (lowercased, as the trial set is)."""
+def random_trial_model(data_dir, d, src: str = "en", tgt: str = "fr") -> str:
+    """A tiny RNNsearch translating ``src`` to ``tgt`` with random non-uniform weights and vocabularies from the
+    Hansards train sample (lowercased, as the trial set is), saved under directory ``d``: its checkpoint's path."""
     import torch
 
     from nmtkit.data import checkpoint
@@ -224,29 +223,33 @@ def model(data_dir, tmp_path_factory):
     from nmtkit.prepare import PrepareConfig, prepare
 
     torch.set_num_threads(1)
-    d = tmp_path_factory.mktemp("align")
     sample = data_dir / "hansards-trial" / "train-sample"
     for ext, lang in (("e", "en"), ("f", "fr")):
         with open(d / f"train.{lang}", "wb") as out:
             for name in sorted(os.listdir(sample)):
                 if name.endswith(f".{ext}"):
                     out.write((sample / name).read_bytes())
-    prepare(PrepareConfig("en", "fr", train=[str(d / "train")], dest=str(d / "data"), src_vocab_size=2000,
-                          tgt_vocab_size=2000, lowercase=True))
-    data = PreparedData.open(d / "data")
-    sv, tv = data.vocab("en"), data.vocab("fr")
-    torch.manual_seed(0)
+    prepare(PrepareConfig(src, tgt, train=[str(d / "train")], dest=str(d / f"data-{src}-{tgt}"),
+                          src_vocab_size=2000, tgt_vocab_size=2000, lowercase=True))
+    data = PreparedData.open(d / f"data-{src}-{tgt}")
+    sv, tv = data.vocab(src), data.vocab(tgt)
+    torch.manual_seed(0 if src == "en" else 1)
     m = build_model("rnnsearch-tiny", len(sv), len(tv))
     with torch.no_grad():
         for p in m.parameters():
             p.normal_(0, 0.5)
-    path = str(d / "model.pt")
-    checkpoint.save({"arch": m.arch, "config": m.config.to_dict(), "source_lang": "en", "target_lang": "fr",
+    path = str(d / f"model-{src}-{tgt}.pt")
+    checkpoint.save({"arch": m.arch, "config": m.config.to_dict(), "source_lang": src, "target_lang": tgt,
                      "vocab": {"src": sv.tokens, "tgt": tv.tokens},
-                     "preprocessing": {"src": data.text_config("en").to_dict(),
-                                       "tgt": data.text_config("fr").to_dict()},
+                     "preprocessing": {"src": data.text_config(src).to_dict(),
+                                       "tgt": data.text_config(tgt).to_dict()},
                      "model": m.state_dict()}, path)
     return path
+
+
+@pytest.fixture(scope="module")
+def model(data_dir, tmp_path_factory):
+    return random_trial_model(data_dir, tmp_path_factory.mktemp("align"))
 
 
 def test_forced_attention_of_own_translation_equals_beam_attention(model):

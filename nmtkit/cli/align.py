@@ -9,6 +9,7 @@ import sys
 import click
 
 from nmtkit.cli import CONTEXT, ToolCommand, backend_option, run, setup_logging
+from nmtkit.symmetrize import HEURISTICS
 from nmtkit.translate.config import DecodeConfig
 
 
@@ -37,6 +38,13 @@ def render_scores(scores, gold: str) -> str:
             f"|A∩P| {scores.hits_possible}; AER = 1 - (|A∩S| + |A∩P|) / (|A| + |S|))\n")
 
 
+def render_methods(by_method, chosen: str) -> str:
+    """Each direction's and each symmetrisation's AER, one line each (the one written out marked)."""
+    rows = [f"  {name:20} AER {sc.aer:.4f}  precision {sc.precision:.4f}  recall {sc.recall:.4f}  |A| {sc.links}"
+            + ("   <- written" if name == chosen else "") for name, sc in by_method.items()]
+    return "by direction and symmetrisation:\n" + "\n".join(rows) + "\n"
+
+
 @click.command(cls=ToolCommand, context_settings=CONTEXT)
 @click.option("--model", "-m", required=True, type=click.Path(dir_okay=False), help="An RNNsearch checkpoint.")
 @click.option("--source", "-s", required=True, type=click.Path(dir_okay=False), help="Source sentences.")
@@ -60,6 +68,13 @@ def render_scores(scores, gold: str) -> str:
               help="Pharaoh (i-j Sure, i-j-P Possible, 0-based) or NAACL 2003 (sent a b S|P, 1-based).")
 @click.option("--gold-order", default="src-tgt", show_default=True, type=click.Choice(["src-tgt", "tgt-src"]),
               help="Which side the gold file writes first.")
+@click.option("--reverse-model", type=click.Path(dir_okay=False),
+              help="An RNNsearch of the other direction (target to source): the target sentences are aligned to the "
+                   "source by it too, and the two directions' links symmetrised (needs -t).")
+@click.option("--symmetrize", "symmetrization", default="grow-diag-final", show_default=True,
+              type=click.Choice(list(HEURISTICS)),
+              help="How --reverse-model's links and the model's are combined (Koehn et al. 2003; Moses's symal); "
+                   "the AER report lists every way.")
 @click.option("--beam", default=DecodeConfig.beam, show_default=True,
               help="Beam size for the model's translations (no -t).")
 @click.option("--batch-size", default=32, show_default=True)
@@ -68,7 +83,8 @@ def render_scores(scores, gold: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the AER report as JSON.")
 @click.option("--quiet", "-q", is_flag=True)
 def main(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir, plot_format, plot_sentences, force,
-         gold, gold_format, gold_order, beam, batch_size, device, backend, as_json, quiet):
+         gold, gold_format, gold_order, reverse_model, symmetrization, beam, batch_size, device, backend, as_json,
+         quiet):
     """Soft and hard word alignments of an RNNsearch model, by forced decoding of given sentence pairs.
 
     Lines wrapped as '<s snum=N> ... </s>' (the NAACL 2003 Hansards gold sets) are unwrapped. The report (AER,
@@ -77,6 +93,7 @@ def main(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir, p
     \b
       nmt-align -m model.pt -s test.en -t test.fr --plot-dir plots --plot-sentences 1-4 --pharaoh test.align
       nmt-align -m model.pt -s trial.e -t trial.f --tokenized --gold trial.align --gold-order tgt-src
+      nmt-align -m en-fr.pt --reverse-model fr-en.pt -s trial.e -t trial.f --tokenized --gold trial.align
     """
     args = dict(locals())
     setup_logging(quiet)
@@ -84,8 +101,9 @@ def main(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir, p
 
 
 def _align(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir, plot_format, plot_sentences,
-           force, gold, gold_format, gold_order, beam, batch_size, device, backend, as_json, quiet):
-    from nmtkit.align import Aligner, align_files
+           force, gold, gold_format, gold_order, reverse_model, symmetrization, beam, batch_size, device, backend,
+           as_json, quiet):
+    from nmtkit.align import Aligner, align_files, check_reverse
     from nmtkit.files import atomic_file, check_distinct
     from nmtkit.translate.wordalign import pharaoh as pharaoh_line
 
@@ -96,16 +114,22 @@ def _align(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir,
     if pharaoh is None and plot_dir is None and gold is None:
         pharaoh = "-"
     check_distinct({"--pharaoh": pharaoh, "--plot-dir": plot_dir},
-                   {"--model": model, "--source": source, "--target": target, "--gold": gold})
+                   {"--model": model, "--source": source, "--target": target, "--gold": gold,
+                    "--reverse-model": reverse_model})
     aligner = Aligner(model, device=device, tokenized=tokenized, batch_size=batch_size, decode=DecodeConfig(beam=beam),
                       backend=backend)
+    reverse = None
+    if reverse_model is not None:
+        reverse = Aligner(reverse_model, device=device, tokenized=tokenized, batch_size=batch_size, backend=backend)
+        check_reverse(aligner, reverse, reverse_model)
     if plot_dir is not None:  # check the directory and the line numbers before the model runs
         from nmtkit.align import read_text
         from nmtkit.plots import check_plot_dir
 
         check_plot_dir(plot_dir, force)
         plot_lines = parse_ranges(plot_sentences, len(read_text(source)))
-    result = align_files(aligner, source, target, gold, gold_format, gold_order, rule, threshold)
+    result = align_files(aligner, source, target, gold, gold_format, gold_order, rule, threshold, reverse,
+                         symmetrization)
     if plot_dir is not None:
         from nmtkit.plots import write_attention_plots
 
@@ -126,10 +150,15 @@ def _align(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir,
     if result.scores is not None:
         out = sys.stderr if pharaoh == "-" else sys.stdout
         if as_json:
-            out.write(json.dumps({"gold": gold, "sentences": len(result.sentences), **result.scores.to_dict()},
-                                 indent=2) + "\n")
+            report = {"gold": gold, "sentences": len(result.sentences), **result.scores.to_dict()}
+            if result.by_method is not None:
+                report.update(symmetrization=symmetrization,
+                              by_method={k: v.to_dict() for k, v in result.by_method.items()})
+            out.write(json.dumps(report, indent=2) + "\n")
         else:
             out.write(render_scores(result.scores, gold))
+            if result.by_method is not None:
+                out.write(render_methods(result.by_method, symmetrization))
 
 
 if __name__ == "__main__":
