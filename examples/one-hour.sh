@@ -23,7 +23,8 @@
 # carries far more of the numbers than word shortlists (and has no <unk>) at their BLEU within noise (900 s);
 # 16,000 units beat 8,000 at 1,800 s on pairs of at most 36 pieces; after the hour, decoding with --no-repeat-ngram 4
 # keeps BLEU, gains chrF on both development sets and leaves few looping lines, where a 3-gram block costs BLEU in
-# domain; a number's tokens are never blocked.
+# domain; a number's tokens are never blocked; --source-numbers (digits only as parts of the source's numbers) carries
+# more numbers on both, its BLEU within noise.
 # Still provisional: the schedule ('budget' against a constant rate was undecided at 900 s).  The hour itself:
 # tests/bench/results/bench_hour.txt (against OpenNMT-py's hour: tests/bench/bench_hour.py, still to run).
 # Knobs (environment): SPM_UNITS [16000]  MAX_LEN [36]  VALID_EVERY [1000]  WORKERS [2]  SEED [1]
@@ -50,8 +51,8 @@ export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 SPM_UNITS="${SPM_UNITS:-16000}" MAX_LEN="${MAX_LEN:-36}" VALID_EVERY="${VALID_EVERY:-1000}" WORKERS="${WORKERS:-2}"
 SEED="${SEED:-1}" ARCH="${ARCH:-rnnsearch-small}" MAX_UPDATES="${MAX_UPDATES:-0}"
 # the options the model is decoded with: a repeated-n-gram block of 4 pieces (bench_recipe.txt, the hour's model: the
-# same BLEU as no block, more chrF on both development sets, far fewer looping lines)
-DECODE_OPTIONS="--beam 12 --no-repeat-ngram 4"
+# same BLEU as no block, more chrF on both development sets, far fewer looping lines), numbers held to the source's
+DECODE_OPTIONS="--beam 12 --no-repeat-ngram 4 --source-numbers"
 mkdir -p "$work"
 step() { printf '\n== %s\n' "$*" >&2; }
 
