@@ -26,7 +26,7 @@
 # domain; a number's tokens are never blocked; --source-numbers (digits only as parts of the source's numbers) carries
 # more numbers on both, its BLEU within noise.
 # Still provisional: the schedule ('budget' against a constant rate was undecided at 900 s).  The hour itself:
-# tests/bench/results/bench_hour.txt (against OpenNMT-py's hour: tests/bench/bench_hour.py, still to run).
+# tests/bench/results/bench_hour.txt (beside OpenNMT-py's hour on the same pairs: tests/bench/bench_hour.py).
 # Knobs (environment): SPM_UNITS [16000]  MAX_LEN [36]  VALID_EVERY [1000]  WORKERS [2]  SEED [1]
 #   ARCH [rnnsearch-small]  MAX_UPDATES [0: none]: stop (annealed) at this update if it comes before the time runs out
 set -euo pipefail
