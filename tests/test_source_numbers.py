@@ -114,7 +114,7 @@ def test_batched_equals_the_reference_on_a_random_model(beam):
         beam_search(m, src, lens, decode)
     hyps = decode_batch([m], [np.asarray(s) for s in sents], "cpu", DecodeConfig(nbest=2, sampling="topk:10",
                                                                                 source_numbers=True),
-                        keys=[(k,) for k in range(6)], digit_table=table.to_dict(), source_numbers=numbers)
+                        keys=[(k,) for k in range(6)], digit_table=table, source_numbers=numbers)
     for k, sentence in enumerate(hyps):
         one = SourceNumbers(table, [numbers[k]])
         assert len(sentence) == 2

@@ -57,13 +57,13 @@ def collate_prefixes(prefixes: list[np.ndarray | None]) -> tuple[torch.Tensor, t
 
 def decode_batch(models: list, sources: list[np.ndarray], device, decode: DecodeConfig,
                  need_attention: bool = False, bf16: bool = False, prefixes: list[np.ndarray | None] | None = None,
-                 keys: list | None = None, numbers=None, digit_table: dict | None = None,
+                 keys: list | None = None, numbers=None, digit_table: DigitTable | None = None,
                  source_numbers: list[list[str]] | None = None) -> list[list[Hypothesis]]:
     """Beam search (:func:`nmtkit.translate.search.beam_search`) over source id arrays (without ``</s>``) as
     ``decode`` says, or with ``decode.sampling`` ``decode.nbest`` samples per sentence drawn with the keys
     ``(decode.seed, *keys[k])`` (``numbers``: the target tokens the n-gram block leaves free, bool (V,); with
     ``decode.source_numbers``, ``digit_table``, the target vocabulary's
-    :class:`~nmtkit.translate.sourcenumbers.DigitTable` as a dict, and ``source_numbers``, each sentence's
+    :class:`~nmtkit.translate.sourcenumbers.DigitTable`, and ``source_numbers``, each sentence's
     :func:`~nmtkit.translate.sourcenumbers.source_numbers`): each sentence's hypotheses, with attention (if asked
     for) as float32 numpy arrays (len(tokens) + 1, Tx)."""
     device = torch.device(device)
@@ -71,7 +71,7 @@ def decode_batch(models: list, sources: list[np.ndarray], device, decode: Decode
     if decode.source_numbers:
         if digit_table is None or source_numbers is None or len(source_numbers) != len(sources):
             raise ValueError("source_numbers needs the target's digit table and each sentence's source numbers")
-        numbers_from = SourceNumbers(DigitTable.from_dict(digit_table), source_numbers)
+        numbers_from = SourceNumbers(digit_table, source_numbers)
     src, lens = collate_source(sources)
     prefix, prefix_lens = collate_prefixes(prefixes) if prefixes is not None else (None, None)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):

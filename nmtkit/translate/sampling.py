@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from nmtkit.translate.config import DecodeConfig, Sampling, parse_sampling  # noqa: F401  (re-exported)
-from nmtkit.translate.search import Hypothesis, _limits, free_tokens, one_token_at_a_time
+from nmtkit.translate.search import Hypothesis, _limits, check_numbers_from, free_tokens, one_token_at_a_time
 
 
 def _generator_seed(key, sample: int) -> int:
@@ -69,8 +69,7 @@ def sample(models, src: torch.Tensor, src_lens: torch.Tensor, keys: list, decode
     n, sampling, lenpen = decode.nbest, decode.how, decode.lenpen
     max_len_a, max_len_b, no_unk, no_repeat_ngram = decode.max_len_a, decode.max_len_b, decode.no_unk, \
         decode.no_repeat_ngram
-    if decode.source_numbers and numbers_from is None:
-        raise ValueError("decode.source_numbers needs the source's numbers (numbers_from)")
+    check_numbers_from(decode, numbers_from)
     if sampling is None:
         raise ValueError("sample() needs decoding settings with a sampling spec (DecodeConfig(sampling=...))")
     if n < 1 or len(keys) != src.shape[0]:

@@ -84,7 +84,8 @@ class Ensemble:
         return logp, new_states, alpha
 
 
-def _check_numbers_from(decode: DecodeConfig, numbers_from: SourceNumbers | None) -> None:
+def check_numbers_from(decode: DecodeConfig, numbers_from: SourceNumbers | None) -> None:
+    """A search asked for ``source_numbers`` must be given the sentences' numbers (the searches and sampling)."""
     if decode.source_numbers and numbers_from is None:
         raise ValueError("decode.source_numbers needs the source's numbers (numbers_from): decode through "
                          "decoding.decode_batch or a Translator, which read them from the source lines")
@@ -238,7 +239,7 @@ def greedy(models, src: torch.Tensor, src_lens: torch.Tensor, decode: DecodeConf
     """Batched greedy decoding: src (B, Tx) with ``</s>``, src_lens (B,) → one hypothesis per sentence, in order
     (``decode``'s max_len_a/b, no_unk and no_repeat_ngram with ``numbers`` free, ``numbers_from`` the source-numbers
     constraint; its beam is not read)."""
-    _check_numbers_from(decode, numbers_from)
+    check_numbers_from(decode, numbers_from)
     tokens, scores, _ = one_token_at_a_time(models, src, src_lens, lambda logp, t: logp.argmax(dim=-1),
                                             max_len_a=decode.max_len_a, max_len_b=decode.max_len_b,
                                             no_unk=decode.no_unk, no_repeat_ngram=decode.no_repeat_ngram,
@@ -256,7 +257,7 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, decode: Decod
     module docstring for the exact procedure; ``decode``: beam, nbest, lenpen, max_len_a/b, no_unk, coverage_penalty,
     no_repeat_ngram, block_numbers; ``numbers``: the tokens the block leaves free; ``numbers_from``: the
     source-numbers constraint), with their attention when ``need_attention``."""
-    _check_numbers_from(decode, numbers_from)
+    check_numbers_from(decode, numbers_from)
     beam, nbest, lenpen, no_unk = decode.beam, decode.nbest, decode.lenpen, decode.no_unk
     coverage_penalty, no_repeat_ngram = decode.coverage_penalty, decode.no_repeat_ngram
     ens = Ensemble(models)

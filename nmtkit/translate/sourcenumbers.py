@@ -57,18 +57,6 @@ class DigitTable:
         self.starts_word = frozenset(i for i in self.digits if tokens[i].startswith("\u2581"))
         self.joins_next = frozenset(i for i in self.digits if tokens[i].endswith("@@"))
 
-    def to_dict(self) -> dict:
-        """Plain types (for the decoding workers)."""
-        return {"digits": self.digits, "glue": sorted(self.glue), "sentencepiece": self.sentencepiece,
-                "starts_word": sorted(self.starts_word), "joins_next": sorted(self.joins_next)}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> DigitTable:
-        table = cls.__new__(cls)
-        table.digits, table.glue, table.sentencepiece = dict(d["digits"]), frozenset(d["glue"]), d["sentencepiece"]
-        table.starts_word, table.joins_next = frozenset(d["starts_word"]), frozenset(d["joins_next"])
-        return table
-
 
 def _prefixes(numbers: list[str]) -> frozenset[str]:
     return frozenset(n[:k] for n in numbers for k in range(1, len(n) + 1))
@@ -85,6 +73,9 @@ class SourceNumbers:
         self._word = [i in table.starts_word for i in self.ids]
         self.prefixes = [_prefixes(n) for n in numbers]  # per sentence: every prefix of its numbers' digits
         self._allowed: dict[tuple[int, str, bool], torch.Tensor] = {}  # (sentence, run, apart) -> (len(ids),)
+        # (what a hypothesis outside a number may write, per sentence: (sentences, len(ids)))
+        self._starts = torch.stack([self.allowed(k, "", True) for k in range(len(numbers))]) if numbers else None
+        self._in_number: torch.Tensor | None = None  # bool (V,): the digit and glue tokens, made at the first apply
 
     def state(self, tokens: list[int], sentence: int) -> tuple[str, bool]:
         """Where a hypothesis (its tokens) is in a number: (the digits of the number it is writing, '' when its last
@@ -123,17 +114,17 @@ class SourceNumbers:
 
     def apply(self, logp: torch.Tensor, tokens: torch.Tensor, sentences: list[int]) -> None:
         """In place: logp (R, V) of R hypotheses whose tokens so far are ``tokens`` (R, t), row r of sentence
-        ``sentences[r]`` → the digit tokens that may not follow set to −inf."""
+        ``sentences[r]`` → the digit tokens that may not follow set to −inf.  A row whose last token is no part of a
+        number takes its sentence's row of the start masks; only the rows inside a number are read token by token."""
         if not self.ids:
             return
-        R, t = tokens.shape
-        in_run = [False] * R
-        if t:
-            digits, glue = self.table.digits, self.table.glue
-            in_run = [y in digits or y in glue for y in tokens[:, -1].tolist()]
-        rows = [r for r in range(R) if in_run[r]]
-        tails = dict(zip(rows, tokens[rows].tolist())) if rows else {}
-        allowed = torch.stack([self.allowed(s, *(self.state(tails[r], s) if in_run[r] else ("", True)))
-                               for r, s in enumerate(sentences)])  # (R, len(ids))
+        allowed = self._starts[torch.as_tensor(sentences)]  # (R, len(ids))
+        if tokens.shape[1]:
+            if self._in_number is None:
+                self._in_number = torch.zeros(logp.shape[1], dtype=torch.bool)
+                self._in_number[sorted(set(self.table.digits) | self.table.glue)] = True
+            rows = self._in_number[tokens[:, -1].cpu()].nonzero().squeeze(1).tolist()
+            for r, row in zip(rows, tokens[rows].tolist() if rows else []):
+                allowed[r] = self.allowed(sentences[r], *self.state(row, sentences[r]))
         ids = torch.tensor(self.ids, device=logp.device)
         logp[:, ids] = logp[:, ids].masked_fill(~allowed.to(logp.device), -math.inf)

@@ -150,7 +150,7 @@ class Translator:
         # (numbers: the target tokens with a digit, which the n-gram block leaves free)
         self._options = dict(decode=decode, need_attention=self.need_attention, bf16=bf16,
                              numbers=number_tokens(self.tgt_vocab.tokens).numpy(),
-                             digit_table=DigitTable(self.tgt_vocab.tokens).to_dict())
+                             digit_table=DigitTable(self.tgt_vocab.tokens))
         threads = threads or torch.get_num_threads()
         self._lazy_pool = workers == 0  # automatic: start processes only for an input that fills a window
         if workers == 0:  # processes rather than threads on a CPU (see nmtkit.translate.pool)
