@@ -17,6 +17,7 @@ import pytest
 
 from nmtkit.data import checkpoint
 from nmtkit.data.batching import collate_source
+from nmtkit.data.vocab import EOS
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.decoding import decode_batch
 from nmtkit.translate.search import beam_search, beam_search_reference, greedy
@@ -33,6 +34,9 @@ def test_the_source_numbers_are_digit_strings():
         ["63", "1985", "1995", "1975500", "10", "30", "100"]
     assert source_numbers("3.5 million, 1 000 people, 5, 6 and 7") == ["35", "1000", "5", "6", "7"]
     assert source_numbers("No number here.") == []
+    # a clock time is two numbers ("18 h 15", "5 h 30"); each "%" allows one French "p. 100"
+    assert source_numbers("It being 6.15 p.m., at 5.30am, 4.5 billion") == ["6", "15", "5", "30", "45"]
+    assert source_numbers("from 55% to 50%") == ["55", "50", "100", "100"]
 
 
 SPM = ["<pad>", "<unk>", "<s>", "</s>", "▁", "1", "9", "7", "5", "0", "▁1", "▁2", ",", ".", "▁le", "▁p", "1er"]
@@ -53,13 +57,24 @@ def test_the_rule_on_sentencepiece_pieces():
     rule = SourceNumbers(table, [source_numbers("$1,975,500 in 1995"), []])
     assert _allowed(rule, SPM, "") == ["1", "1er", "▁1"]  # a number begins with a source number's first digit
     assert _allowed(rule, SPM, "▁le") == ["1", "1er", "▁1"]
-    assert _allowed(rule, SPM, "▁1") == ["9", "▁1"]  # glued: only "19…"; or a new number (a word of its own)
-    assert _allowed(rule, SPM, "▁1 9") == ["7", "9", "▁1"]  # 197… (1975500) or 199… (1995)
-    assert _allowed(rule, SPM, "▁1 ▁ 9 7 5 ▁ 5 0") == ["0", "▁1"]  # French grouping: the same digits
+    assert _allowed(rule, SPM, "▁1") == ["9"]  # only "19…": "1" is no number of the source, it must go on
+    assert _allowed(rule, SPM, "▁1 9") == ["7", "9"]  # 197… (1975500) or 199… (1995)
+    assert _allowed(rule, SPM, "▁1 ▁ 9 7 5 ▁ 5 0") == ["0"]  # French grouping: the same digits
     assert _allowed(rule, SPM, "▁1 ▁ 9 7 5 ▁ 5 0 0") == ["▁1"]  # 1975500 is whole: it does not run on
     assert _allowed(rule, SPM, "▁1 ▁ 9 7 5 ▁ 5 0 0 ▁") == ["1", "1er", "▁1"]  # a new number may begin
     assert _allowed(rule, SPM, "", sentence=1) == []  # a source without numbers: no digit at all
-    assert rule.state(_ids(SPM, "▁1 9 9 5 ,"), 0) == ("1995", True)
+    state = rule.state(_ids(SPM, "▁1 9 9 5 ,"), 0)
+    assert (state.run, state.apart, state.glued) == ("1995", True, True)
+    # each number as often as the source has it: once both are written, no digit may follow
+    assert _allowed(rule, SPM, "▁1 9 9 5 ▁le") == ["1", "1er", "▁1"]  # (1975500 is left)
+    assert _allowed(rule, SPM, "▁1 ▁ 9 7 5 ▁ 5 0 0 ▁le ▁1 9 9 5 ▁le") == []
+    # a number is not cut short: after "199" only its digits (or glue, once) may follow, and no </s> ...
+    banned = rule.banned(_ids(SPM, "▁le ▁1 9 9"))
+    assert {"▁le", "▁p", "</s>", "9", "▁1"} <= {SPM[i] for i in banned} and SPM.index("5") not in banned
+    assert SPM.index(",") not in banned and SPM.index(",") in rule.banned(_ids(SPM, "▁le ▁1 9 9 ,"))
+    # ... but at the length limit the hypothesis may end, and a whole number may end anywhere
+    assert EOS not in rule.banned(_ids(SPM, "▁le ▁1 9 9"), ending=True)
+    assert {SPM.index("▁le"), EOS}.isdisjoint(rule.banned(_ids(SPM, "▁le ▁1 9 9 5")))
 
 
 def test_the_rule_on_words_and_bpe():
@@ -68,9 +83,12 @@ def test_the_rule_on_words_and_bpe():
     assert not rule.table.sentencepiece
     assert _allowed(rule, words, "le") == ["1", "1995", "19@@"]
     assert _allowed(rule, words, "19@@") == ["9", "95"]  # a BPE piece goes on with the same number (199…, 1995)
-    # a word is apart: it may go on with the number (digits grouped, "1 995") or begin a new one
-    assert _allowed(rule, words, "1") == ["1", "1995", "19@@", "9"]
-    assert _allowed(rule, words, "1995") == ["1", "1995", "19@@"]
+    # a word is apart, so it may go on with the number (digits grouped, "1 995"); "1" is not whole: it must
+    assert _allowed(rule, words, "1") == ["9"]
+    assert _allowed(rule, words, "1995") == []  # the source's one 1995 is written
+    # where no token can go on with a number, it may end there (a hypothesis is never left without a way out)
+    rule = SourceNumbers(DigitTable(words), [["1987"]])
+    assert _allowed(rule, words, "19@@") == [] and EOS not in rule.banned(_ids(words, "19@@"))
 
 
 def _digit_vocab() -> list[str]:
@@ -90,7 +108,7 @@ def test_batched_equals_the_reference_on_a_random_model(beam):
     m = randomize_(tiny("rnnsearch")).eval()
     rng = random.Random(beam)
     sents = [[rng.randint(4, 22) for _ in range(rng.randint(1, 9))] for _ in range(6)]
-    numbers = [["1975500", "35"], [], ["2014"], ["10", "30", "100"], ["7"], ["999"]]
+    numbers = [["1975500", "35"], [], ["2014"], ["10", "30", "100"], ["7", "7"], ["999"]]
     src, lens = collate_source([np.asarray(s) for s in sents])
     decode = DecodeConfig(beam=beam, nbest=beam, max_len_a=1.5, max_len_b=6, source_numbers=True)
     table = DigitTable(vocab)
@@ -100,8 +118,10 @@ def test_batched_equals_the_reference_on_a_random_model(beam):
         ref = beam_search_reference(m, s, decode, numbers_from=rule)
         assert [h.tokens for h in hyps] == [h.tokens for h in ref]
         assert np.allclose([h.score for h in hyps], [h.score for h in ref], atol=1e-4)
-        for h in hyps:
+        limit = int(1.5 * len(s) + 6)
+        for h in hyps:  # each token, and the end, allowed where it came
             assert all(h.tokens[i] not in rule.banned(h.tokens[:i]) for i in range(len(h.tokens)))
+            assert EOS not in rule.banned(h.tokens, ending=len(h.tokens) >= limit)
     plain = beam_search(m, src, lens, DecodeConfig(beam=beam, max_len_a=1.5, max_len_b=6))
     assert any(h[0].tokens[i] in SourceNumbers(table, [numbers[k]]).banned(h[0].tokens[:i])
                for k, h in enumerate(plain) for i in range(len(h[0].tokens)))
@@ -130,8 +150,8 @@ def translate(args, stdin: bytes):
 def test_what_the_user_reads_on_the_command_line(trained, tmp_path):
     """The trained tiny checkpoint made to prefer digits ("9", "1" and "5" -- its own entries, or rare ones renamed --
     their output biases raised, "9" first): without the constraint every line is nines; with it a line without
-    numbers has no digit, and a line with 1995 gets only digits that begin 1995 (greedy: "1 9 9", then a new number,
-    since "1999" is not the source's).  The same through worker processes, and under sampling."""
+    numbers has no digit, and a line with 1995 gets 1995 once and whole (greedy: "1 9 9", then not the "9" it
+    prefers, since "1999" is not the source's and "199" is no number of it, but "5"; then no digit).  The same through worker processes, and under sampling."""
     _, ckpt = trained
     payload = checkpoint.load(ckpt)
     tokens = payload["vocab"]["tgt"]
@@ -149,7 +169,7 @@ def test_what_the_user_reads_on_the_command_line(trained, tmp_path):
     assert translate(base, lines) == "9 9 9 9 9 9\n9 9 9 9 9 9\n"
     held = translate(base + ["--source-numbers"], lines).splitlines()
     assert len(held) == 2 and not re.search(r"[0-9]", held[0]) and held[0].strip()
-    assert held[1] == "1 9 9 1 9 9"
+    assert held[1].startswith("1 9 9 5 ") and re.sub(r"[^0-9]", "", held[1]) == "1995"  # whole, and once
     pooled = translate(base + ["--source-numbers", "--workers", "2", "--threads", "2", "--batch-size", "1",
                                "--window", "2"], lines * 3).splitlines()
     assert pooled == held * 3
@@ -157,4 +177,4 @@ def test_what_the_user_reads_on_the_command_line(trained, tmp_path):
     for row in sampled.splitlines():
         line, text = int(row.split(" ||| ")[0]), row.split(" ||| ")[1]
         digits = "".join(re.findall(r"[0-9]", text))
-        assert digits == "" if line == 0 else set(digits) <= set("1995")
+        assert digits == "" if line == 0 else "1995".startswith(digits)

@@ -49,9 +49,9 @@ class DecodeConfig:
     block_numbers: bool = _setting(
         False, "With --no-repeat-ngram: block numbers' tokens too (fairseq's rule; numbers lose digits).")
     source_numbers: bool = _setting(
-        False, "Write digits only as parts of the source's numbers: a number the source does not have, or one of its "
-               "numbers changed or run on, is never written (grouping and separators are the model's; a '%' also "
-               "allows the French 'p. 100').")
+        False, "Write digits only as parts of the source's numbers: a number the source does not have, one of its "
+               "numbers changed, cut short or run on, or written more often than the source has it, is never written "
+               "(grouping and separators are the model's; a '%' also allows the French 'p. 100').")
     no_unk: bool = _setting(False, "Never generate the unknown-word token.")
     replace_unk: bool = _setting(
         False, "Replace each generated <unk> by the most attended source word (or its --unk-dict entry).")

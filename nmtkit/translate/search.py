@@ -109,9 +109,11 @@ def _limits(src_lens: torch.Tensor, max_len_a: float, max_len_b: int,
 def _mask_step(logp: torch.Tensor, no_unk: bool, t: int, prefix: torch.Tensor | None = None,
                prefix_lens: torch.Tensor | None = None, sentences: torch.Tensor | None = None, K: int = 1,
                history: torch.Tensor | None = None, no_repeat_ngram: int = 0,
-               free: torch.Tensor | None = None, numbers_from: SourceNumbers | None = None) -> None:
+               free: torch.Tensor | None = None, numbers_from: SourceNumbers | None = None,
+               ending: torch.Tensor | None = None) -> None:
     """In place, at step t: :func:`_mask`, with ``no_repeat_ngram`` the n-gram block over the rows' tokens so
-    far, history (rows, t), with ``numbers_from`` the source-numbers constraint over the same; then rows (K per
+    far, history (rows, t), with ``numbers_from`` the source-numbers constraint over the same (``ending``: the rows
+    at their length limit); then rows (K per
     sentence, ``sentences`` (A,) their batch ids) whose prefix is longer than t may only continue with its token t,
     at its log-probability before the masking (so never blocked)."""
     forcing = None
@@ -124,7 +126,7 @@ def _mask_step(logp: torch.Tensor, no_unk: bool, t: int, prefix: torch.Tensor | 
     if no_repeat_ngram:
         ban_repeats(logp, history, no_repeat_ngram, free)
     if numbers_from is not None:
-        numbers_from.apply(logp, history, sentences.repeat_interleave(K).tolist())
+        numbers_from.apply(logp, history, sentences.repeat_interleave(K).tolist(), ending)
     if forcing is not None:
         rows, tok, kept = forcing
         logp[rows] = -math.inf
@@ -215,9 +217,10 @@ def one_token_at_a_time(models, src: torch.Tensor, src_lens: torch.Tensor, choos
     history = torch.zeros((B * n, T), dtype=torch.long, device=dev) if no_repeat_ngram or numbers_from else None
     for t in range(T):
         logp, states, alpha = ens.step(y, states, encs)  # (B·n, V), α (B·n, Tx)
+        at_limit = t >= limits
         _mask_step(logp, no_unk, t, prefix, prefix_lens, sentences, n,
-                   history[:, :t] if history is not None else None, no_repeat_ngram, free, numbers_from)
-        _only_eos(logp, t >= limits)  # (at the limit only </s> may follow)
+                   history[:, :t] if history is not None else None, no_repeat_ngram, free, numbers_from, at_limit)
+        _only_eos(logp, at_limit)  # (at the limit only </s> may follow)
         y = choose(logp, t)  # (B·n,)
         step = logp.gather(1, y[:, None]).squeeze(1).double()
         scores += torch.where(done, torch.zeros_like(step), step)
@@ -287,13 +290,14 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, decode: Decod
         A = alive.numel()
         logp, states, alpha = ens.step(y, states, encs)  # (A*K, V), α (A*K, Tx)
         V = logp.shape[1]
+        at_limit = (t >= limits[alive]).repeat_interleave(K)  # (A*K,)
         _mask_step(logp, no_unk, t, prefix, prefix_lens, alive, K, tokens, no_repeat_ngram, free,
-                   numbers_from)  # tokens (A*K, t)
+                   numbers_from, at_limit)  # tokens (A*K, t)
         if words is not None:
             if alpha is None:
                 raise ValueError("the coverage penalty needs an attention model (rnnsearch)")
             cov = cov + alpha  # (A*K, Tx) Σ_i α_ij including this step
-        _only_eos(logp, (t >= limits[alive]).repeat_interleave(K))  # (A*K,) at the limit only </s> may follow
+        _only_eos(logp, at_limit)  # at the limit only </s> may follow
         cand = logp.view(A, K, V).add_(scores.unsqueeze(2)).view(A, K * V)  # (A, K*V)   in place: logp is done
         top_scores, top_idx = top_k(cand, min(2 * K, K * V))  # (A, 2K)
         src_beam, tok = top_idx // V, top_idx % V  # (A, 2K)
@@ -379,7 +383,7 @@ def beam_search_reference(models, src_ids: list[int], decode: DecodeConfig = DEF
             new_cov = cov if alpha is None else [c + float(a) for c, a in zip(cov, alpha[0])]
             banned = banned_after(toks, no_repeat_ngram, free)  # (the prefix counts as history; its tokens are forced)
             if numbers_from is not None:
-                banned |= numbers_from.banned(toks)
+                banned |= numbers_from.banned(toks, ending=t >= limit)
             for v in range(logp.shape[1]):
                 lp = -math.inf if v in banned else float(logp[0, v])
                 if t < len(prefix):

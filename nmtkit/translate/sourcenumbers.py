@@ -8,17 +8,21 @@ to the source while the model keeps choosing everything else -- how a number is 
 language, where it goes, and the words around it:
 
 - the source's numbers (:func:`source_numbers`) are read as digit strings: "1,975,500" and "3.5" are "1975500" and
-  "35" (separators differ between English and French, digits do not); "10:30" is two numbers; a "%" in the source
-  also allows "100", for the French "p. 100" (per cent);
+  "35" (separators differ between English and French, digits do not); "10:30" and "6.15 p.m." are two numbers
+  (French writes "18 h 15"); each "%" in the source also allows one "100", for the French "p. 100" (per cent);
 - a hypothesis writes a number as a run of target tokens holding digits, possibly joined by the tokens that group
   digits (:data:`~nmtkit.translate.ngramblock.NUMBER_GLUE`: a bare ``▁``, ``,`` or ``.``; "1 975 500" is
-  ``▁ 1 ▁ 9 7 5 ▁ 5 0 0`` with SentencePiece's split digits).  A token with digits x may follow when the run's
-  digits so far followed by x begin one of the source's numbers (the number goes on), or when x alone begins one (a
-  new number); every other token holding a digit is −inf before the top-k.  A number may stop early: the constraint
-  only keeps digits from going wrong, the model decides where a number ends.
+  ``▁ 1 ▁ 9 7 5 ▁ 5 0 0`` with SentencePiece's split digits).  Each source number may be written as often as the
+  source has it: a token with digits x may follow when the run's digits so far followed by x begin one of the
+  numbers still to write (the number goes on), or, where a new number may start (after a token apart, or with a
+  token that starts a word) and the run is whole, when x alone begins one still to write after it; every other
+  token holding a digit is −inf before the top-k;
+- a number is written whole: while the run begins a number still to write but is none ("199" of 1995), only its
+  next digits (or one grouping token) may follow -- no word, no ``</s>`` -- unless the vocabulary has no token to go
+  on with, or the hypothesis is at its length limit.
 
-Other tokens, a forced prefix's and ``</s>`` are never constrained.  The same rule for one hypothesis, in plain
-Python (:meth:`SourceNumbers.banned`), is the reference search's yardstick; :meth:`SourceNumbers.apply` does it
+Outside a number other tokens are never constrained, nor is a forced prefix.  The same rule for one hypothesis, in
+plain Python (:meth:`SourceNumbers.banned`), is the reference search's yardstick; :meth:`SourceNumbers.apply` does it
 for a batch of hypotheses, by sentence and run, with a cache.
 """
 
@@ -26,21 +30,28 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
+from typing import NamedTuple
 
 import torch
 
+from nmtkit.data.vocab import EOS
 from nmtkit.translate.ngramblock import NUMBER_GLUE
 
 # a number in running text: digit groups joined by a point or comma, or by a space before exactly three digits
 # ("1 000", French or SI grouping); a colon separates (10:30 is two numbers)
 _NUMBER = re.compile(r"[0-9]+(?:(?:[.,]|[ \u00a0\u202f](?=[0-9]{3}(?![0-9])))[0-9]+)*")
+# a clock time with a point: "5.30am", "6.15 p.m." are two numbers, as "10:30" is (French writes "5 h 30")
+_TIME = re.compile(r"\b([0-9]{1,2})\.([0-5][0-9])(?=\s?[ap]\.?m\b)", re.IGNORECASE)
 PERCENT = "100"  # what a source "%" allows: the French "p. 100" (pour cent)
 
 
 def source_numbers(text: str) -> list[str]:
-    """The digit strings of a source line's numbers, in order ("1,975,500 and 3.5%" → ["1975500", "35", "100"])."""
+    """The digit strings of a source line's numbers, in order, then a :data:`PERCENT` for each "%": "1,975,500 and
+    3.5%" → ["1975500", "35", "100"]; "at 5.30pm" → ["5", "30"]."""
+    text = _TIME.sub(r"\1:\2", text)
     out = [re.sub(r"[^0-9]", "", m.group(0)) for m in _NUMBER.finditer(text)]
-    return out + [PERCENT] if "%" in text else out
+    return out + [PERCENT] * text.count("%")
 
 
 class DigitTable:
@@ -50,6 +61,7 @@ class DigitTable:
     in a vocabulary without ``▁`` (words, BPE) a token continues the one before only after a ``@@`` ending."""
 
     def __init__(self, tokens: list[str]):
+        self.size = len(tokens)
         digits = {i: "".join(c for c in tok if "0" <= c <= "9") for i, tok in enumerate(tokens)}
         self.digits = {i: d for i, d in digits.items() if d}
         self.glue = frozenset(i for i, tok in enumerate(tokens) if tok in NUMBER_GLUE)
@@ -58,8 +70,21 @@ class DigitTable:
         self.joins_next = frozenset(i for i in self.digits if tokens[i].endswith("@@"))
 
 
-def _prefixes(numbers: list[str]) -> frozenset[str]:
-    return frozenset(n[:k] for n in numbers for k in range(1, len(n) + 1))
+class State(NamedTuple):
+    """Where a hypothesis stands with its sentence's numbers: ``left`` the numbers not yet written (digit string,
+    how many times) as a sorted tuple, not counting ``run``, the digits of the number it is writing ('' when
+    its last token is no part of one); ``apart``: whether the next token is apart from the last, so that it may start
+    a new number; ``glued``: whether the last token is glue (``▁``, ``,``, ``.``) after digits."""
+    left: tuple
+    run: str
+    apart: bool
+    glued: bool
+
+
+def _take(left: dict, number: str) -> None:
+    """In place: one ``number`` written (if it is one still to write)."""
+    if left.get(number):
+        left[number] -= 1
 
 
 class SourceNumbers:
@@ -71,60 +96,104 @@ class SourceNumbers:
         self.ids = sorted(table.digits)  # the target ids holding digits
         self._x = [table.digits[i] for i in self.ids]
         self._word = [i in table.starts_word for i in self.ids]
-        self.prefixes = [_prefixes(n) for n in numbers]  # per sentence: every prefix of its numbers' digits
-        self._allowed: dict[tuple[int, str, bool], torch.Tensor] = {}  # (sentence, run, apart) -> (len(ids),)
-        # (what a hypothesis outside a number may write, per sentence: (sentences, len(ids)))
-        self._starts = torch.stack([self.allowed(k, "", True) for k in range(len(numbers))]) if numbers else None
+        self.numbers = [Counter(ns) for ns in numbers]  # per sentence: {digit string: how many times}
+        self._allowed: dict[tuple[tuple, str, bool], torch.Tensor] = {}  # (left, run, apart) -> (len(ids),)
         self._in_number: torch.Tensor | None = None  # bool (V,): the digit and glue tokens, made at the first apply
 
-    def state(self, tokens: list[int], sentence: int) -> tuple[str, bool]:
-        """Where a hypothesis (its tokens) is in a number: (the digits of the number it is writing, '' when its last
-        token is no part of one; whether the next token is apart from the last, so that it may start a new
-        number).  Each digit token continues the run when the run and its digits begin a source number, else
-        starts a new one."""
+    def state(self, tokens: list[int], sentence: int) -> State:
+        """The :class:`State` after ``tokens``: each digit token continues the run when the run and its digits begin
+        a number still to write, else ends it (a whole number is then taken from those to write) and starts a new
+        one; glue keeps a run open, any other token ends it."""
         digits, glue = self.table.digits, self.table.glue
-        k = len(tokens)
-        while k and (tokens[k - 1] in digits or tokens[k - 1] in glue):
-            k -= 1
-        d, prefixes = "", self.prefixes[sentence]
-        for tok in tokens[k:]:
+        left, run = dict(self.numbers[sentence]), ""
+        for tok in tokens:
             x = digits.get(tok)
             if x is not None:
-                d = d + x if d + x in prefixes else x
-        if not d or tokens[-1] in glue:
-            return d, True
-        return d, not self.table.sentencepiece and tokens[-1] not in self.table.joins_next
+                if run and _begins(left, run + x):
+                    run += x
+                    continue
+                if run:
+                    _take(left, run)
+                run = x
+            elif run and tok not in glue:
+                _take(left, run)
+                run = ""
+        last = tokens[-1] if tokens else None
+        glued = bool(run) and last in glue
+        apart = not run or glued or (not self.table.sentencepiece and last not in self.table.joins_next)
+        return State(tuple(sorted((k, v) for k, v in left.items() if v)), run, apart, glued)
 
-    def allowed(self, sentence: int, run: str, apart: bool) -> torch.Tensor:
-        """bool (len(ids),): which digit tokens may follow a hypothesis of ``sentence`` in state (run, apart): those
-        that continue the run into a prefix of a source number, and those that begin one where a new number may
-        start (apart, or a token that starts a word)."""
-        key = (sentence, run, apart)
+    def allowed(self, s: State) -> torch.Tensor:
+        """bool (len(ids),): which digit tokens may follow a hypothesis in state ``s``: those that continue the run
+        into the beginning of a number still to write, and, where a new number may start (apart, or a token that
+        starts a word) and the run is whole, those that begin one still to write after the run's."""
+        key = (s.left, s.run, s.apart)
         if key not in self._allowed:
-            prefixes = self.prefixes[sentence]
+            left = dict(s.left)
+            after = None
+            if not s.run or _whole(left, s.run):
+                after = dict(left)
+                if s.run:
+                    _take(after, s.run)
             self._allowed[key] = torch.tensor(
-                [(run != "" and run + x in prefixes) or ((apart or word) and x in prefixes)
+                [(s.run != "" and _begins(left, s.run + x)) or
+                 (after is not None and (s.apart or word) and _begins(after, x))
                  for x, word in zip(self._x, self._word)], dtype=torch.bool)
         return self._allowed[key]
 
-    def banned(self, tokens: list[int], sentence: int = 0) -> set[int]:
-        """The digit tokens that may not follow ``tokens`` (one hypothesis)."""
-        ok = self.allowed(sentence, *self.state(tokens, sentence)).tolist()
-        return {i for i, good in zip(self.ids, ok) if not good}
+    def must_go_on(self, s: State) -> bool:
+        """Whether the run of a hypothesis in state ``s`` must go on: it begins a number still to write but is none,
+        and some digit token may continue it (then neither ``</s>`` nor a word may follow)."""
+        return bool(s.run) and not _whole(dict(s.left), s.run) and bool(self.allowed(s).any())
 
-    def apply(self, logp: torch.Tensor, tokens: torch.Tensor, sentences: list[int]) -> None:
+    def banned(self, tokens: list[int], sentence: int = 0, ending: bool = False) -> set[int]:
+        """The tokens that may not follow ``tokens`` (one hypothesis); ``ending``: at its length limit, where
+        ``</s>`` is never banned."""
+        s = self.state(tokens, sentence)
+        ok = self.allowed(s).tolist()
+        out = {i for i, good in zip(self.ids, ok) if not good}
+        if self.must_go_on(s):
+            out |= set(range(self.table.size)) - set(self.table.digits) - (set() if s.glued else self.table.glue)
+        if ending:
+            out.discard(EOS)
+        return out
+
+    def apply(self, logp: torch.Tensor, tokens: torch.Tensor, sentences: list[int],
+              ending: torch.Tensor | None = None) -> None:
         """In place: logp (R, V) of R hypotheses whose tokens so far are ``tokens`` (R, t), row r of sentence
-        ``sentences[r]`` → the digit tokens that may not follow set to −inf.  A row whose last token is no part of a
-        number takes its sentence's row of the start masks; only the rows inside a number are read token by token."""
+        ``sentences[r]`` → the tokens that may not follow set to −inf (``ending``, bool (R,): the rows at their
+        length limit, whose ``</s>`` is never banned).  Rows of a sentence without numbers may write no digit; the
+        others are read token by token."""
         if not self.ids:
             return
-        allowed = self._starts[torch.as_tensor(sentences)]  # (R, len(ids))
-        if tokens.shape[1]:
-            if self._in_number is None:
-                self._in_number = torch.zeros(logp.shape[1], dtype=torch.bool)
-                self._in_number[sorted(set(self.table.digits) | self.table.glue)] = True
-            rows = self._in_number[tokens[:, -1].cpu()].nonzero().squeeze(1).tolist()
-            for r, row in zip(rows, tokens[rows].tolist() if rows else []):
-                allowed[r] = self.allowed(sentences[r], *self.state(row, sentences[r]))
+        if self._in_number is None:
+            self._in_number = torch.zeros(self.table.size, dtype=torch.bool)
+            self._in_number[sorted(self.table.digits)] = True
+        allowed = torch.zeros((logp.shape[0], len(self.ids)), dtype=torch.bool)
+        rows = [r for r, k in enumerate(sentences) if self.numbers[k]]
+        ending_l = ending.tolist() if ending is not None else [False] * logp.shape[0]
+        go_on = []
+        for r, row in zip(rows, tokens[rows].tolist() if rows else []):
+            s = self.state(row, sentences[r])
+            allowed[r] = self.allowed(s)
+            if self.must_go_on(s):
+                go_on.append((r, s.glued))
         ids = torch.tensor(self.ids, device=logp.device)
         logp[:, ids] = logp[:, ids].masked_fill(~allowed.to(logp.device), -math.inf)
+        for r, glued in go_on:  # only digits (already masked) and, once, glue
+            keep = self._in_number.clone()
+            if not glued:
+                keep[sorted(self.table.glue)] = True
+            if ending_l[r]:
+                keep[EOS] = True
+            logp[r].masked_fill_(~keep.to(logp.device), -math.inf)
+
+
+def _begins(left: dict, digits: str) -> bool:
+    """Whether ``digits`` begin a number still to write."""
+    return any(n.startswith(digits) for n, count in left.items() if count)
+
+
+def _whole(left: dict, digits: str) -> bool:
+    """Whether ``digits`` are a number still to write."""
+    return bool(left.get(digits))
