@@ -193,6 +193,47 @@ def test_concurrent_clients_each_get_their_own_lines_in_shared_batches(ckpt, dat
     assert len(batches) == 50 and max(batches) > 1 and max(batches) <= 16  # decoded together, never past the cap
 
 
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (of any of its threads: the workers start on the loading thread)."""
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            out += [int(x) for x in f.read().split()]
+    return out
+
+
+def test_worker_processes_decode_batches_at_once_with_each_requests_settings(ckpt, data_dir, tmp_path):
+    """``--workers 2``: two decoding processes, each a batch at a time.  40 concurrent clients, half asking for
+    beam 12 and half for beam 3 with an n-gram block, each get nmt-translate's translation for their settings, in
+    batches of at most --max-batch; the two workers are the server's children while it runs, and after SIGTERM
+    the server exits 0 and they are gone."""
+    lines = lines_of(data_dir / "multi30k" / "val.en", 40)
+    plain = nmt_translate(ckpt, tmp_path, lines)["text"].splitlines()
+    blocked = nmt_translate(ckpt, tmp_path, lines, "--beam", "3", "--no-repeat-ngram", "2")["text"].splitlines()
+    assert plain != blocked
+    s = Server(ckpt, "--workers", "2", "--threads", "2", "--batch-wait-ms", "30", "--max-batch", "6")
+    try:
+        s.ready()
+        workers = _children(s.proc.pid)
+        assert len(workers) == 2
+
+        def one(k):
+            if k % 2:
+                return s.translate([lines[k]], beam=3, no_repeat_ngram=2)[0]["tgt"]
+            return s.translate([lines[k]])[0]["tgt"]
+
+        with ThreadPoolExecutor(40) as pool:
+            got = list(pool.map(one, range(40)))
+        assert got == [blocked[k] if k % 2 else plain[k] for k in range(40)]
+    finally:
+        assert s.stop() == 0
+    batches = [int(m.group(1)) for line in s.lines if (m := re.search(r"POST /translate 200 .*batch of (\d+)", line))]
+    assert len(batches) == 40 and max(batches) > 1 and max(batches) <= 6
+    assert "Traceback" not in "".join(s.lines)
+    for pid in workers:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/status").read().count("zombie")
+
+
 # -- bad input and overload ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("raw, status, message", [

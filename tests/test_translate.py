@@ -439,3 +439,45 @@ def test_prefixes_from_stdin_come_out_as_written_and_the_largest_coverage_penalt
     assert {int(e[0]) for e in entries} == set(range(5))
     for line, text, _, score in entries:
         assert text.startswith(prefixes[int(line)]) and math.isfinite(float(score)), (line, text, score)
+
+
+def test_configured_translators_share_the_workers_from_several_threads_at_once(trained, data_dir):
+    """A server's way of decoding (nmtkit/serve): translators configured from one with two worker processes, each
+    with its own settings, translate from four threads at once; each gets exactly what a translator of its settings
+    decoding alone in this process gives.  A batch that fails in a worker fails only for the thread that asked for
+    it; the workers go on decoding the others."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from nmtkit.errors import WorkerError
+    from nmtkit.translate.translator import Translator
+
+    _, ckpt = trained
+    lines = list(enumerate(_lines(data_dir / "multi30k" / "val.en", 24), start=1))
+    settings = [DecodeConfig(beam=2), DecodeConfig(beam=4, nbest=2), DecodeConfig(beam=1),
+                DecodeConfig(beam=3, no_repeat_ngram=1)]
+    expected = []
+    for decode in settings:
+        with Translator([ckpt], decode, batch_size=4, workers=1) as alone:
+            expected.append([(t.text, t.nbest) for t in alone.translate(lines)])
+    with Translator([ckpt], DecodeConfig(), batch_size=4, workers=2, threads=2) as shared:
+        assert len(shared.worker_pids) == 2 and shared.models == []
+        each = [shared.configured(decode) for decode in settings]
+
+        def run(k):
+            return [(t.text, t.nbest) for t in each[k].translate(lines)]
+
+        def same(got, want):  # the texts; the scores up to the order of float sums (one thread against several)
+            return all(a[0] == b[0] and [x[0] for x in a[1]] == [x[0] for x in b[1]]
+                       and np.allclose([x[1:] for x in a[1]], [x[1:] for x in b[1]], atol=1e-4)
+                       for a, b in zip(got, want, strict=True))
+
+        for _ in range(2):  # (twice: the threads meet the workers at other moments)
+            with ThreadPoolExecutor(4) as pool:
+                assert all(same(got, want) for got, want in zip(pool.map(run, range(4)), expected, strict=True))
+        pool_ = shared._pool
+        bad = pool_.submit([np.array([5, 6, 7])], {"decode": "not a DecodeConfig"})
+        good = pool_.submit([np.array([5, 6, 7])])
+        assert len(pool_.result(good)) == 1
+        with pytest.raises(WorkerError, match="decoding failed in decoding worker"):
+            pool_.result(bad)
+        assert same(run(2), expected[2])  # the workers are still there

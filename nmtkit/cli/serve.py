@@ -29,11 +29,14 @@ from nmtkit.runtime import tune_malloc
 @click.option("--max-source-len", default=250, show_default=True,
               help="Longer lines are translated in pieces of at most this many tokens.")
 @click.option("--device", default="cpu", show_default=True)
-@click.option("--threads", default=0, help="Torch threads (0 = torch's default: one per core).")
+@click.option("--threads", default=0, help="Torch threads in all (0 = torch's default: one per core).")
+@click.option("--workers", default=1, show_default=True,
+              help="Decoding processes sharing the threads, each decoding a batch of its own at once (0 = on CPU "
+                   "min(threads, 4)).")
 @backend_option("translations")
 @click.option("--quiet", "-q", is_flag=True, help="No log line per request (warnings and errors only).")
 def main(models, host, port, max_batch, batch_wait_ms, max_lines, max_chars, max_queue, timeout, unk_dict, tokenized,
-         batch_size, max_source_len, device, threads, backend, quiet):
+         batch_size, max_source_len, device, threads, workers, backend, quiet):
     """Serve translations over HTTP: POST /translate {"src": [lines], ...decoding options...}.
 
     \b
@@ -54,7 +57,7 @@ def main(models, host, port, max_batch, batch_wait_ms, max_lines, max_chars, max
 
         serve(ServeConfig(list(models), host=host, port=port, max_batch=max_batch, batch_wait_ms=batch_wait_ms,
                           max_lines=max_lines, max_chars=max_chars, max_queue=max_queue, timeout=timeout,
-                          device=device, threads=threads, batch_size=batch_size, max_source_len=max_source_len,
+                          device=device, threads=threads, workers=workers, batch_size=batch_size, max_source_len=max_source_len,
                           unk_dict=load_unk_dict(unk_dict) if unk_dict else {}, tokenized=tokenized,
                           backend=backend))
 

@@ -73,7 +73,8 @@ def make_app(cfg: ServeConfig, load: Callable[[], TranslationService],
             except BaseException as e:  # (one line for the user; the server stops)
                 on_failure(e)
                 return
-            state.batcher = Batcher(service, cfg.max_batch, cfg.batch_wait_ms / 1000, cfg.max_queue)
+            state.batcher = Batcher(service, cfg.max_batch, cfg.batch_wait_ms / 1000, cfg.max_queue,
+                                    service.concurrency)
             state.batcher.start()
             state.service = service
             log.info("ready: %s", ", ".join(m["path"] for m in service.describe()["models"]))
@@ -83,6 +84,8 @@ def make_app(cfg: ServeConfig, load: Callable[[], TranslationService],
         starting.cancel()
         if state.batcher is not None:
             await state.batcher.close()
+        if state.service is not None:
+            state.service.close()
 
     async def health(request: HTTPRequest) -> JSONResponse:
         if state.service is None:

@@ -5,8 +5,10 @@ takes, in order, the waiting requests with the same settings (:attr:`nmtkit.serv
 options, and whether attention is needed) until they hold ``max_batch`` lines, and it is decoded as soon as it
 holds them or when the head request has waited ``wait`` seconds, whichever comes first (Marian's
 ``--queue-timeout``; CTranslate2's users ask for the same).  A request of more lines than ``max_batch`` is a batch of
-its own.  Requests with other settings wait for a later batch.  Decoding runs on one thread of its own, so the event
+its own.  Requests with other settings wait for a later batch.  Decoding runs on threads of its own, so the event
 loop goes on answering (``/health`` during a long batch) and queueing; each request gets back exactly its own lines.
+With ``concurrency`` > 1 (``nmt-serve --workers``: decoding processes) that many batches are decoded at once, each
+on a thread that hands it to the workers; the next batch forms while they decode, from what waits meanwhile.
 
 A request that would make the queue hold more than ``max_queue`` lines is refused at once (:class:`Overloaded`);
 one that waits longer than its timeout gets :class:`asyncio.TimeoutError` and its lines leave the queue if they have
@@ -46,17 +48,22 @@ class _Job:
 
 
 class Batcher:
-    def __init__(self, service: TranslationService, max_batch: int, wait: float, max_queue: int):
+    def __init__(self, service: TranslationService, max_batch: int, wait: float, max_queue: int,
+                 concurrency: int = 1):
         self.service, self.max_batch, self.wait, self.max_queue = service, max_batch, wait, max_queue
         self.queue: list[_Job] = []
         self.queued_lines = 0
         self._changed: asyncio.Event | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nmt-serve-decode")
+        self._slots: asyncio.Semaphore | None = None  # batches that may be decoding at once
+        self.concurrency = concurrency
+        self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="nmt-serve-decode")
         self._task: asyncio.Task | None = None
+        self._decoding: set[asyncio.Task] = set()
 
     def start(self) -> None:
         """Start forming and decoding batches (in the running event loop)."""
         self._changed = asyncio.Event()
+        self._slots = asyncio.Semaphore(self.concurrency)
         self._task = asyncio.get_running_loop().create_task(self._run(), name="nmt-serve-batcher")
 
     async def close(self) -> None:
@@ -66,6 +73,8 @@ class Batcher:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        if self._decoding:  # (the batches being decoded finish; their clients may still be waiting)
+            await asyncio.wait(self._decoding)
         self._executor.shutdown(wait=True)
 
     async def translate(self, request: Request, timeout: float) -> Outcome:
@@ -92,47 +101,67 @@ class Batcher:
             self.queued_lines -= len(job.request.lines)
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            while not self.queue:
-                self._changed.clear()
-                await self._changed.wait()
-            head = self.queue[0]
-            key, deadline = head.request.key, head.arrived + self.wait
-            while head in self.queue and self._lines(key) < self.max_batch:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._changed.clear()
-                try:
-                    await asyncio.wait_for(self._changed.wait(), left)
-                except asyncio.TimeoutError:
-                    break
-            if head not in self.queue:  # (it timed out while its batch formed)
-                continue
-            batch, lines = [], 0
-            for job in list(self.queue):
-                if job.request.key != key:
-                    continue
-                if batch and lines + len(job.request.lines) > self.max_batch:
-                    break
-                batch.append(job)
-                lines += len(job.request.lines)
-            for job in batch:
-                self._drop(job)
-            start = time.monotonic()
+            await self._slots.acquire()  # a batch forms once it can be decoded: it takes what waits until then
             try:
-                results = await loop.run_in_executor(self._executor, self.service.translate,
-                                                     [job.request for job in batch])
-            except Exception as e:  # (the error of these requests: the server goes on)
-                for job in batch:
-                    if not job.abandoned:
-                        job.future.set_exception(e)
+                batch, lines = await self._form()
+            except BaseException:
+                self._slots.release()
+                raise
+            if not batch:
+                self._slots.release()
                 continue
-            decode_ms = (time.monotonic() - start) * 1000
-            for job, result in zip(batch, results):
+            task = asyncio.get_running_loop().create_task(self._decode(batch, lines))
+            self._decoding.add(task)
+            task.add_done_callback(self._decoding.discard)
+
+    async def _form(self) -> tuple[list[_Job], int]:
+        """The next batch, taken off the queue (empty when its head timed out while it formed)."""
+        while not self.queue:
+            self._changed.clear()
+            await self._changed.wait()
+        head = self.queue[0]
+        key, deadline = head.request.key, head.arrived + self.wait
+        while head in self.queue and self._lines(key) < self.max_batch:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except asyncio.TimeoutError:
+                break
+        if head not in self.queue:  # (it timed out while its batch formed)
+            return [], 0
+        batch, lines = [], 0
+        for job in list(self.queue):
+            if job.request.key != key:
+                continue
+            if batch and lines + len(job.request.lines) > self.max_batch:
+                break
+            batch.append(job)
+            lines += len(job.request.lines)
+        for job in batch:
+            self._drop(job)
+        return batch, lines
+
+    async def _decode(self, batch: list[_Job], lines: int) -> None:
+        """Decode one batch on a thread of the executor and hand each request its results."""
+        start = time.monotonic()
+        try:
+            results = await asyncio.get_running_loop().run_in_executor(self._executor, self.service.translate,
+                                                                       [job.request for job in batch])
+        except Exception as e:  # (the error of these requests: the server goes on)
+            for job in batch:
                 if not job.abandoned:
-                    job.future.set_result(Outcome(result, lines, (start - job.arrived) * 1000, decode_ms))
+                    job.future.set_exception(e)
+            return
+        finally:
+            self._slots.release()
+        decode_ms = (time.monotonic() - start) * 1000
+        for job, result in zip(batch, results):
+            if not job.abandoned:
+                job.future.set_result(Outcome(result, lines, (start - job.arrived) * 1000, decode_ms))
 
     def _lines(self, key) -> int:
         return sum(len(job.request.lines) for job in self.queue if job.request.key == key)

@@ -21,7 +21,8 @@ class ServeConfig:
     max_queue: int = 1_000  # lines waiting to be decoded (a request that would pass it: 503 with Retry-After)
     timeout: float = 30.0  # seconds a request may wait for its translations (then 504); also the shutdown's grace
     device: str = "cpu"
-    threads: int = 0  # torch threads (0 = torch's default)
+    threads: int = 0  # torch threads in all (0 = torch's default)
+    workers: int = 1  # decoding processes sharing the threads, each decoding a batch (0 = on CPU min(threads, 4))
     batch_size: int = 64  # sentences a decoding step holds (a batch of more lines is decoded in several)
     max_source_len: int = 250  # longer lines are translated in pieces, as by nmt-translate
     unk_dict: dict = field(default_factory=dict)  # for --replace-unk
@@ -43,6 +44,11 @@ class ServeConfig:
             raise InputError(f"--batch-wait-ms must be a finite number of at least 0 (got {self.batch_wait_ms})")
         if not 0 < self.timeout < math.inf:
             raise InputError(f"--timeout must be a finite number above 0 (got {self.timeout})")
+        if self.workers < 0:
+            raise InputError(f"--workers must be at least 0 (got {self.workers}; 0 = automatic)")
+        if self.workers > 1 and self.device != "cpu":
+            raise InputError(f"--workers {self.workers} needs --device cpu (one process drives a {self.device} "
+                             "device)")
         if self.threads < 0:
             raise InputError(f"--threads must be at least 0 (got {self.threads}; 0 = torch's default)")
         if self.max_queue < self.max_lines:

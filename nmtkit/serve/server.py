@@ -16,6 +16,7 @@ import signal
 import socket
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from nmtkit.errors import InputError
 from nmtkit.serve.config import ServeConfig
@@ -25,8 +26,18 @@ log = logging.getLogger("nmtkit.serve")
 WARM_UP = "This is a warm-up sentence of 1995."
 
 
+def workers(cfg: ServeConfig) -> int:
+    """The decoding processes ``cfg`` asks for (``--workers 0``: on a CPU one per thread, at most 4; else 1)."""
+    import torch
+
+    if cfg.workers:
+        return cfg.workers
+    return min(cfg.threads or torch.get_num_threads(), 4) if cfg.device == "cpu" else 1
+
+
 def load(cfg: ServeConfig) -> TranslationService:
-    """The checkpoints loaded as nmt-translate loads them (decoded in this process), and one warm-up translation."""
+    """The checkpoints loaded as nmt-translate loads them (decoded in this process, or with ``--workers`` N > 1 in
+    N worker processes of threads/N threads each), and a warm-up translation in each."""
     import torch
 
     from nmtkit.translate.config import DecodeConfig
@@ -36,9 +47,14 @@ def load(cfg: ServeConfig) -> TranslationService:
         torch.set_num_threads(cfg.threads)
     translator = Translator(list(cfg.checkpoints), DecodeConfig(), device=cfg.device, unk_dict=cfg.unk_dict,
                             batch_size=cfg.batch_size, tokenized=cfg.tokenized, max_source_len=cfg.max_source_len,
-                            workers=1, threads=cfg.threads, backend=cfg.backend)
+                            workers=workers(cfg), threads=cfg.threads, backend=cfg.backend)
     service = TranslationService(translator)
-    service.translate([Request([WARM_UP], DecodeConfig())])
+    try:  # one warm-up a worker, at once (the pool hands each to the idlest)
+        with ThreadPoolExecutor(service.concurrency) as pool:
+            list(pool.map(service.translate, [[Request([WARM_UP], DecodeConfig())]] * service.concurrency))
+    except BaseException:
+        service.close()
+        raise
     return service
 
 

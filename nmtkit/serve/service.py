@@ -12,6 +12,7 @@ subword columns summed, rows averaged, as ``nmt-align`` and the alignment use it
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,12 +76,19 @@ def _strings(value: Any, name: str) -> list[str]:
 
 
 class TranslationService:
-    """A loaded :class:`nmtkit.translate.translator.Translator` and the translation of request groups with it.
-    Not thread-safe: one caller at a time (nmtkit/serve/batcher.py runs it on one thread)."""
+    """A loaded :class:`nmtkit.translate.translator.Translator` and the translation of request groups with it:
+    decoded in this process (one caller at a time), or by the translator's worker processes (as many callers at
+    once as there are workers: :attr:`concurrency`; nmtkit/serve/batcher.py keeps to it)."""
 
     def __init__(self, translator):
         self.translator = translator
+        self.concurrency = max(1, len(translator.worker_pids))
         self._configured: dict[tuple, Any] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Stop the decoding workers, if any."""
+        self.translator.close()
 
     def describe(self) -> dict:
         """What is loaded, for ``GET /models``."""
@@ -90,11 +98,12 @@ class TranslationService:
 
     def _translator(self, decode, need_attention: bool):
         key = (decode, need_attention)
-        if key not in self._configured:
-            if len(self._configured) > 64:  # (settings are many only under unusual use: keep the memory bounded)
-                self._configured.clear()
-            self._configured[key] = self.translator.configured(decode, need_attention)
-        return self._configured[key]
+        with self._lock:
+            if key not in self._configured:
+                if len(self._configured) > 64:  # (settings are many only under unusual use: keep memory bounded)
+                    self._configured.clear()
+                self._configured[key] = self.translator.configured(decode, need_attention)
+            return self._configured[key]
 
     def translate(self, requests: list[Request]) -> list[list[dict]]:
         """Requests that share their :attr:`Request.key` → each one's results, one per line, in order.  Each

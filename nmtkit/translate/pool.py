@@ -113,8 +113,8 @@ def worker_main() -> None:
         if task is None:
             return
         ticket, sources, extras = task
-        try:
-            reply = ("done", ticket, decode_batch(models, sources, setup["device"], **setup["options"], **extras))
+        try:  # (a batch's extras may override the set-up's options: a server's requests bring their own)
+            reply = ("done", ticket, decode_batch(models, sources, setup["device"], **{**setup["options"], **extras}))
         except Exception as e:  # noqa: BLE001
             reply = ("failed", ticket, f"{type(e).__name__}: {e}")
         try:
@@ -147,7 +147,11 @@ class _Worker:
 class DecodePool:
     """``workers`` processes of ``threads`` torch threads each, decoding batches with
     ``nmtkit.translate.decoding.decode_batch(models, sources, device, **options)`` (``options``: its keyword
-    arguments, a :class:`nmtkit.translate.config.DecodeConfig` among them)."""
+    arguments, a :class:`nmtkit.translate.config.DecodeConfig` among them; a batch's extras override them).
+
+    Thread-safe: several threads may submit batches and wait for their own results at once (``nmt-serve`` decodes
+    several batches at a time); one of the waiting threads reads the workers' replies for all of them.  A batch that
+    fails in its worker raises :class:`WorkerError` in the thread that asks for its result, and only there."""
 
     def __init__(self, checkpoints: list[str], workers: int, threads: int, device: str, options: dict[str, Any],
                  backend: str | None = None):
@@ -157,6 +161,8 @@ class DecodePool:
         self._queue: deque[tuple[int, list[np.ndarray], dict]] = deque()
         self._done: dict[int, Any] = {}
         self._next = self._collected = 0
+        self._lock = threading.Condition()
+        self._reading = False  # (a thread is reading replies: the others wait for it to hand theirs over)
         try:
             self._workers = [_Worker(k, setup) for k in range(workers)]
             for w in self._workers:  # every worker has loaded the checkpoints, or says why it could not
@@ -183,23 +189,42 @@ class DecodePool:
     def submit(self, sources: list[np.ndarray], extras: dict | None = None) -> int:
         """Queue one batch (source id arrays without ``</s>``, and what else ``decode_batch`` needs for its
         sentences: prefixes, sampling keys); returns its ticket for :meth:`result`."""
-        ticket, self._next = self._next, self._next + 1
-        self._queue.append((ticket, sources, extras or {}))
-        self._dispatch()
+        with self._lock:
+            ticket, self._next = self._next, self._next + 1
+            self._queue.append((ticket, sources, extras or {}))
+            self._dispatch()
         return ticket
 
     def ready(self, ticket: int) -> bool:
         """Whether the batch's result has arrived (collects what has, without waiting)."""
-        if ticket not in self._done:
-            self._collect(block=False)
-        return ticket in self._done
+        with self._lock:
+            if ticket not in self._done and not self._reading:
+                self._collect(block=False)
+            return ticket in self._done
 
     def result(self, ticket: int):
         """The batch's hypotheses (as ``decode_batch`` returns them), waiting for them if need be."""
-        while ticket not in self._done:
-            self._collect(block=True)
-        self._collected += 1
-        return self._done.pop(ticket)
+        with self._lock:
+            while ticket not in self._done:
+                if self._reading:  # another thread reads: it wakes us when a reply came
+                    self._lock.wait()
+                    continue
+                self._reading = True
+                try:
+                    self._lock.release()  # (others may submit while this one waits for the workers)
+                    try:
+                        ready = self._wait_readable()
+                    finally:
+                        self._lock.acquire()
+                    self._read(ready)
+                finally:
+                    self._reading = False
+                    self._lock.notify_all()
+            self._collected += 1
+            kind, payload = self._done.pop(ticket)
+        if kind == "failed":
+            raise WorkerError(payload)
+        return payload
 
     def _dispatch(self) -> None:
         for w in sorted(self._workers, key=lambda w: w.outstanding):
@@ -211,22 +236,28 @@ class DecodePool:
                 self._queue.popleft()
                 w.outstanding += 1
 
-    def _collect(self, block: bool) -> None:
+    def _wait_readable(self, block: bool = True) -> list[_Worker]:
+        """The busy workers with a reply to read (waiting for one, with ``block``)."""
         busy = {w.out_fd: w for w in self._workers if w.outstanding}
         if not busy:
-            return
+            return []
         readable, _, _ = select.select(list(busy), [], [], None if block else 0)
-        for fd in readable:
-            w = busy[fd]
+        return [busy[fd] for fd in readable]
+
+    def _read(self, ready: list[_Worker]) -> None:
+        """Read one reply from each of ``ready`` (under the lock), then hand the workers more batches."""
+        for w in ready:
             try:
-                kind, ticket, payload = _receive(fd)
+                kind, ticket, payload = _receive(w.out_fd)
             except EOFError:
                 raise w.died() from None
-            if kind == "failed":
-                raise WorkerError(f"decoding failed in {w.name}: {payload}")
             w.outstanding -= 1
-            self._done[ticket] = payload
+            self._done[ticket] = ("done", payload) if kind == "done" else \
+                ("failed", f"decoding failed in {w.name}: {payload}")
         self._dispatch()
+
+    def _collect(self, block: bool) -> None:
+        self._read(self._wait_readable(block))
 
     def close(self, kill: bool = False) -> None:
         """Stop the workers: let idle ones exit, or kill them (``kill``, or with batches still pending, e.g. after

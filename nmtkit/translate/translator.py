@@ -143,6 +143,7 @@ class Translator:
         self.unk_dict = unk_dict or {}
         self.need_attention = need_attention or decode.replace_unk
         self.has_attention = all(m.attentive for m in self.models)
+        self._arch = self.models[0].arch  # (for messages, also once the workers hold the models)
         if (self.need_attention or decode.attends) and not self.has_attention:
             raise InputError("alignments, attention, --coverage-penalty and --replace-unk need an attention model "
                              f"(rnnsearch); this checkpoint is {self.models[0].arch}", checkpoints[0])
@@ -159,24 +160,28 @@ class Translator:
             raise InputError(f"--workers {workers} needs --device cpu (one process drives a {self.device.type} device)")
         self.workers, self._threads, self._checkpoints = workers, threads, list(checkpoints)
         self._pool = None
+        self._batch_settings: dict = {}  # what each batch tells the workers beside the pool's options
         if workers > 1 and not self._lazy_pool:
             self._start_pool()
 
     def configured(self, decode: DecodeConfig, need_attention: bool = False) -> Translator:
-        """The same loaded models with other decoding settings, decoded in this process: how a server answers each
-        request with its own options without loading the checkpoints again (``nmtkit.serve``)."""
+        """The same loaded models with other decoding settings: how a server answers each request with its own
+        options without loading the checkpoints again (``nmtkit.serve``).  Decoded in this process, or, where this
+        translator started its worker processes (``workers`` > 1, not automatic), by the same workers, each batch
+        bringing its settings; several configured translators may then translate at once, one per thread."""
         if not isinstance(decode, DecodeConfig):
             raise TypeError(f"decode must be a DecodeConfig (got {type(decode).__name__})")
-        if self._pool is not None or not self.models:
-            raise ValueError("configured() needs a translator that decodes in this process (workers=1)")
+        if self._lazy_pool or (self._pool is None and not self.models):
+            raise ValueError("configured() needs a translator that decodes in this process (workers=1) or in "
+                             "workers started with it (workers > 1)")
         other = copy.copy(self)
         other.decode = decode
         other.need_attention = need_attention or decode.replace_unk
         if (other.need_attention or decode.attends) and not self.has_attention:
             raise InputError("alignments, attention, --coverage-penalty and --replace-unk need an attention model "
-                             f"(rnnsearch); this checkpoint is {self.models[0].arch}", self._checkpoints[0])
+                             f"(rnnsearch); this checkpoint is {self._arch}", self._checkpoints[0])
         other._options = {**self._options, "decode": decode, "need_attention": other.need_attention}
-        other.workers, other._lazy_pool = 1, False
+        other._batch_settings = {"decode": decode, "need_attention": other.need_attention}
         return other
 
     def _start_pool(self) -> None:
@@ -276,7 +281,7 @@ class Translator:
 
     def _extras(self, batch: list[_Piece]) -> dict:
         """What a batch's sentences need beside their source ids: prefixes, and the keys of their random draws."""
-        extras: dict = {}
+        extras: dict = dict(self._batch_settings)  # (a configured translator's settings, for shared workers)
         if any(p.prefix is not None for p in batch):
             extras["prefixes"] = [p.prefix for p in batch]
         if self.decode.sampling is not None:
@@ -311,7 +316,8 @@ class Translator:
             yield from self._assemble(w, [self._decode(b) for b in w.batches])
 
     def _decode(self, batch: list[_Piece]) -> list[list[Hypothesis]]:
-        return decode_batch(self.models, [p.ids for p in batch], self.device, **self._options, **self._extras(batch))
+        options = {**self._options, **self._extras(batch)}
+        return decode_batch(self.models, [p.ids for p in batch], self.device, **options)
 
     def _prepare(self, window: list[tuple[int, str]], prefixes: list[list[str]], given: list[str]) -> _Window:
         """Words, model-token pieces and length-sorted batches of a window of lines."""

@@ -38,8 +38,14 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def rss_kb(pid: int) -> int:
+    """The resident memory of a process and of its children (the decoding workers), summed."""
     with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        own = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    children = []
+    for task in os.listdir(f"/proc/{pid}/task"):  # (children of any thread: the workers start on the loading one)
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            children += f.read().split()
+    return own + sum(rss_kb(int(child)) for child in children)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -62,6 +68,7 @@ def main(argv=None) -> None:
     p.add_argument("--max-batch", default="32")
     p.add_argument("--batch-wait-ms", default="5")
     p.add_argument("--threads", default="2")
+    p.add_argument("--workers", default="1", help="nmt-serve --workers")
     a = p.parse_args(argv)
 
     hansards = (DATA / "hansards" / "test.en").read_text(encoding="utf-8").splitlines()[: a.lines]
@@ -71,7 +78,8 @@ def main(argv=None) -> None:
           f"{subprocess.run(['git', '-C', REPO, 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}; "
           f"load average {os.getloadavg()[0]:.2f}")
     print(f"model {a.model}; {len(lines)} lines (Hansards test sittings and news-test-2014, alternating); beam 12; "
-          f"server --max-batch {a.max_batch} --batch-wait-ms {a.batch_wait_ms} --threads {a.threads}\n")
+          f"server --max-batch {a.max_batch} --batch-wait-ms {a.batch_wait_ms} --threads {a.threads} --workers "
+          f"{a.workers}\n")
 
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "in.en"
@@ -85,7 +93,7 @@ def main(argv=None) -> None:
 
     server = subprocess.Popen([sys.executable, REPO / "bin" / "nmt-serve", "-m", a.model, "--port", "0", "--threads",
                                a.threads, "--max-batch", a.max_batch, "--batch-wait-ms", a.batch_wait_ms,
-                               "--max-queue", "10000", "-q"], stderr=subprocess.PIPE, text=True, env=ENV)
+                               "--workers", a.workers, "--max-queue", "10000", "-q"], stderr=subprocess.PIPE, text=True, env=ENV)
     url = re.search(r"(http://\S+/)", server.stderr.readline()).group(1)
     threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
     while True:
@@ -140,7 +148,7 @@ def main(argv=None) -> None:
               f"the file's (goal >= 60%)")
     print(f"{total:,} requests: {errors} errors, {wrong} answers that are not their line's nmt-translate translation "
           f"(goal: 0 and 0, over >= 10,000)")
-    print(f"server resident memory: {rss_start / 1024:.0f} MiB after warm-up, {rss_end / 1024:.0f} MiB at the end "
+    print(f"server resident memory (its workers' included): {rss_start / 1024:.0f} MiB after warm-up, {rss_end / 1024:.0f} MiB at the end "
           f"({100 * (rss_end - rss_start) / rss_start:+.1f}%; goal < 10%); exit code after SIGTERM {code}")
 
 
