@@ -59,6 +59,23 @@ def tune_malloc() -> None:
         pass
 
 
+IDLE_TRIM_S = 1.0  # a process that decodes on demand gives its freed heap back after this long without work
+
+
+def trim_heap() -> None:
+    """Give the freed heap back to the kernel (glibc's ``malloc_trim``; a no-op elsewhere): what
+    :func:`tune_malloc` keeps for the next batch, given back by a process that has gone idle (a server between
+    requests, a decoding worker between windows), so that its resident memory is what it holds, not the most it
+    ever held."""
+    try:
+        import ctypes
+        import ctypes.util
+
+        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):
+        pass
+
+
 def lazy_names(package: str, names: dict[str, str]):
     """A package's public names looked up in its modules on first use (``names``: name -> module of the package), so
     that importing one submodule does not import the others: ``__all__, __getattr__ = lazy_names(__name__, {...})``

@@ -22,6 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from nmtkit.runtime import IDLE_TRIM_S, trim_heap
 from nmtkit.serve.service import Request, TranslationService
 
 
@@ -119,7 +120,12 @@ class Batcher:
         """The next batch, taken off the queue (empty when its head timed out while it formed)."""
         while not self.queue:
             self._changed.clear()
-            await self._changed.wait()
+            try:
+                await asyncio.wait_for(self._changed.wait(), IDLE_TRIM_S)
+            except asyncio.TimeoutError:  # idle: the freed heap goes back (decoding in this process keeps it)
+                if not self._decoding:
+                    await asyncio.get_running_loop().run_in_executor(self._executor, trim_heap)
+                await self._changed.wait()
         head = self.queue[0]
         key, deadline = head.request.key, head.arrived + self.wait
         while head in self.queue and self._lines(key) < self.max_batch:

@@ -75,7 +75,7 @@ def worker_main() -> None:
     in_fd = 0
     import torch
 
-    from nmtkit.runtime import tune_malloc
+    from nmtkit.runtime import IDLE_TRIM_S, trim_heap, tune_malloc
     from nmtkit.translate.decoding import build_models, decode_batch
 
     tune_malloc()
@@ -108,7 +108,9 @@ def worker_main() -> None:
     threading.Thread(target=read_tasks, daemon=True).start()
     while True:
         with arrived:
-            arrived.wait_for(lambda: tasks)
+            if not arrived.wait_for(lambda: tasks, timeout=IDLE_TRIM_S):
+                trim_heap()  # idle: the heap kept for the next batch goes back until work comes
+                arrived.wait_for(lambda: tasks)
             task = tasks.popleft()
         if task is None:
             return
