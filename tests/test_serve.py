@@ -197,8 +197,11 @@ def _children(pid: int) -> list[int]:
     """The child processes of ``pid`` (of any of its threads: the workers start on the loading thread)."""
     out = []
     for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            out += [int(x) for x in f.read().split()]
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(x) for x in f.read().split()]
+        except FileNotFoundError:  # (a thread that ended meanwhile)
+            pass
     return out
 
 

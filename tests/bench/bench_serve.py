@@ -46,8 +46,11 @@ def rss_kb(pid: int) -> int:
         own = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
     children = []
     for task in os.listdir(f"/proc/{pid}/task"):  # (children of any thread: the workers start on the loading one)
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            children += f.read().split()
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                children += f.read().split()
+        except FileNotFoundError:  # (a thread that ended meanwhile)
+            pass
     return own + sum(rss_kb(int(child)) for child in children)
 
 
