@@ -45,20 +45,57 @@ def _bootstrap_line(report: dict, metric: str = "BLEU") -> str:
     return ""
 
 
-def _short_long(report: dict, split: int = 30) -> dict[str, tuple[float | None, float | None]]:
-    """Corpus BLEU of each system of an nmt-score report on the sentences of fewer than ``split`` source words and
-    on the others, computed from the files the report names (the same sacreBLEU statistics nmt-score uses)."""
+MODELS = ("rnnencdec-30", "rnnsearch-30", "rnnencdec-50", "rnnsearch-50", "rnnsearch-50star")
+NAMES = {"rnnencdec-30": "RNNencdec-30", "rnnsearch-30": "RNNsearch-30", "rnnencdec-50": "RNNencdec-50",
+         "rnnsearch-50": "RNNsearch-50", "rnnsearch-50star": "RNNsearch-50star",
+         "rnnsearch-50-fr-en": "RNNsearch-50-fr-en"}
+# Table 1's orderings that the paper claims (better, worse, what it shows)
+CLAIMS = (("RNNsearch-30", "RNNencdec-30", "RNNsearch beats RNNencdec (-30)"),
+          ("RNNsearch-50", "RNNencdec-50", "RNNsearch beats RNNencdec (-50)"),
+          ("RNNsearch-30", "RNNencdec-50", "RNNsearch-30 beats even RNNencdec-50"),
+          ("RNNencdec-50", "RNNencdec-30", "training on longer sentences helps RNNencdec"),
+          ("RNNsearch-50", "RNNsearch-30", "training on longer sentences helps RNNsearch"),
+          ("RNNsearch-50star", "RNNsearch-50", "the longer-trained RNNsearch-50* beats RNNsearch-50"))
+
+
+class Pairs:
+    """Paired bootstrap p-values between any two systems of an nmt-score report (sacreBLEU's paired test, as
+    ``nmt-score --bootstrap`` runs it against the first system), from the files the report names."""
+
+    def __init__(self, report: dict, samples: int):
+        from nmtkit.score import make_metrics, read_inputs
+
+        self.names = [s["name"] for s in report["systems"]]
+        refs, self.hyps, _ = read_inputs(report["reference"], [s["file"] for s in report["systems"]], None)
+        self.metric = make_metrics(refs, report.get("target_lang", "fr"), ["BLEU"])["BLEU"]
+        self.samples = samples
+
+    def p(self, better: str, worse: str) -> float | None:
+        from nmtkit.score.metrics import paired_bootstrap
+
+        if better not in self.names or worse not in self.names:
+            return None
+        h = dict(zip(self.names, self.hyps))
+        test = paired_bootstrap([(worse, h[worse]), (better, h[better])], self.metric, self.samples)
+        return test["systems"][1]["p_value"]
+
+
+def _short_long(report: dict, split: int = 30, top: int = 50) -> dict[str, tuple[float | None, ...]]:
+    """Corpus BLEU of each system of an nmt-score report on the sentences of fewer than ``split`` source words, on
+    those of ``split`` or more, and on those of ``top`` or more, computed from the files the report names (the
+    same sacreBLEU statistics nmt-score uses)."""
     from nmtkit.score import length_buckets, make_metrics, read_inputs
 
     files = [s["file"] for s in report["systems"]]
     refs, hyps, src = read_inputs(report["reference"], files, report["source"])
     metric = make_metrics(refs, report.get("target_lang", "fr"), ["BLEU"])["BLEU"]
-    buckets = length_buckets(src, report.get("source_lang", "en"), split, split)
+    cut = length_buckets(src, report.get("source_lang", "en"), split, split)
+    far = length_buckets(src, report.get("source_lang", "en"), top, top)
     out = {}
     for s, h in zip(report["systems"], hyps):
         stats = metric.stats(h)
-        out[s["name"]] = tuple(metric.score(stats, buckets.rows(k)) if len(buckets.rows(k)) else None
-                               for k in (0, 1))
+        rows = (cut.rows(0), cut.rows(1), far.rows(1))
+        out[s["name"]] = tuple(metric.score(stats, r) if len(r) else None for r in rows)
     return out
 
 
@@ -73,57 +110,85 @@ def _curve(log: Path) -> str:
     return "\n".join(rows)
 
 
-def _p_value(report: dict, name: str, metric: str = "BLEU") -> float | None:
-    for test in report.get("bootstrap") or []:
-        if test["metric"] == metric:
-            return next((r["p_value"] for r in test["systems"] if r["name"] == name), None)
-    return None
+def _curves(runs: Path) -> str:
+    """Each model's validations, and how far it still was from converging: the fall of the validation perplexity
+    over the last stretch between validations."""
+    out = []
+    for m in (*MODELS, "rnnsearch-50-fr-en"):
+        log = runs / m / "train.jsonl"
+        records = _valid_records(str(log)) if log.is_file() else []
+        note = ""
+        if len(records) >= 2:
+            a, b = records[-2], records[-1]
+            fall = 1 - b["valid_ppl"] / a["valid_ppl"]
+            note = (f" The validation perplexity still fell {fall:.1%} over its last {b['update'] - a['update']} "
+                    f"updates ({a['valid_ppl']:.1f} -> {b['valid_ppl']:.1f}): far from converged."
+                    if fall > 0.02 else
+                    f" Its validation perplexity moved {-fall:+.1%} over the last {b['update'] - a['update']} updates.")
+        out.append(f"**{NAMES[m]}**{note}\n\n{_curve(log)}")
+    return "\n\n".join(out)
 
 
-def _findings(news: dict, nounk: dict | None, hans: dict | None, aer: dict | None, diag: dict | None,
-              search: str, encdec: str) -> str:
-    """The paper's claims, checked on this run by plain rules (the numbers are in the tables above)."""
-    out = ["| The paper's finding | This run | Reproduced? |", "|---|---|---|"]
+def _better(a, b, p) -> str:
+    if a is None or b is None:
+        return "-"
+    if a <= b:
+        return "no"
+    return "yes" if p is None or p < 0.05 else "not significant"
 
-    def better(a, b, p):
-        if a is None or b is None:
-            return "-"
-        if a <= b:
-            return "no"
-        return "yes" if p is None or p < 0.05 else "not significant"
 
-    def cmp(report, label, scores=None):
-        s = scores or _scores(report)
-        p = _p_value(report, search)
-        sig = "" if p is None else f" (p = {p:.3f})"
-        out.append(f"| RNNsearch beats RNNencdec: {label} | {_fmt(s[search])} vs {_fmt(s[encdec])} BLEU{sig} | "
-                   f"{better(s[search], s[encdec], p)} |")
-
-    cmp(news, "news-test-2014, all sentences")
-    if nounk:
-        nus, n, _ = _no_unk_scores(nounk)
-        cmp(nounk, f"news-test-2014 without unknown words ({n} sentences)", nus)
-    if hans:
-        cmp(hans, "Hansards test sittings")
-    for report, label in ((news, "news-test-2014"), (hans, "Hansards test")):
-        if not report:
-            continue
+def _findings(sets: list[tuple[str, dict, dict]], by_length: list[tuple[str, dict]], aers: dict, samples: int) -> str:
+    """The paper's claims, checked on this run by plain rules (the numbers are in the tables above). ``sets``:
+    (label, report, scores) of each test set, ``by_length``: (label, report) of Figure 2's reports."""
+    out = ["| The paper's finding | Test set | This run (BLEU) | p | Reproduced? |", "|---|---|---|---:|---|"]
+    pairs = {}
+    for better, worse, claim in CLAIMS:
+        for label, report, scores in sets:
+            if better not in scores or worse not in scores:
+                continue
+            p = None
+            if scores[better] > scores[worse]:
+                pairs.setdefault(label, Pairs(report, samples))
+                p = pairs[label].p(better, worse)
+            out.append(f"| {claim} | {label} | {better} {_fmt(scores[better])} vs {worse} {_fmt(scores[worse])} | "
+                       f"{'-' if p is None else f'{p:.3f}'} | {_better(scores[better], scores[worse], p)} |")
+    for label, report in by_length:
         try:
             split = _short_long(report)
         except Exception as e:  # the report still comes out
-            out.append(f"| (sentence length, {label}) | could not be computed: {e} | - |")
+            out.append(f"| (sentence length) | {label} | could not be computed: {e} | - | - |")
             continue
-        (ss, sl), (es, el) = split[search], split[encdec]
-        if None in (ss, sl, es, el) or not ss or not es:
-            continue
-        keep_s, keep_e = sl / ss, el / es
-        out.append(f"| RNNencdec suffers more on sentences longer than those trained on ({label}: BLEU on >= 30 "
-                   f"words / BLEU on < 30 words) | RNNsearch {sl:.2f}/{ss:.2f} = {keep_s:.2f}, RNNencdec "
-                   f"{el:.2f}/{es:.2f} = {keep_e:.2f} | {'yes' if keep_s > keep_e else 'no'} |")
+        for search, encdec in (("RNNsearch-50", "RNNencdec-50"), ("RNNsearch-30", "RNNencdec-30")):
+            if search not in split or encdec not in split:
+                continue
+            (ss, sl, _), (es, el, _) = split[search], split[encdec]
+            if None in (ss, sl, es, el):
+                out.append(f"| RNNencdec falls more than RNNsearch on long sentences | {label} | no sentences on one "
+                           "side of 30 words | - | cannot be judged |")
+                continue
+            text = (f"{search} {sl:.2f}/{ss:.2f} = {sl / max(ss, 1e-9):.2f}, {encdec} {el:.2f}/{es:.2f} = "
+                    f"{el / max(es, 1e-9):.2f}")
+            verdict = ("cannot be judged: a model scores under 5 BLEU on the short sentences" if min(ss, es) < 5
+                       else "yes" if sl / ss > el / es else "no")
+            out.append(f"| RNNencdec falls more than RNNsearch on long sentences (BLEU on >= 30 words / on < 30) | "
+                       f"{label} | {text} | - | {verdict} |")
+        if "RNNsearch-50" in split:
+            ss, _, far = split["RNNsearch-50"]
+            verdict = ("cannot be judged: no sentences of 50 words or more, or none under 30" if None in (ss, far)
+                       else "cannot be judged: under 5 BLEU on the short sentences" if ss < 5
+                       else "yes" if far >= 0.9 * ss else "no")
+            out.append(f"| RNNsearch-50 does not deteriorate up to 50 words and more (BLEU on >= 50 words within "
+                       f"10% of that on < 30) | {label} | {_fmt(far)} vs {_fmt(ss)} | - | {verdict} |")
+    aer, diag, sym, efl = aers.get("aer"), aers.get("diagonal"), aers.get("symmetrized"), aers.get("eflomal")
     if aer and diag:
-        out.append(f"| RNNsearch's attention aligns words (Hansards trial AER, lower is better) | "
-                   f"{aer['aer']:.3f}, the monotone diagonal {diag['aer']:.3f} | "
+        out.append(f"| RNNsearch-50's attention aligns words (AER, lower is better) | Hansards trial | "
+                   f"{aer['aer']:.3f}, the monotone diagonal {diag['aer']:.3f} | - | "
                    f"{'yes' if aer['aer'] < diag['aer'] else 'no'} |")
+    if sym:
+        best = min(sym["by_method"].items(), key=lambda kv: kv[1]["aer"])
+        out.append(f"| (issue #37's goal) symmetrised attention at or below 0.25 AER | Hansards trial | "
+                   f"{sym['symmetrization']} {sym['aer']:.3f} (best: {best[0]} {best[1]['aer']:.3f})"
+                   + (f"; eflomal {efl['aer']:.3f}" if efl else "") + f" | - | {'yes' if sym['aer'] <= 0.25 else 'no'} |")
     return "\n".join(out)
 
 
@@ -135,13 +200,16 @@ def report(a) -> None:
     images = dest / a.images
     images.mkdir(parents=True, exist_ok=True)
     news, nounk = _load(ev / "newstest2014.json"), _load(ev / "newstest2014-nounk.json")
-    news_len, hans = _load(ev / "newstest2014-by-length.json"), _load(ev / "hansards-test.json")
-    aer, aer_lower, diag = _load(ev / "aer.json"), _load(ev / "aer-lowercased.json"), _load(ev / "aer-diagonal.json")
+    news_len, hans_len = _load(ev / "newstest2014-by-length.json"), _load(ev / "hansards-test-by-length.json")
+    hans = _load(ev / "hansards-test.json")
+    aers = {k: _load(ev / f) for k, f in (("aer", "aer.json"), ("lowercased", "aer-lowercased.json"),
+                                          ("diagonal", "aer-diagonal.json"), ("symmetrized", "aer-symmetrized.json"),
+                                          ("eflomal", "aer-eflomal.json"))}
     recase = _load(ev / "recase-en.json"), _load(ev / "recase-fr.json")
     budget = _load(w / "runs" / "budget.json")
     manifest = _load(w / "data-bin" / "manifest.json")
     settings = _load(w / "settings.json") or {}
-    search, encdec = a.search_name, a.encdec_name
+    samples = int(settings.get("BOOTSTRAP") or 1000)
 
     def img(src: Path, name: str) -> str:
         if not src.is_file():
@@ -154,17 +222,20 @@ def report(a) -> None:
     if index.is_file():
         for k, png in enumerate(sorted((ev / "alignments").glob("*.png"))[: a.alignment_plots]):
             fig3.append(img(png, f"alignment-{k + 1}.png"))
+    sets = []
+    if news:
+        sets.append(("news-test-2014", news, _scores(news)))
+    if nounk:
+        sets.append((f"news-test-2014, no UNK ({nounk['sentences']} sentences)", nounk, _scores(nounk)))
+    if hans:
+        sets.append(("Hansards test", hans, _scores(hans)))
+    by_length = [(label, r) for label, r in (("news-test-2014", news_len), ("Hansards test", hans_len)) if r]
     fields = {
         "settings": "\n".join(f"| {k} | {v} |" for k, v in settings.items()),
         "data": _data_summary(w, manifest),
         "timings": _timings(w),
-        "budget": ("-" if budget is None else
-                   f"{budget['updates']} updates each ({budget['minutes']:g} minutes of training for the slower "
-                   "model at its calibrated speed; " + ", ".join(
-                       f"{Path(k).parent.name} {v:.2f} s/update" for k, v in budget["seconds_per_update"].items())
-                   + ")"),
-        "curve_search": _curve(w / "runs" / "rnnsearch" / "train.jsonl"),
-        "curve_encdec": _curve(w / "runs" / "rnnencdec" / "train.jsonl"),
+        "budget": _budget(budget),
+        "curves": _curves(w / "runs"),
         "table1": table1(news, nounk) if news else "(missing)",
         "table1_bootstrap": _bootstrap_line(news) if news else "",
         "table1_model_subset": _model_subset(news),
@@ -172,18 +243,27 @@ def report(a) -> None:
         "hansards": table1(hans, None) if hans else "(missing)",
         "hansards_bootstrap": _bootstrap_line(hans) if hans else "",
         "by_length_news": _by_length_table(news_len) if news_len else "(missing)",
-        "by_length_hansards": _by_length_table(hans) if hans and hans.get("by_length") else "(missing)",
+        "by_length_hansards": _by_length_table(hans_len) if hans_len else "(missing)",
         "plot_news": img(ev / "bleu-by-length-newstest2014.png", "bleu-by-length-newstest2014.png"),
         "plot_hansards": img(ev / "bleu-by-length-hansards-test.png", "bleu-by-length-hansards-test.png"),
-        "aer": _aer_table(aer, aer_lower, diag),
+        "aer": _aer_table(aers),
         "recase": _recase_line(recase),
         "alignments": "\n\n".join(fig3) or "(missing)",
-        "findings": _findings(news, nounk, hans, aer, diag, search, encdec) if news else "(missing)",
+        "findings": _findings(sets, by_length, aers, samples) if news else "(missing)",
     }
     template = Path(a.template).read_text(encoding="utf-8")
     text = re.sub(r"\{\{(\w+)\}\}", lambda m: str(fields.get(m.group(1), m.group(0))), template)
     write_lines(a.out, text.rstrip("\n").split("\n"))
     say(f"wrote {a.out} (images in {images})")
+
+
+def _budget(budget: dict | None) -> str:
+    if budget is None:
+        return "a fixed number of updates (UPDATES), no calibration"
+    jobs = ", ".join(f"{NAMES.get(j['name'], j['name'])} {j['updates']:,} ({j['seconds_per_update']:.2f} s/update "
+                     "calibrated)" for j in budget["jobs"])
+    return (f"U = {budget['updates']:,} updates, chosen so that the six trainings, {budget['slots']} at a time, longest "
+            f"first, take about {budget['planned_minutes']:g} of the {budget['minutes']:g} minutes: {jobs}")
 
 
 def _data_summary(work: Path, manifest: dict | None) -> str:
@@ -204,7 +284,8 @@ def _data_summary(work: Path, manifest: dict | None) -> str:
         data = PreparedData.open(work / "data-bin")
         src, tgt = (np.asarray(data.corpus("train", lang).sizes) for lang in ("en", "fr"))
         short = int(((src <= 30) & (tgt <= 30)).sum())
-        rows.append(f"\nTraining pairs of at most 30 tokens a side (what both models train on): {short:,}.")
+        rows.append(f"\nTraining pairs of at most 30 tokens a side (what the -30 models train on): {short:,}; of "
+                    f"at most 50 (the -50 models): {int(((src <= 50) & (tgt <= 50)).sum()):,}.")
     except Exception as e:  # the report still comes out
         rows.append(f"\n(could not count the training pairs of at most 30 tokens: {e})")
     vocab = manifest["vocab"]
@@ -238,14 +319,26 @@ def _model_subset(report: dict | None) -> str:
             f"({nu['sentences']} of {nu['of']} sentences, from `nmt-score --model`): {parts}.")
 
 
-def _aer_table(aer, lower, diag) -> str:
+def _aer_table(aers: dict) -> str:
     rows = ["| Alignment of the Hansards trial set (37 pairs, 338 Sure + 1,446 Possible links) | AER | precision "
             "| recall |", "|---|---:|---:|---:|"]
-    for label, r in (("RNNsearch, forced decoding, trial text recased (argmax links)", aer),
-                     ("RNNsearch, forced decoding, trial text as distributed (lowercased)", lower),
-                     ("monotone diagonal (no model)", diag)):
-        if r:
-            rows.append(f"| {label} | {r['aer']:.3f} | {r['precision']:.3f} | {r['recall']:.3f} |")
+
+    def row(label, r):
+        rows.append(f"| {label} | {r['aer']:.3f} | {r['precision']:.3f} | {r['recall']:.3f} |")
+
+    for label, key in (("RNNsearch-50, forced decoding, trial text recased (argmax links)", "aer"),
+                       ("RNNsearch-50, forced decoding, trial text as distributed (lowercased)", "lowercased")):
+        if aers.get(key):
+            row(label, aers[key])
+    efl = aers.get("eflomal") or {}
+    for who, key in (("RNNsearch-50 with RNNsearch-50-fr-en, recased", "symmetrized"),
+                     (f"eflomal on the training pairs ({efl.get('train_pairs', '?')} and the trial's, lowercased)",
+                      "eflomal")):
+        r = aers.get(key)
+        for method, scores in (r or {}).get("by_method", {}).items():
+            row(f"{who}: {method}" + (" (chosen)" if method == r.get("symmetrization") else ""), scores)
+    if aers.get("diagonal"):
+        row("monotone diagonal (no model)", aers["diagonal"])
     return "\n".join(rows)
 
 
@@ -269,8 +362,6 @@ def main(argv=None) -> None:
     p.add_argument("-o", "--out", required=True)
     p.add_argument("--images", default="results", help="folder for the images, relative to OUT's folder")
     p.add_argument("--alignment-plots", type=int, default=4)
-    p.add_argument("--search-name", default="RNNsearch")
-    p.add_argument("--encdec-name", default="RNNencdec")
     report(p.parse_args(argv))
 
 

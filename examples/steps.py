@@ -240,21 +240,42 @@ def _valid_records(log: str) -> list[dict]:
 
 
 def cmd_budget(a) -> None:
-    """Seconds per update of each calibration run (its last validation record: training time, validation
-    excluded) -> the updates the slowest model makes in the budget; both models then train for that many."""
-    speeds = {}
-    for log in a.logs:
+    """The updates that fit a time budget, from calibration runs: each job's seconds per update (its calibration
+    run's last validation record: training time, validation excluded) times its share of the base number of
+    updates U (``NAME=LOG*2.3``: 2.3 U), the jobs run longest first on ``--slots`` processes at once (each starts
+    when a slot frees); U is the largest multiple of ``--round`` whose plan ends within ``--minutes``. Prints one
+    line per job in the order to start them: ``NAME UPDATES VALID_EVERY``."""
+    jobs = []
+    for spec in a.jobs:
+        name, _, rest = spec.partition("=")
+        log, _, factor = rest.partition("*")
+        if not name or not log:
+            raise SystemExit(f"steps budget: {spec!r}: expected NAME=TRAIN_JSONL or NAME=TRAIN_JSONL*FACTOR")
         last = _valid_records(log)[-1]
-        speeds[log] = last["elapsed"] / last["update"]
-    slowest = max(speeds.values())
-    updates = max(a.min, int(a.minutes * 60 / slowest) // a.round * a.round)
-    every = max(1, math.ceil(updates / a.validations / a.round) * a.round)
-    info = {"minutes": a.minutes, "seconds_per_update": speeds, "updates": updates, "valid_every": every}
+        jobs.append({"name": name, "log": log, "factor": float(factor or 1),
+                     "seconds_per_update": last["elapsed"] / last["update"]})
+    jobs.sort(key=lambda j: -j["factor"] * j["seconds_per_update"])  # longest first
+    slots = [0.0] * a.slots
+    for j in jobs:  # the plan for U = 1: each job on the slot that frees first
+        k = slots.index(min(slots))
+        j["start_per_update"] = slots[k]
+        slots[k] += j["factor"] * j["seconds_per_update"]
+    per_update = max(slots)  # the plan's wall clock, per update of U
+    base = max(a.min, int(a.minutes * 60 / per_update) // a.round * a.round)
+    for j in jobs:
+        j["updates"] = max(a.round, round(base * j["factor"] / a.round) * a.round)
+        j["valid_every"] = max(1, math.ceil(j["updates"] / a.validations / a.round) * a.round)
+        j["planned_start_min"] = round(base * j.pop("start_per_update") / 60, 1)
+        j["planned_minutes"] = round(j["updates"] * j["seconds_per_update"] / 60, 1)
+    info = {"minutes": a.minutes, "slots": a.slots, "updates": base, "planned_minutes": round(base * per_update / 60, 1),
+            "jobs": jobs}
     if a.out:
         Path(a.out).write_text(json.dumps(info, indent=1) + "\n")
-    say(", ".join(f"{Path(k).parent.name}: {v:.2f} s/update" for k, v in speeds.items())
-        + f" -> {updates} updates in {a.minutes:g} minutes of training, validation every {every}")
-    print(updates, every)
+    say(", ".join(f"{j['name']}: {j['seconds_per_update']:.2f} s/update" for j in jobs)
+        + f" -> {base} updates (U) in about {info['planned_minutes']:g} minutes of training on {a.slots} "
+        f"process(es) at once: " + ", ".join(f"{j['name']} {j['updates']}" for j in jobs))
+    for j in jobs:
+        print(j["name"], j["updates"], j["valid_every"])
 
 
 # -- Table 1 ------------------------------------------------------------------------------------------------------
@@ -357,11 +378,12 @@ def main(argv=None) -> None:
     s.set_defaults(func=cmd_diagonal_aer)
 
     s = sub.add_parser("budget", help="updates that fit a time budget, from calibration runs")
-    s.add_argument("logs", nargs="+", metavar="TRAIN_JSONL")
+    s.add_argument("jobs", nargs="+", metavar="NAME=TRAIN_JSONL[*FACTOR]")
     s.add_argument("--minutes", type=float, required=True)
+    s.add_argument("--slots", type=int, default=1, help="jobs run at once")
     s.add_argument("--min", type=int, default=1, help="at least this many updates")
-    s.add_argument("--round", type=int, default=10, help="round down to a multiple of this")
-    s.add_argument("--validations", type=int, default=4, help="validations in the whole run")
+    s.add_argument("--round", type=int, default=10, help="round to a multiple of this")
+    s.add_argument("--validations", type=int, default=4, help="validations in each run")
     s.add_argument("--out", metavar="JSON")
     s.set_defaults(func=cmd_budget)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ CPU = REPO / "examples" / "cpu-scale" / "run.sh"
 SETTINGS = ("SUBSET", "NEWS_OLDER", "DEV_SAMPLE", "TEST_LINES", "VOCAB", "TRAIN_MINUTES", "UPDATES", "CALIB_UPDATES",
             "VALIDATIONS", "SIDE_BY_SIDE", "THREADS", "BEAM", "BOOTSTRAP", "SEED", "RESULTS", "IN_DOMAIN",
             "SELECT_WORDS", "MODELS", "TRAIN_HOURS", "STAR_HOURS", "PATIENCE", "VALID_EVERY", "DEVICE", "BF16",
-            "WORKERS")
+            "WORKERS", "STAR_FACTOR", "DECODE")
 
 
 def clean_env(**extra) -> dict:
@@ -104,64 +105,124 @@ def test_cpu_scale_dry_run(tmp_path):
     samples = [c for c in cmds if c[1:3] == [str(REPO / "examples" / "steps.py"), "sample"]]
     assert "--shuffle" in samples[0] and samples[0][-1].endswith("hansards/train=300000")
 
-    (prepare,) = tool(cmds, "nmt-prepare")
+    prepares = tool(cmds, "nmt-prepare")
+    prepare = prepares[0]
     assert value(prepare, "--max-len") == "50" and value(prepare, "--src-vocab-size") == "30000"
     assert prepare.count("--train") == 7 and prepare.count("--test") == 2
+  # both directions, the French->English one for the symmetrised alignments
+    assert [(value(c, "--source-lang"), value(c, "--target-lang")) for c in prepares] == [("en", "fr"), ("fr", "en")]
+    assert value(prepares[1], "--train") == value(prepare, "--train") and "--test" not in prepares[1]
 
     trains = tool(cmds, "nmt-train")
-    assert len(trains) == 4  # calibration, then the same number of updates for both
-    assert sorted(value(c, "--arch") for c in trains) == ["rnnencdec-small"] * 2 + ["rnnsearch-small"] * 2
-    assert all(value(c, "--max-len") == "30" and value(c, "--threads") == "1" for c in trains)
-    final = [c for c in trains if "--resume" in c]
-    assert len(final) == 2 and value(final[0], "--max-updates") == value(final[1], "--max-updates")
+    calibration, final = trains[:4], trains[4:]  # calibration (thrown away), then the six trainings
+    assert all("/calibration/" in value(c, "--save-dir") for c in calibration)
+    assert {(value(c, "--arch"), value(c, "--max-len")) for c in calibration} == {
+        ("rnnsearch-small", "50"), ("rnnencdec-small", "50"), ("rnnsearch-small", "30"), ("rnnencdec-small", "30")}
+    (budget,) = [c for c in cmds if c[2:3] == ["budget"]]
+    assert value(budget, "--slots") == "2" and value(budget, "--minutes") == "240"
+    assert any(j.startswith("rnnsearch-50star=") and j.endswith("*2.3") for j in budget)
+    runs = {value(c, "--save-dir").rsplit("/", 1)[1]: c for c in final}
+    assert sorted(runs) == sorted(["rnnencdec-30", "rnnsearch-30", "rnnencdec-50", "rnnsearch-50", "rnnsearch-50star",
+                                   "rnnsearch-50-fr-en"])
+    for name, c in runs.items():
+        assert value(c, "--arch") == ("rnnencdec-small" if "encdec" in name else "rnnsearch-small")
+        assert value(c, "--max-len") == ("30" if name.endswith("-30") else "50")
+        assert value(c, "--recipe") == "budget" and value(c, "--threads") == "1"
+        assert value(c, "--max-updates") == "$(U)"  # (the plan: known once the calibration has run)
+        assert c[1].endswith("data-bin-fr-en" if name.endswith("fr-en") else "data-bin")
 
     translates = tool(cmds, "nmt-translate")
-    assert len(translates) == 6 and all(value(c, "--beam") == "12" for c in translates)
-    assert [value(c, "-i").endswith("newstest2014-nounk.en") for c in translates if "--no-unk" in c] == [True, True]
+    assert len(translates) == 15 and all(value(c, "--beam") == "12" for c in translates)
+    assert [value(c, "-i").endswith("newstest2014-nounk.en") for c in translates if "--no-unk" in c] == [True] * 5
+    assert {value(c, "-m").split("/")[-2] for c in translates} == set(runs) - {"rnnsearch-50-fr-en"}
 
     scores = tool(cmds, "nmt-score")
-    assert any("--model" in c and "--bootstrap" in c for c in scores)
-    assert sum("--by-length" in c and "--plot" in c for c in scores) == 2
+    (table1,) = [c for c in scores if "--model" in c and "--bootstrap" in c]
+    assert table1.count("-n") == 6 and value(table1, "-n") == "RNNencdec-30"  # five models and Moses, the baseline first
+    figure2 = [c for c in scores if "--by-length" in c and "--plot" in c]
+    assert len(figure2) == 2 and all(c.count("-n") == 4 for c in figure2)  # the paper's four curves
 
     aligns = tool(cmds, "nmt-align")
     gold = [c for c in aligns if "--gold" in c]
     assert gold and all("--tokenized" in c and value(c, "--gold-order") == "tgt-src"
                         and value(c, "--gold").endswith("hansards-trial/trial.align") for c in gold)
+    (sym,) = [c for c in gold if "--reverse-model" in c]
+    assert "rnnsearch-50-fr-en/" in value(sym, "--reverse-model") and "rnnsearch-50/" in value(sym, "-m")
     assert any("--plot-dir" in c for c in aligns)
+    assert any(c[1:2] == [str(REPO / "examples" / "eflomal_aer.py")] and "--gold" in c for c in cmds)
     assert any(c[1:2] == [str(REPO / "examples" / "cpu_scale_report.py")] for c in cmds)
 
 
 def test_one_stage_at_a_time(tmp_path):
     cmds = commands(CPU, "--stage", "train", work=tmp_path / "w")
-    assert {c[0] for c in cmds} <= {"mkdir", "nmt-train", "python3", "wait"} and tool(cmds, "nmt-train")
+    assert {c[0] for c in cmds} <= {"mkdir", "nmt-train", "python3", "wait", "rm"} and tool(cmds, "nmt-train")
     cmds = commands(PAPER, "--stage=select", work=tmp_path / "w")
     assert [c[0] for c in cmds] == ["mkdir", "nmt-select"]
     cmds = commands(CPU, "--stage", "prepare", "--tiny", work=tmp_path / "w")
-    (prepare,) = cmds
-    assert value(prepare, "--src-vocab-size") == "2000"
+    assert [c[0] for c in cmds] == ["nmt-prepare", "nmt-prepare"] and value(cmds[1], "--src-vocab-size") == "2000"
 
 
 @pytest.mark.slow
-def test_cpu_scale_tiny_end_to_end(tmp_path, data_dir):
-    """The whole CPU-scale pipeline on a few hundred pairs with the tiny presets (about two minutes on 2 loaded
-    CPU cores): every stage runs and the report comes out with its tables and images."""
+def test_cpu_scale_tiny_end_to_end_through_a_kill(tmp_path, data_dir):
+    """The whole CPU-scale pipeline on a few hundred pairs with the tiny presets: killed (SIGTERM) while the six
+    trainings run, then run again, it goes on where it stopped (the trainings resume from the checkpoints saved at
+    the kill, the stages done are not run again), trains each model for its planned updates exactly, and writes the
+    report with Table 1's five models, Figure 2's four curves, the symmetrised and eflomal AER and the checks."""
     work = tmp_path / "tiny"
+    env = clean_env(WORK=str(work), NMTKIT_DATA=str(data_dir))
     start = time.monotonic()
-    out = subprocess.run(["bash", str(CPU), "--tiny"], capture_output=True, text=True, timeout=600,
-                         env=clean_env(WORK=str(work), NMTKIT_DATA=str(data_dir)))
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    first = subprocess.Popen(["bash", str(CPU), "--tiny"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=env)
+    star_log = work / "runs" / "rnnsearch-50star" / "train.jsonl"
+    while first.poll() is None and not (star_log.is_file() and '"type": "train"' in star_log.read_text()):
+        time.sleep(0.2)
+    assert first.poll() is None, first.stdout.read()[-3000:]
+    first.send_signal(signal.SIGTERM)
+    out1 = first.communicate(timeout=120)[0]
+    assert first.returncode == 130, out1[-3000:]
+    assert "run.sh: stopped; run it again to go on from here" in out1
+    assert not (work / "done" / "train").exists() and (work / "done" / "prepare").exists()
+
+    again = subprocess.run(["bash", str(CPU), "--tiny"], capture_output=True, text=True, timeout=900, env=env)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    for stage in ("data", "prepare"):
+        assert f"# === stage {stage}: done already" in again.stdout
+    assert "calibration" not in again.stdout  # (the plan was made before the kill)
+    plan = dict(line.split()[:2] for line in (work / "runs" / "plan.txt").read_text().splitlines())
+    assert sorted(plan) == sorted(["rnnencdec-30", "rnnsearch-30", "rnnencdec-50", "rnnsearch-50", "rnnsearch-50star",
+                                   "rnnsearch-50-fr-en"])
+    assert int(plan["rnnsearch-50star"]) == pytest.approx(2.3 * int(plan["rnnsearch-50"]), abs=10)
+    assert len({plan[m] for m in plan if m != "rnnsearch-50star"}) == 1  # the same U for the other five
+    for m, updates in plan.items():
+        records = [json.loads(line) for line in open(work / "runs" / m / "train.jsonl", encoding="utf-8")]
+        assert max(r["update"] for r in records if "update" in r) == int(updates), m
+    assert "resumed from update" in (work / "logs" / "train-rnnsearch-50star.log").read_text()
+
     results = (work / "RESULTS.md").read_text()
     for heading in ("## Table 1", "## Figure 2", "## Alignments", "## The paper's findings"):
         assert heading in results
     assert "{{" not in results and "(missing)" not in results
-    assert len(list((work / "results").glob("*.png"))) >= 4
+    assert "RNNsearch-30 beats even RNNencdec-50" in results and "RNNsearch-50star" in results
+    assert len(list((work / "results").glob("*.png"))) >= 5
     aer = json.loads((work / "eval" / "aer.json").read_text())
     assert aer["sentences"] == 37 and aer["sure"] == 338 and 0 <= aer["aer"] <= 1
+    from nmtkit.symmetrize import HEURISTICS
+
+    for name in ("aer-symmetrized.json", "aer-eflomal.json"):
+        report = json.loads((work / "eval" / name).read_text())
+        assert set(report["by_method"]) == {"forward", "backward", *HEURISTICS} and report["sentences"] == 37, name
     report = json.loads((work / "eval" / "newstest2014.json").read_text())
-    assert [s["name"] for s in report["systems"]] == ["RNNencdec", "RNNsearch", "Moses-uedin"]
+    assert [s["name"] for s in report["systems"]] == ["RNNencdec-30", "RNNsearch-30", "RNNencdec-50", "RNNsearch-50",
+                                                      "RNNsearch-50star", "Moses-uedin"]
+    figure2 = json.loads((work / "eval" / "hansards-test-by-length.json").read_text())
+    assert list(figure2["by_length"]["scores"]) == ["RNNencdec-30", "RNNsearch-30", "RNNencdec-50", "RNNsearch-50"]
+    index = (work / "eval" / "alignments" / "index.tsv").read_text().splitlines()
+    assert len(index) == 5 and "European Economic Area" in index[1]  # the paper's sentence, then three at random
     stages = [line.split("\t")[0] for line in (work / "timings.tsv").read_text().splitlines()]
     assert stages == ["data", "prepare", "train", "translate", "score", "align", "report"]
-    print(f"tiny CPU-scale run: {time.monotonic() - start:.0f} s")
+    done = subprocess.run(["bash", str(CPU), "--tiny"], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and done.stdout.count(": done already") == 7  # nothing left to do
+    print(f"tiny CPU-scale run, killed once: {time.monotonic() - start:.0f} s")
 
 
 ONE_HOUR = REPO / "examples" / "one-hour.sh"

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# The paper's comparisons at CPU scale: RNNsearch against RNNencdec (small presets), both trained for the same
-# number of updates on pairs of at most 30 words of the Canadian Hansards (a random subset, shuffled) plus the
-# older WMT news sets, then evaluated on all sentence lengths of news-test-2014 and of the Hansards test sittings:
-# Table 1 (all sentences, no-UNK subset), Figure 2 (BLEU by length), Figure 3 (alignments) and AER on the Hansards
-# trial set. Under two hours of background time on 2 CPU cores; see README.md.
+# The paper's Table 1 at CPU scale: its five models -- RNNencdec-30, RNNsearch-30, RNNencdec-50, RNNsearch-50
+# (small presets, each trained for the same number of updates U on pairs of at most 30 or 50 words) and
+# RNNsearch-50* (trained 2.3 U, as the paper's) -- on a random subset of the Canadian Hansards plus the older WMT
+# news sets, and a French->English RNNsearch-50 whose attention symmetrised with the English->French one's is held
+# against eflomal's alignment of the same pairs. Evaluated on news-test-2014 and the Hansards test sittings:
+# Table 1 (all sentences, no-UNK subset), Figure 2 (BLEU by length), Figure 3 (alignments), AER on the Hansards
+# trial set. About five hours of background time on 2 CPU cores; see README.md. A kill loses little: each stage
+# that finished is not run again, and the trainings resume from their last checkpoint.
 #
-#   examples/cpu-scale/run.sh                   every stage, writing examples/cpu-scale/RESULTS.md at the end
-#   examples/cpu-scale/run.sh --stage NAME      one stage: data prepare train translate score align report
+#   examples/cpu-scale/run.sh                   every stage not yet done, writing examples/cpu-scale/RESULTS.md
+#   examples/cpu-scale/run.sh --stage NAME      one stage (again): data prepare train translate score align report
 #   examples/cpu-scale/run.sh --dry-run         print the commands instead of running them
 #   examples/cpu-scale/run.sh --tiny            the whole pipeline on a few hundred pairs with the tiny presets
-#                                               (a smoke test of about two minutes; writes $WORK/RESULTS.md)
+#                                               (a smoke test of a few minutes; writes $WORK/RESULTS.md)
 #
 # Settings (environment variables) [defaults]:
 #   NMTKIT_DATA    the shared data                                [../shared/data next to the checkout]
@@ -20,13 +23,15 @@
 #   DEV_SAMPLE     pairs drawn from news-test-2012+2013 and from the Hansards dev sittings (each; 0 = all) [1500]
 #   TEST_LINES     leading lines of each test set (0 = all)       [0]
 #   VOCAB          shortlist size per language                    [30000]
-#   TRAIN_MINUTES  training time of the slower model; both get its number of updates  [75]
-#   UPDATES        a fixed number of updates instead (skips the time budget)           [unset]
-#   CALIB_UPDATES  updates of the calibration run that measures the speed              [100]
+#   TRAIN_MINUTES  the training stage's wall clock: U is chosen from the measured speeds to fit it  [240]
+#   UPDATES        a fixed U instead (skips the calibration)      [unset]
+#   STAR_FACTOR    RNNsearch-50*'s updates, times U               [2.3]
+#   CALIB_UPDATES  updates of each calibration run                [60]
 #   VALIDATIONS    validations in a training run (about)          [3]
-#   SIDE_BY_SIDE   1: the two models train and translate at the same time; 0: one after the other  [1]
+#   SIDE_BY_SIDE   1: two trainings or decodings at a time, 1 thread each; 0: one at a time  [1]
 #   THREADS        torch threads per process                      [1 side by side, else 2]
 #   BEAM           beam size                                      [12]
+#   DECODE         more nmt-translate options (the one-hour recipe's) [--no-repeat-ngram 4]
 #   BOOTSTRAP      paired bootstrap resamples                     [1000]
 #   SEED           [1]      PYTHON  [python3]
 set -euo pipefail
@@ -55,26 +60,36 @@ export PATH="$repo/bin:$PATH" PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"  # t
 if [ "$tiny" = 1 ]; then  # a smoke run: every step, tiny sizes
     WORK="${WORK:-$repo/runs/cpu-scale-tiny}" RESULTS="${RESULTS:-$WORK}"
     SUBSET="${SUBSET:-400}" NEWS_OLDER="${NEWS_OLDER-}" DEV_SAMPLE="${DEV_SAMPLE:-30}" TEST_LINES="${TEST_LINES:-40}"
-    VOCAB="${VOCAB:-2000}" TRAIN_MINUTES="${TRAIN_MINUTES:-0.05}" CALIB_UPDATES="${CALIB_UPDATES:-4}"
+    VOCAB="${VOCAB:-2000}" TRAIN_MINUTES="${TRAIN_MINUTES:-0.15}" CALIB_UPDATES="${CALIB_UPDATES:-4}"
     VALIDATIONS="${VALIDATIONS:-1}" BOOTSTRAP="${BOOTSTRAP:-100}" VALID_BLEU=10 PICK_ARGS="--allow-unk --min 3 --max 40"
-    NOUNK_ARGS="--at-least 5"
+    NOUNK_ARGS="--at-least 5" EFLOMAL_TRAIN=2000 LOG_EVERY=2
     SEARCH=rnnsearch-tiny ENCDEC=rnnencdec-tiny
 else
     WORK="${WORK:-$repo/runs/cpu-scale}" RESULTS="${RESULTS:-$here}"
     SUBSET="${SUBSET:-300000}" DEV_SAMPLE="${DEV_SAMPLE:-1500}" TEST_LINES="${TEST_LINES:-0}"
     NEWS_OLDER="${NEWS_OLDER-news-test2008 newssyscomb2009 newstest2009 newstest2010 newstest2011 newsdiscusstest2015}"
-    VOCAB="${VOCAB:-30000}" TRAIN_MINUTES="${TRAIN_MINUTES:-75}" CALIB_UPDATES="${CALIB_UPDATES:-100}"
+    VOCAB="${VOCAB:-30000}" TRAIN_MINUTES="${TRAIN_MINUTES:-240}" CALIB_UPDATES="${CALIB_UPDATES:-60}"
     VALIDATIONS="${VALIDATIONS:-3}" BOOTSTRAP="${BOOTSTRAP:-1000}" VALID_BLEU=200 PICK_ARGS="--min 10 --max 20"
-    NOUNK_ARGS=""
+    NOUNK_ARGS="" EFLOMAL_TRAIN=0 LOG_EVERY=50
     SEARCH=rnnsearch-small ENCDEC=rnnencdec-small
 fi
 SIDE_BY_SIDE="${SIDE_BY_SIDE:-1}"
-[ "$SIDE_BY_SIDE" = 1 ] && THREADS="${THREADS:-1}" || THREADS="${THREADS:-2}"
-UPDATES="${UPDATES:-}" BEAM="${BEAM:-12}" SEED="${SEED:-1}"
-RAW="$WORK/raw" BIN="$WORK/data-bin" RUNS="$WORK/runs" OUT="$WORK/translations" EVAL="$WORK/eval" LOGS="$WORK/logs"
+if [ "$SIDE_BY_SIDE" = 1 ]; then THREADS="${THREADS:-1}" SLOTS=2; else THREADS="${THREADS:-2}" SLOTS=1; fi
+UPDATES="${UPDATES:-}" STAR_FACTOR="${STAR_FACTOR:-2.3}" BEAM="${BEAM:-12}" SEED="${SEED:-1}"
+DECODE="${DECODE---no-repeat-ngram 4}"
+RAW="$WORK/raw" BIN="$WORK/data-bin" BIN_FREN="$WORK/data-bin-fr-en" RUNS="$WORK/runs" OUT="$WORK/translations"
+EVAL="$WORK/eval" LOGS="$WORK/logs" DONE="$WORK/done"
 TRIAL="$DATA/hansards-trial"
-declare -A PRESET=([rnnsearch]=$SEARCH [rnnencdec]=$ENCDEC)
-MODELS="rnnencdec rnnsearch"  # the baseline first: nmt-score's bootstrap tests the others against the first
+# Table 1's models, the baseline first (nmt-score's bootstrap tests the others against the first), and the
+# French->English model of the symmetrised alignments
+MODELS="rnnencdec-30 rnnsearch-30 rnnencdec-50 rnnsearch-50 rnnsearch-50star"
+REVERSE=rnnsearch-50-fr-en
+declare -A NAME=([rnnencdec-30]=RNNencdec-30 [rnnsearch-30]=RNNsearch-30 [rnnencdec-50]=RNNencdec-50
+                 [rnnsearch-50]=RNNsearch-50 [rnnsearch-50star]=RNNsearch-50star [rnnsearch-50-fr-en]=RNNsearch-50-fr-en)
+FIGURE2="rnnencdec-30 rnnsearch-30 rnnencdec-50 rnnsearch-50"  # the paper's Figure 2 draws these four
+preset() { case "$1" in rnnencdec-*) echo "$ENCDEC" ;; *) echo "$SEARCH" ;; esac; }
+max_len() { case "$1" in *-30) echo 30 ;; *) echo 50 ;; esac; }
+data_of() { if [ "$1" = "$REVERSE" ]; then echo "$BIN_FREN"; else echo "$BIN"; fi; }
 
 # -- running commands: printed as they run (--dry-run: printed only) --------------------------------------------
 
@@ -82,7 +97,7 @@ show() {  # a command as it could be typed again
     local out="+" a
     for a in "$@"; do
         # shellcheck disable=SC2016  # '$(': a value known only at run time (--dry-run)
-        if [[ "$a" =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then out+=" $a"
+        if [[ "$a" =~ ^[A-Za-z0-9_./:=,+@%*-]+$ ]]; then out+=" $a"
         elif [[ "$a" == '$('* ]]; then out+=" \"$a\""
         else out+=" '${a//\'/\'\\\'\'}'"; fi
     done
@@ -94,27 +109,32 @@ run_to() {  # run_to FILE CMD...: CMD's stdout into FILE, which appears only whe
     printf '%s > %s\n' "$(show "$@")" "$dest"
     [ "$dry" = 1 ] || { "$@" > "$dest.tmp" && mv "$dest.tmp" "$dest"; }
 }
-pids=()
-in_background() {  # in_background LOG FUNCTION ARGS...: its commands and their messages go to LOG
+running=0
+in_slot() {  # in_slot LOG FUNCTION ARGS...: in the background once fewer than $SLOTS steps run; messages to LOG
     local log="$1"; shift
-    if [ "$SIDE_BY_SIDE" = 1 ]; then echo "# in the background (log: $log):"; else echo "# (log: $log)"; fi
+    echo "# (log: $log)"
     if [ "$dry" = 1 ]; then "$@"; return 0; fi
+    while [ "$running" -ge "$SLOTS" ]; do reap; done
     "$@" > "$log" 2>&1 &  # a background job keeps `set -e` inside the function
-    pids+=($!)
-    [ "$SIDE_BY_SIDE" = 1 ] || wait_all
+    running=$((running + 1))
 }
-wait_all() {
-    local failed=0 p
-    for p in "${pids[@]}"; do wait "$p" || failed=1; done
-    pids=()
-    [ "$failed" = 0 ] || { echo "run.sh: a background step failed; see $LOGS" >&2; exit 1; }
+reap() {  # wait for one background step to end; stop everything if it failed
+    wait -n || { echo "run.sh: a background step failed; see $LOGS" >&2; exit 1; }
+    running=$((running - 1))
 }
-join_background() {
-    [ "$SIDE_BY_SIDE" = 1 ] || return 0
-    echo "+ wait"
-    [ "$dry" = 1 ] || wait_all
+join_slots() {
+    [ "$dry" = 1 ] && { echo "+ wait"; return 0; }
+    while [ "$running" -gt 0 ]; do reap; done
 }
-trap 'for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null; done; exit 130' INT TERM
+stop() {  # SIGTERM or Ctrl-C: the running steps are told to stop (nmt-train saves where it is), then waited for
+    trap - INT TERM
+    local p
+    for p in $(jobs -p); do pkill -TERM -P "$p" 2>/dev/null || true; done
+    wait || true
+    echo "run.sh: stopped; run it again to go on from here" >&2
+    exit 130
+}
+trap stop INT TERM
 first_lines() {  # first_lines N SRC DST (N = 0: all)
     if [ "$1" = 0 ]; then run cp "$2" "$3"; else run_to "$3" head -n "$1" "$2"; fi
 }
@@ -134,59 +154,77 @@ stage_data() {  # the corpora as the other stages read them, in $WORK/raw
     run "$PY" "$STEPS" sample --first -o "$RAW/newstest2014" "$DATA/wmt14/newstest2014=$TEST_LINES"
     run "$PY" "$STEPS" sample --first -o "$RAW/hansards-test" "$DATA/hansards/test=$TEST_LINES"
     first_lines "$TEST_LINES" "$DATA/wmt14/system-outputs/uedin-wmt14.3023.fr" "$RAW/moses.newstest2014.fr"
+    # Figure 3's first sentence: the paper's own example
+    run_to "$RAW/figure3-paper.en" echo "The agreement on the European Economic Area was signed in August 1992."
 }
 
-stage_prepare() {  # Moses tokenisation, shortlists, training pairs of at most 50 words (the models take <= 30)
+stage_prepare() {  # Moses tokenisation, shortlists, training pairs of at most 50 words; both directions
     local train=(--train "$RAW/train-hansards") n
     for n in $NEWS_OLDER; do train+=(--train "$DATA/wmt-news-older/$n"); done
     run nmt-prepare --source-lang en --target-lang fr "${train[@]}" --valid "$RAW/dev" \
         --test "$RAW/newstest2014" --test "$RAW/hansards-test" \
         --src-vocab-size "$VOCAB" --tgt-vocab-size "$VOCAB" --max-len 50 --workers 2 --force --dest "$BIN"
+    # the same pairs the other way, for the French->English model whose attention is symmetrised with RNNsearch-50's
+    run nmt-prepare --source-lang fr --target-lang en "${train[@]}" --valid "$RAW/dev" \
+        --src-vocab-size "$VOCAB" --tgt-vocab-size "$VOCAB" --max-len 50 --workers 2 --force --dest "$BIN_FREN"
 }
 
-train_model() {  # train_model NAME ARGS...
-    local name="$1"; shift
-    run nmt-train "$BIN" --arch "${PRESET[$name]}" --save-dir "$RUNS/$name" --max-len 30 --threads "$THREADS" \
-        --seed "$SEED" --valid-bleu-sentences "$VALID_BLEU" --log-every 50 --keep-last 2 "$@"
+train_model() {  # train_model NAME SAVE_DIR UPDATES VALID_EVERY: fresh, or on from its last checkpoint
+    local m="$1" dir="$2" resume=--force
+    [ -f "$dir/checkpoint_last.pt" ] && resume=--resume  # (a killed run goes on where it stopped)
+    run nmt-train "$(data_of "$m")" --arch "$(preset "$m")" --max-len "$(max_len "$m")" --save-dir "$dir" \
+        --recipe budget --max-updates "$3" --valid-every "$4" --threads "$THREADS" --seed "$SEED" \
+        --valid-bleu-sentences "$VALID_BLEU" --log-every "$LOG_EVERY" --keep-last 2 "$resume"
 }
 
-stage_train() {  # both models side by side, one thread each, for the same number of updates
-    local m updates every
+stage_train() {  # six trainings, at most $SLOTS at a time, longest first
+    local m plan=() jobs=() calib="$RUNS/calibration" n every
     run mkdir -p "$RUNS" "$LOGS"
-    if [ -z "$UPDATES" ]; then  # calibration: measure each model's speed, here, under the same load
-        for m in $MODELS; do
-            in_background "$LOGS/train-$m-calibration.log" train_model "$m" --max-updates "$CALIB_UPDATES" \
-                --valid-every "$CALIB_UPDATES" --force
+    if [ -n "$UPDATES" ]; then
+        for m in $MODELS $REVERSE; do
+            n="$UPDATES"; [ "$m" = rnnsearch-50star ] && n=$("$PY" -c "print(round($UPDATES * $STAR_FACTOR))")
+            plan+=("$m $n $(( (n + VALIDATIONS - 1) / VALIDATIONS ))")
         done
-        join_background
-        run_to "$RUNS/updates.txt" "$PY" "$STEPS" budget --minutes "$TRAIN_MINUTES" --min "$((2 * CALIB_UPDATES))" \
-            --round "$CALIB_UPDATES" --validations "$VALIDATIONS" --out "$RUNS/budget.json" \
-            "$RUNS/rnnsearch/train.jsonl" "$RUNS/rnnencdec/train.jsonl"
-        resume=(--resume)
-    else
-        [ "$dry" = 1 ] || printf '%s %s\n' "$UPDATES" "$(( (UPDATES + VALIDATIONS - 1) / VALIDATIONS ))" \
-            > "$RUNS/updates.txt"
-        resume=(--force)
+    else  # calibration: each kind of model's speed, here, under the same load; the runs are then thrown away
+        if [ ! -f "$RUNS/plan.txt" ]; then
+            for m in rnnsearch-50 rnnencdec-50 rnnsearch-30 rnnencdec-30; do
+                in_slot "$LOGS/calibration-$m.log" run nmt-train "$BIN" --arch "$(preset "$m")" \
+                    --max-len "$(max_len "$m")" --save-dir "$calib/$m" --max-updates "$CALIB_UPDATES" \
+                    --valid-every "$CALIB_UPDATES" --valid-bleu-sentences 0 --threads "$THREADS" --seed "$SEED" --force
+                jobs+=("$m=$calib/$m/train.jsonl")
+            done
+            jobs+=("rnnsearch-50star=$calib/rnnsearch-50/train.jsonl*$STAR_FACTOR"
+                   "$REVERSE=$calib/rnnsearch-50/train.jsonl")
+            join_slots
+            run_to "$RUNS/plan.txt" "$PY" "$STEPS" budget --minutes "$TRAIN_MINUTES" --slots "$SLOTS" \
+                --min "$CALIB_UPDATES" --round 10 --validations "$VALIDATIONS" --out "$RUNS/budget.json" "${jobs[@]}"
+            run rm -rf "$calib"
+        fi
+        if [ "$dry" = 1 ]; then  # known only once the calibration has run
+            for m in $MODELS $REVERSE; do plan+=("$m \$(U) \$(EVERY)"); done
+        else
+            mapfile -t plan < "$RUNS/plan.txt"
+        fi
     fi
-    if [ "$dry" = 1 ]; then  # known only once the calibration has run
-        # shellcheck disable=SC2016
-        updates='$(cut -d" " -f1 '"$RUNS/updates.txt"')' every='$(cut -d" " -f2 '"$RUNS/updates.txt"')'
-    else
-        read -r updates every < "$RUNS/updates.txt"
-    fi
-    for m in $MODELS; do
-        in_background "$LOGS/train-$m.log" train_model "$m" --max-updates "$updates" --valid-every "$every" \
-            "${resume[@]}"
+    for job in "${plan[@]}"; do
+        read -r m n every <<< "$job"
+        in_slot "$LOGS/train-$m.log" train_model "$m" "$RUNS/$m" "$n" "$every"
     done
-    join_background
+    join_slots
+}
+
+translate_to() {  # translate_to OUT ARGS...: nmt-translate, unless OUT is there (written whole, or not at all)
+    local dest="$1"; shift
+    [ -f "$dest" ] && [ "$dry" = 0 ] && { echo "# $dest: there already"; return 0; }
+    # shellcheck disable=SC2086  # DECODE: options, split
+    run nmt-translate "$@" --beam "$BEAM" $DECODE --threads "$THREADS" -o "$dest"
 }
 
 translate_model() {  # translate_model NAME: news-test-2014, its no-UNK subset with --no-unk, the Hansards test
     local m="$1" ckpt="$RUNS/$1/checkpoint_last.pt"
-    local args=(--model "$ckpt" --beam "$BEAM" --threads "$THREADS")
-    run nmt-translate "${args[@]}" -i "$RAW/newstest2014.en" -o "$OUT/$m.newstest2014.fr"
-    run nmt-translate "${args[@]}" --no-unk -i "$RAW/newstest2014-nounk.en" -o "$OUT/$m.newstest2014-nounk.fr"
-    run nmt-translate "${args[@]}" -i "$RAW/hansards-test.en" -o "$OUT/$m.hansards-test.fr"
+    translate_to "$OUT/$m.newstest2014.fr" -m "$ckpt" -i "$RAW/newstest2014.en"
+    translate_to "$OUT/$m.newstest2014-nounk.fr" -m "$ckpt" --no-unk -i "$RAW/newstest2014-nounk.en"
+    translate_to "$OUT/$m.hansards-test.fr" -m "$ckpt" -i "$RAW/hansards-test.en"
 }
 
 stage_translate() {
@@ -197,50 +235,65 @@ stage_translate() {
     # shellcheck disable=SC2086
     run "$PY" "$STEPS" no-unk "$RAW/newstest2014" --vocab "$BIN" -o "$RAW/newstest2014-nounk" $NOUNK_ARGS \
         --also "$RAW/moses.newstest2014.fr:$RAW/moses.newstest2014-nounk.fr"
-    for m in $MODELS; do in_background "$LOGS/translate-$m.log" translate_model "$m"; done
-    join_background
+    for m in $MODELS; do in_slot "$LOGS/translate-$m.log" translate_model "$m"; done
+    join_slots
 }
 
 stage_score() {
-    local names=(-n RNNencdec -n RNNsearch) m news=() nounk=() hans=()
+    local m names=() news=() nounk=() hans=() fig_names=() fig=()
     for m in $MODELS; do
-        news+=("$OUT/$m.newstest2014.fr") nounk+=("$OUT/$m.newstest2014-nounk.fr") hans+=("$OUT/$m.hansards-test.fr")
+        names+=(-n "${NAME[$m]}") news+=("$OUT/$m.newstest2014.fr") nounk+=("$OUT/$m.newstest2014-nounk.fr")
+        hans+=("$OUT/$m.hansards-test.fr")
     done
+    for m in $FIGURE2; do fig_names+=(-n "${NAME[$m]}"); done
     run mkdir -p "$EVAL"
     # Table 1, all sentences; --model also gives the no-UNK subset of these translations and the references' NLL
     run_to "$EVAL/newstest2014.json" nmt-score -r "$RAW/newstest2014.fr" -s "$RAW/newstest2014.en" \
-        --model "$RUNS/rnnsearch/checkpoint_last.pt" --bootstrap "$BOOTSTRAP" --json \
+        --model "$RUNS/rnnsearch-50/checkpoint_last.pt" --bootstrap "$BOOTSTRAP" --json \
         "${names[@]}" -n Moses-uedin "${news[@]}" "$RAW/moses.newstest2014.fr"
     # Table 1, no unknown words: the --no-unk translations of the subset
     run_to "$EVAL/newstest2014-nounk.json" nmt-score -r "$RAW/newstest2014-nounk.fr" -s "$RAW/newstest2014-nounk.en" \
         --bootstrap "$BOOTSTRAP" --json "${names[@]}" -n Moses-uedin "${nounk[@]}" "$RAW/moses.newstest2014-nounk.fr"
     run_to "$EVAL/table1.md" "$PY" "$STEPS" table1 --all "$EVAL/newstest2014.json" \
         --no-unk "$EVAL/newstest2014-nounk.json"
-    # Figure 2: BLEU by source length, on news-test-2014 and on the Hansards test sittings
+    # Figure 2: BLEU by source length of the four models, on news-test-2014 and on the Hansards test sittings
+    fig=(); for m in $FIGURE2; do fig+=("$OUT/$m.newstest2014.fr"); done
     run_to "$EVAL/newstest2014-by-length.json" nmt-score -r "$RAW/newstest2014.fr" -s "$RAW/newstest2014.en" \
-        --by-length --plot "$EVAL/bleu-by-length-newstest2014.png" --json "${names[@]}" "${news[@]}"
+        --by-length --plot "$EVAL/bleu-by-length-newstest2014.png" --json "${fig_names[@]}" "${fig[@]}"
+    fig=(); for m in $FIGURE2; do fig+=("$OUT/$m.hansards-test.fr"); done
+    run_to "$EVAL/hansards-test-by-length.json" nmt-score -r "$RAW/hansards-test.fr" -s "$RAW/hansards-test.en" \
+        --by-length --plot "$EVAL/bleu-by-length-hansards-test.png" --json "${fig_names[@]}" "${fig[@]}"
+    # the Hansards test sittings: all five
     run_to "$EVAL/hansards-test.json" nmt-score -r "$RAW/hansards-test.fr" -s "$RAW/hansards-test.en" \
-        --by-length --plot "$EVAL/bleu-by-length-hansards-test.png" --bootstrap "$BOOTSTRAP" --json \
-        "${names[@]}" "${hans[@]}"
+        --bootstrap "$BOOTSTRAP" --json "${names[@]}" "${hans[@]}"
 }
 
 stage_align() {
-    local ckpt="$RUNS/rnnsearch/checkpoint_last.pt" gold=(--gold "$TRIAL/trial.align" --gold-order tgt-src)
+    local ckpt="$RUNS/rnnsearch-50/checkpoint_last.pt" gold=(--gold "$TRIAL/trial.align" --gold-order tgt-src)
     run mkdir -p "$EVAL"
     # The trial set is lowercased; the model is cased (as the paper's). Give each word its most frequent casing in
     # the training vocabulary (i -> I, canada -> Canada): same words, same count, so the gold links still apply.
     run "$PY" "$STEPS" recase "$TRIAL/trial.e" "$RAW/trial.e" --vocab "$BIN" --lang en --stats "$EVAL/recase-en.json"
     run "$PY" "$STEPS" recase "$TRIAL/trial.f" "$RAW/trial.f" --vocab "$BIN" --lang fr --stats "$EVAL/recase-fr.json"
+    # RNNsearch-50's attention alone, and symmetrised with the French->English model's (every heuristic's AER)
     run_to "$EVAL/aer.json" nmt-align -m "$ckpt" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" \
         --pharaoh "$EVAL/trial.links" --json
+    run_to "$EVAL/aer-symmetrized.json" nmt-align -m "$ckpt" --reverse-model "$RUNS/$REVERSE/checkpoint_last.pt" \
+        -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" --pharaoh "$EVAL/trial-symmetrized.links" --json
     run_to "$EVAL/aer-lowercased.json" nmt-align -m "$ckpt" -s "$TRIAL/trial.e" -t "$TRIAL/trial.f" --tokenized \
         "${gold[@]}" --json --pharaoh "$EVAL/trial-lowercased.links"
     run_to "$EVAL/aer-diagonal.json" "$PY" "$STEPS" diagonal-aer -s "$TRIAL/trial.e" -t "$TRIAL/trial.f" "${gold[@]}"
+    # a statistical aligner on the same training pairs (plus the trial pairs: it aligns the text it is trained on)
+    run "$PY" "$repo/examples/eflomal_aer.py" --train-src "$BIN/train.tok.en" --train-tgt "$BIN/train.tok.fr" \
+        --max-train "$EFLOMAL_TRAIN" -s "$TRIAL/trial.e" -t "$TRIAL/trial.f" "${gold[@]}" --seed "$SEED" \
+        --pharaoh "$EVAL/trial-eflomal.links" -o "$EVAL/aer-eflomal.json"
     run nmt-align -m "$ckpt" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized --plot-dir "$EVAL/trial-alignments" \
         --plot-sentences 1-3 --force
-    # Figure 3: the model's own translations of random test sentences of 10-20 words without unknown words
+    # Figure 3: the model's own translations of the paper's example and of random test sentences of 10-20 words
+    # without unknown words
     # shellcheck disable=SC2086
-    run "$PY" "$STEPS" pick "$RAW/newstest2014" --vocab "$BIN" -n 4 --seed "$SEED" $PICK_ARGS -o "$EVAL/figure3"
+    run "$PY" "$STEPS" pick "$RAW/newstest2014" --vocab "$BIN" -n 3 --seed "$SEED" $PICK_ARGS -o "$EVAL/figure3-random"
+    run_to "$EVAL/figure3.en" cat "$RAW/figure3-paper.en" "$EVAL/figure3-random.en"
     run nmt-align -m "$ckpt" -s "$EVAL/figure3.en" --beam "$BEAM" --plot-dir "$EVAL/alignments" --force
 }
 
@@ -259,23 +312,41 @@ record_time() {  # record_time STAGE SECONDS: one line per stage in $WORK/timing
 }
 
 if [ "$dry" = 0 ]; then
-    mkdir -p "$WORK"
-    cat > "$WORK/settings.json.tmp" <<EOF
-{"SUBSET": "$SUBSET", "NEWS_OLDER": "$NEWS_OLDER", "DEV_SAMPLE": "$DEV_SAMPLE", "TEST_LINES": "$TEST_LINES",
- "VOCAB": "$VOCAB", "TRAIN_MINUTES": "$TRAIN_MINUTES", "UPDATES": "$UPDATES", "CALIB_UPDATES": "$CALIB_UPDATES",
- "VALIDATIONS": "$VALIDATIONS", "THREADS": "$THREADS", "BEAM": "$BEAM", "SEED": "$SEED",
- "SIDE_BY_SIDE": "$SIDE_BY_SIDE", "presets": "$SEARCH, $ENCDEC",
+    mkdir -p "$WORK" "$DONE"
+    settings="{\"SUBSET\": \"$SUBSET\", \"NEWS_OLDER\": \"$NEWS_OLDER\", \"DEV_SAMPLE\": \"$DEV_SAMPLE\",
+ \"TEST_LINES\": \"$TEST_LINES\", \"VOCAB\": \"$VOCAB\", \"TRAIN_MINUTES\": \"$TRAIN_MINUTES\", \"UPDATES\": \"$UPDATES\",
+ \"STAR_FACTOR\": \"$STAR_FACTOR\", \"CALIB_UPDATES\": \"$CALIB_UPDATES\", \"VALIDATIONS\": \"$VALIDATIONS\",
+ \"THREADS\": \"$THREADS\", \"BEAM\": \"$BEAM\", \"DECODE\": \"$DECODE\", \"SEED\": \"$SEED\",
+ \"SIDE_BY_SIDE\": \"$SIDE_BY_SIDE\", \"presets\": \"$SEARCH, $ENCDEC\"}"
+    if [ -f "$WORK/settings.json" ]; then  # picking up an earlier run: only with the same settings
+        "$PY" - "$WORK/settings.json" "$settings" <<'EOF'
+import json, sys
+path, now = sys.argv[1], json.loads(sys.argv[2])
+was = json.load(open(path, encoding="utf-8"))
+diff = [f"{k}={now[k]!r} (was {was.get(k)!r})" for k in now if was.get(k) != now[k]]
+if diff:
+    sys.exit(f"run.sh: {path}: an earlier run with other settings: {', '.join(diff)}; set them back to pick it "
+             "up, or choose another WORK")
+EOF
+    else
+        cat > "$WORK/settings.json.tmp" <<EOF
+${settings%\}},
  "git": "$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)",
  "machine": "$(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ //')",
  "load average at the start": "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"}
 EOF
-    [ "$stage" = all ] || [ ! -f "$WORK/settings.json" ] && mv "$WORK/settings.json.tmp" "$WORK/settings.json"
-    rm -f "$WORK/settings.json.tmp"
+        mv "$WORK/settings.json.tmp" "$WORK/settings.json"
+    fi
 fi
+later=0
 for s in $STAGES; do
+    # one stage run again: the stages after it are to be run again too (what they read has changed)
+    [ "$later" = 1 ] && [ "$dry" = 0 ] && rm -f "$DONE/$s"
+    [ "$stage" = "$s" ] && later=1
     [ "$stage" = all ] || [ "$stage" = "$s" ] || continue
+    if [ "$stage" = all ] && [ -f "$DONE/$s" ]; then echo "# === stage $s: done already ($DONE/$s) ==="; continue; fi
     echo "# === stage $s ==="
     start=$SECONDS
     "stage_$s"
-    [ "$dry" = 1 ] || record_time "$s" "$((SECONDS - start))"
+    [ "$dry" = 1 ] || { record_time "$s" "$((SECONDS - start))"; touch "$DONE/$s"; }
 done
