@@ -126,6 +126,10 @@ def test_the_block_never_bans_a_free_token():
     assert banned_after([5, 7, 9], 1, frozenset(digits)) == {5, 9}
     assert number_tokens(["<unk>", "▁1", "0", "1995", "3,5", "▁le", "m²", "@@", "▁", ",", ".", "▁,", "▁."]).tolist() == \
         [False, True, True, True, True, False, False, False, True, True, True, False, False]
+    # in a word vocabulary a comma or point is punctuation, never a number's glue ("<unk> . <unk> ." is a loop)
+    assert number_tokens(["<unk>", "1995", "3,5", ",", ".", "le"]).tolist() == [False, True, True, False, False, False]
+    # in a BPE one, the glue is a comma or point inside a word: "3@@ .@@ 25"
+    assert number_tokens(["3@@", ".@@", "25", ".", ",", ",@@"]).tolist() == [True, True, True, False, False, True]
 
 
 # -- (a) the batched search is the reference search, with the block on -------------------------------------------------

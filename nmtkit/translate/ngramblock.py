@@ -8,8 +8,8 @@ expansions (for n = 1: every token it has produced, so no token repeats). A forc
 hypothesis' history, but the prefix itself is never blocked (the caller applies the block before forcing it), and
 ``</s>`` is never blocked, so a hypothesis can always end.
 
-**Number tokens are never blocked.** A token with a digit in it, or the word boundary or bare comma or point that
-joins a number's digits (:func:`number_tokens` of the target vocabulary), may always follow: a number repeats its
+**Number tokens are never blocked.** A token with a digit in it, or what joins a number's digits in the target
+vocabulary (SentencePiece's bare word boundary, comma or point; :func:`number_tokens`), may always follow: a number repeats its
 pieces ("1 000 000" with SentencePiece's split digits is ``▁ 1 ▁ 0 0 0 ▁ 0 0 0``, whose 3-grams ``0 0 ▁`` and
 ``▁ 0 0`` come twice) and a text repeats its numbers ("en 1995 et en 1996"); blocking them cost numbers
 (``tests/bench/results/bench_recipe.txt``, "after the hour").  Every other token is
@@ -35,17 +35,22 @@ import torch
 from nmtkit.data.vocab import EOS
 
 
-# what joins the parts of a number between its digits: SentencePiece's word boundary alone ("1 000 000" is the pieces
-# ▁ 1 ▁ 0 0 0 ▁ 0 0 0 with split digits), and a bare comma or point ("1,5", "3.25": with a space before them, "▁," and
-# "▁." are sentence punctuation and stay blocked)
+# what joins the parts of a number between its digits, in a SentencePiece vocabulary: the word boundary alone
+# ("1 000 000" is the pieces ▁ 1 ▁ 0 0 0 ▁ 0 0 0 with split digits), and a bare comma or point ("1,5", "3.25": with a
+# space before them, "▁," and "▁." are sentence punctuation and stay blocked)
 NUMBER_GLUE = frozenset({"▁", ",", "."})
+# in a subword-nmt BPE vocabulary: a comma or point inside a word ("3@@ .@@ 25"); a bare "," or "." ends a word there,
+# as in a word vocabulary, where numbers are whole tokens ("1995", "3,5") and "," and "." are only punctuation
+BPE_NUMBER_GLUE = frozenset({",@@", ".@@"})
 
 
 def number_tokens(tokens: list[str]) -> torch.Tensor:
     """bool (V,): which entries of a target vocabulary (its token strings, in id order) belong to numbers: those
-    that hold a decimal digit -- a digit piece, a subword or a whole word such as "1995" or "3,5" -- and the
-    :data:`NUMBER_GLUE` between digits."""
-    return torch.tensor([tok in NUMBER_GLUE or any(c.isdecimal() for c in tok) for tok in tokens], dtype=torch.bool)
+    that hold a decimal digit -- a digit piece, a subword or a whole word such as "1995" or "3,5" -- and what
+    joins a number's digits in that kind of vocabulary: :data:`NUMBER_GLUE` in a SentencePiece one (it has pieces
+    beginning with "▁"), :data:`BPE_NUMBER_GLUE` in another (in a word vocabulary none of those is a token)."""
+    glue = NUMBER_GLUE if any(tok.startswith("\u2581") for tok in tokens) else BPE_NUMBER_GLUE
+    return torch.tensor([tok in glue or any(c.isdecimal() for c in tok) for tok in tokens], dtype=torch.bool)
 
 
 def ban_repeats(logp: torch.Tensor, history: torch.Tensor, n: int, free: torch.Tensor | None = None) -> None:
