@@ -148,7 +148,7 @@ def test_health_is_503_until_loaded_then_models_and_the_schema(server, ckpt):
 def test_translations_are_nmt_translates(server, ckpt, lines, tmp_path):
     got = server.translate(lines)
     want = nmt_translate(ckpt, tmp_path, lines)["text"].splitlines()
-    assert [r["tgt"] for r in got] == want and got[5]["tgt"] == "" and len(set(want)) > 5
+    assert [r["tgt"] for r in got] == want and got[5]["tgt"] == "" and len(set(want)) >= 4  # (not one line for all)
     assert all(isinstance(r["score"], float) and "nbest" not in r and "alignment" not in r for r in got)
     # n-best, alignments and the beam: the n-best list as the Moses file has it
     got = server.translate(lines, beam=5, nbest=3, alignment=True)
