@@ -239,19 +239,24 @@ def _valid_records(log: str) -> list[dict]:
         return [r for r in map(json.loads, f) if r.get("type") == "valid"]
 
 
+def _train_records(log: str) -> list[dict]:
+    with open(log, encoding="utf-8") as f:
+        return [r for r in map(json.loads, f) if r.get("type") == "train"]
+
+
 def cmd_budget(a) -> None:
-    """The updates that fit a time budget, from calibration runs: each job's seconds per update (its calibration
-    run's last validation record: training time, validation excluded) times its share of the base number of
-    updates U (``NAME=LOG*2.3``: 2.3 U), the jobs run longest first on ``--slots`` processes at once (each starts
-    when a slot frees); U is the largest multiple of ``--round`` whose plan ends within ``--minutes``. Prints one
-    line per job in the order to start them: ``NAME UPDATES VALID_EVERY``."""
+    """The updates that fit a time budget, from calibration runs: each job's seconds per update (the last training
+    record of its calibration run, which validates only after it: the updates alone) times its share of the base
+    number of updates U (``NAME=LOG*2.3``: 2.3 U); the jobs run longest first on ``--slots`` processes at once (each
+    starts when a slot frees); U is the largest multiple of ``--round`` whose plan ends within ``--minutes``. Prints
+    one line per job in the order to start them: ``NAME UPDATES VALID_EVERY``."""
     jobs = []
     for spec in a.jobs:
         name, _, rest = spec.partition("=")
         log, _, factor = rest.partition("*")
         if not name or not log:
             raise SystemExit(f"steps budget: {spec!r}: expected NAME=TRAIN_JSONL or NAME=TRAIN_JSONL*FACTOR")
-        last = _valid_records(log)[-1]
+        last = _train_records(log)[-1]
         jobs.append({"name": name, "log": log, "factor": float(factor or 1),
                      "seconds_per_update": last["elapsed"] / last["update"]})
     jobs.sort(key=lambda j: -j["factor"] * j["seconds_per_update"])  # longest first
@@ -261,14 +266,15 @@ def cmd_budget(a) -> None:
         j["start_per_update"] = slots[k]
         slots[k] += j["factor"] * j["seconds_per_update"]
     per_update = max(slots)  # the plan's wall clock, per update of U
-    base = max(a.min, int(a.minutes * 60 / per_update) // a.round * a.round)
-    for j in jobs:
-        j["updates"] = max(a.round, round(base * j["factor"] / a.round) * a.round)
+    base = max(math.ceil(a.min / a.round), int(a.minutes * 60 / per_update) // a.round) * a.round
+    for j in jobs:  # (a job of factor f > 1 makes more updates than U, however small U is)
+        j["updates"] = max(round(base * j["factor"] / a.round), math.ceil(j["factor"]) if j["factor"] > 1 else 1
+                           ) * a.round
         j["valid_every"] = max(1, math.ceil(j["updates"] / a.validations / a.round) * a.round)
         j["planned_start_min"] = round(base * j.pop("start_per_update") / 60, 1)
         j["planned_minutes"] = round(j["updates"] * j["seconds_per_update"] / 60, 1)
-    info = {"minutes": a.minutes, "slots": a.slots, "updates": base, "planned_minutes": round(base * per_update / 60, 1),
-            "jobs": jobs}
+    info = {"minutes": a.minutes, "slots": a.slots, "updates": base,
+            "planned_minutes": round(base * per_update / 60, 1), "jobs": jobs}
     if a.out:
         Path(a.out).write_text(json.dumps(info, indent=1) + "\n")
     say(", ".join(f"{j['name']}: {j['seconds_per_update']:.2f} s/update" for j in jobs)

@@ -5,11 +5,13 @@
 # news sets, and a French->English RNNsearch-50 whose attention symmetrised with the English->French one's is held
 # against eflomal's alignment of the same pairs. Evaluated on news-test-2014 and the Hansards test sittings:
 # Table 1 (all sentences, no-UNK subset), Figure 2 (BLEU by length), Figure 3 (alignments), AER on the Hansards
-# trial set. About five hours of background time on 2 CPU cores; see README.md. A kill loses little: each stage
-# that finished is not run again, and the trainings resume from their last checkpoint.
+# trial set. About five hours of background time on 2 CPU cores; see README.md. Stopped (SIGTERM, Ctrl-C) and run
+# again, it goes on: each stage that finished is not run again, the trainings resume from the checkpoints they saved
+# when stopped.
 #
 #   examples/cpu-scale/run.sh                   every stage not yet done, writing examples/cpu-scale/RESULTS.md
-#   examples/cpu-scale/run.sh --stage NAME      one stage (again): data prepare train translate score align report
+#   examples/cpu-scale/run.sh --stage NAME      one stage (again; the later ones are then to be done again):
+#                                               data prepare train translate score align report
 #   examples/cpu-scale/run.sh --dry-run         print the commands instead of running them
 #   examples/cpu-scale/run.sh --tiny            the whole pipeline on a few hundred pairs with the tiny presets
 #                                               (a smoke test of a few minutes; writes $WORK/RESULTS.md)
@@ -78,7 +80,7 @@ if [ "$SIDE_BY_SIDE" = 1 ]; then THREADS="${THREADS:-1}" SLOTS=2; else THREADS="
 UPDATES="${UPDATES:-}" STAR_FACTOR="${STAR_FACTOR:-2.3}" BEAM="${BEAM:-12}" SEED="${SEED:-1}"
 DECODE="${DECODE---no-repeat-ngram 4}"
 RAW="$WORK/raw" BIN="$WORK/data-bin" BIN_FREN="$WORK/data-bin-fr-en" RUNS="$WORK/runs" OUT="$WORK/translations"
-EVAL="$WORK/eval" LOGS="$WORK/logs" DONE="$WORK/done"
+EVAL="$WORK/eval" LOGS="$WORK/logs" DONE="$WORK/done" STOPPING="$WORK/stopping.$$"
 TRIAL="$DATA/hansards-trial"
 # Table 1's models, the baseline first (nmt-score's bootstrap tests the others against the first), and the
 # French->English model of the symmetrised alignments
@@ -103,40 +105,58 @@ show() {  # a command as it could be typed again
     done
     printf '%s\n' "$out"
 }
-run() { show "$@"; [ "$dry" = 1 ] || "$@"; }
+stage_now="" stage_start=0  # the stage running (what a stop records the time of)
+fg=""  # the command the script itself waits for (a signal interrupts the wait, not the command: see stop)
+run() {  # run CMD...: printed, then run in the background and waited for, so that a signal is handled at once
+    show "$@"
+    [ "$dry" = 1 ] && return 0
+    [ -e "$STOPPING" ] && exit 130  # (a step of a background job about to start after a stop: it does not)
+    "$@" &
+    fg=$!
+    wait "$fg"
+}
 run_to() {  # run_to FILE CMD...: CMD's stdout into FILE, which appears only when CMD succeeds
     local dest="$1"; shift
     printf '%s > %s\n' "$(show "$@")" "$dest"
-    [ "$dry" = 1 ] || { "$@" > "$dest.tmp" && mv "$dest.tmp" "$dest"; }
+    [ "$dry" = 1 ] && return 0
+    [ -e "$STOPPING" ] && exit 130
+    "$@" > "$dest.tmp" &
+    fg=$!
+    wait "$fg" && mv "$dest.tmp" "$dest"
 }
-running=0
+running=0 slots=()
 in_slot() {  # in_slot LOG FUNCTION ARGS...: in the background once fewer than $SLOTS steps run; messages to LOG
     local log="$1"; shift
     echo "# (log: $log)"
     if [ "$dry" = 1 ]; then "$@"; return 0; fi
     while [ "$running" -ge "$SLOTS" ]; do reap; done
-    "$@" > "$log" 2>&1 &  # a background job keeps `set -e` inside the function
+    "$@" >> "$log" 2>&1 &  # a background job keeps `set -e` inside the function; a resumed step's log goes on
+    slots+=($!)
     running=$((running + 1))
 }
-reap() {  # wait for one background step to end; stop everything if it failed
-    wait -n || { echo "run.sh: a background step failed; see $LOGS" >&2; exit 1; }
+reap() {  # wait for one background step to end; if it failed, stop the others and end
+    wait -n || halt 1 "run.sh: a background step failed; see $LOGS"
     running=$((running - 1))
 }
 join_slots() {
     [ "$dry" = 1 ] && { echo "+ wait"; return 0; }
     while [ "$running" -gt 0 ]; do reap; done
 }
-stop() {  # SIGTERM or Ctrl-C: the running steps are told to stop (nmt-train saves where it is), then waited for
-    trap - INT TERM
+halt() {  # halt CODE MESSAGE: the running steps are told to stop (nmt-train saves where it is), waited for, and
+    trap - INT TERM HUP  # the script ends with CODE
+    touch "$STOPPING"
+    if [ -n "$fg" ]; then kill -TERM "$fg" 2>/dev/null || true; fi  # (set -e: a command that ended already)
     local p
-    for p in $(jobs -p); do pkill -TERM -P "$p" 2>/dev/null || true; done
-    wait || true
-    echo "run.sh: stopped; run it again to go on from here" >&2
-    exit 130
+    for p in "${slots[@]}"; do pkill -TERM -P "$p" 2>/dev/null || true; done  # (the job's command, not the job:
+    wait || true                                                             #  the job then ends with it)
+    rm -f "$STOPPING"
+    if [ -n "$stage_now" ]; then record_time "$stage_now" "$((SECONDS - stage_start))"; fi
+    echo "$2" >&2
+    exit "$1"
 }
-trap stop INT TERM
+trap 'halt 130 "run.sh: stopped; run it again to go on from here"' INT TERM HUP
 first_lines() {  # first_lines N SRC DST (N = 0: all)
-    if [ "$1" = 0 ]; then run cp "$2" "$3"; else run_to "$3" head -n "$1" "$2"; fi
+    if [ "$1" = 0 ]; then run_to "$3" cat "$2"; else run_to "$3" head -n "$1" "$2"; fi
 }
 
 # -- the stages -------------------------------------------------------------------------------------------------
@@ -181,16 +201,18 @@ stage_train() {  # six trainings, at most $SLOTS at a time, longest first
     local m plan=() jobs=() calib="$RUNS/calibration" n every
     run mkdir -p "$RUNS" "$LOGS"
     if [ -n "$UPDATES" ]; then
-        for m in $MODELS $REVERSE; do
+        for m in rnnsearch-50star rnnsearch-50 $REVERSE rnnencdec-50 rnnsearch-30 rnnencdec-30; do  # longest first
             n="$UPDATES"; [ "$m" = rnnsearch-50star ] && n=$("$PY" -c "print(round($UPDATES * $STAR_FACTOR))")
             plan+=("$m $n $(( (n + VALIDATIONS - 1) / VALIDATIONS ))")
         done
     else  # calibration: each kind of model's speed, here, under the same load; the runs are then thrown away
         if [ ! -f "$RUNS/plan.txt" ]; then
             for m in rnnsearch-50 rnnencdec-50 rnnsearch-30 rnnencdec-30; do
+                # (no validation before the last update: the training record there times updates alone)
                 in_slot "$LOGS/calibration-$m.log" run nmt-train "$BIN" --arch "$(preset "$m")" \
                     --max-len "$(max_len "$m")" --save-dir "$calib/$m" --max-updates "$CALIB_UPDATES" \
-                    --valid-every "$CALIB_UPDATES" --valid-bleu-sentences 0 --threads "$THREADS" --seed "$SEED" --force
+                    --log-every "$CALIB_UPDATES" --valid-every "$((2 * CALIB_UPDATES))" --valid-bleu-sentences 0 \
+                    --threads "$THREADS" --seed "$SEED" --force
                 jobs+=("$m=$calib/$m/train.jsonl")
             done
             jobs+=("rnnsearch-50star=$calib/rnnsearch-50/train.jsonl*$STAR_FACTOR"
@@ -213,18 +235,18 @@ stage_train() {  # six trainings, at most $SLOTS at a time, longest first
     join_slots
 }
 
-translate_to() {  # translate_to OUT ARGS...: nmt-translate, unless OUT is there (written whole, or not at all)
-    local dest="$1"; shift
-    [ -f "$dest" ] && [ "$dry" = 0 ] && { echo "# $dest: there already"; return 0; }
+translate_to() {  # translate_to OUT MODEL ARGS...: nmt-translate, unless OUT is there and newer than MODEL (an
+    local dest="$1" ckpt="$2"; shift 2  # output is written whole or not at all, so one there is complete)
+    if [ "$dry" = 0 ] && [ "$dest" -nt "$ckpt" ]; then echo "# $dest: there already"; return 0; fi
     # shellcheck disable=SC2086  # DECODE: options, split
-    run nmt-translate "$@" --beam "$BEAM" $DECODE --threads "$THREADS" -o "$dest"
+    run nmt-translate -m "$ckpt" "$@" --beam "$BEAM" $DECODE --threads "$THREADS" -o "$dest"
 }
 
 translate_model() {  # translate_model NAME: news-test-2014, its no-UNK subset with --no-unk, the Hansards test
     local m="$1" ckpt="$RUNS/$1/checkpoint_last.pt"
-    translate_to "$OUT/$m.newstest2014.fr" -m "$ckpt" -i "$RAW/newstest2014.en"
-    translate_to "$OUT/$m.newstest2014-nounk.fr" -m "$ckpt" --no-unk -i "$RAW/newstest2014-nounk.en"
-    translate_to "$OUT/$m.hansards-test.fr" -m "$ckpt" -i "$RAW/hansards-test.en"
+    translate_to "$OUT/$m.newstest2014.fr" "$ckpt" -i "$RAW/newstest2014.en"
+    translate_to "$OUT/$m.newstest2014-nounk.fr" "$ckpt" --no-unk -i "$RAW/newstest2014-nounk.en"
+    translate_to "$OUT/$m.hansards-test.fr" "$ckpt" -i "$RAW/hansards-test.en"
 }
 
 stage_translate() {
@@ -304,10 +326,11 @@ stage_report() {
 
 # -- main -------------------------------------------------------------------------------------------------------
 
-record_time() {  # record_time STAGE SECONDS: one line per stage in $WORK/timings.tsv (a rerun replaces its line)
-    local f="$WORK/timings.tsv"
+record_time() {  # record_time STAGE SECONDS: one line per stage in $WORK/timings.tsv, the seconds of every run
+    local f="$WORK/timings.tsv" was  # of it added (a stage stopped and gone on with counts both parts)
     touch "$f"
-    { grep -v "^$1"$'\t' "$f" || true; printf '%s\t%s\n' "$1" "$2"; } > "$f.tmp"
+    was=$(awk -F'\t' -v s="$1" '$1 == s { print $2 }' "$f")
+    { grep -v "^$1"$'\t' "$f" || true; printf '%s\t%s\n' "$1" "$(( ${was:-0} + $2 ))"; } > "$f.tmp"
     mv "$f.tmp" "$f"
 }
 
@@ -317,7 +340,7 @@ if [ "$dry" = 0 ]; then
  \"TEST_LINES\": \"$TEST_LINES\", \"VOCAB\": \"$VOCAB\", \"TRAIN_MINUTES\": \"$TRAIN_MINUTES\", \"UPDATES\": \"$UPDATES\",
  \"STAR_FACTOR\": \"$STAR_FACTOR\", \"CALIB_UPDATES\": \"$CALIB_UPDATES\", \"VALIDATIONS\": \"$VALIDATIONS\",
  \"THREADS\": \"$THREADS\", \"BEAM\": \"$BEAM\", \"DECODE\": \"$DECODE\", \"SEED\": \"$SEED\",
- \"SIDE_BY_SIDE\": \"$SIDE_BY_SIDE\", \"presets\": \"$SEARCH, $ENCDEC\"}"
+ \"SIDE_BY_SIDE\": \"$SIDE_BY_SIDE\", \"BOOTSTRAP\": \"$BOOTSTRAP\", \"presets\": \"$SEARCH, $ENCDEC\"}"
     if [ -f "$WORK/settings.json" ]; then  # picking up an earlier run: only with the same settings
         "$PY" - "$WORK/settings.json" "$settings" <<'EOF'
 import json, sys
@@ -338,15 +361,22 @@ EOF
         mv "$WORK/settings.json.tmp" "$WORK/settings.json"
     fi
 fi
-later=0
+if [ "$dry" = 0 ]; then
+    # each session's commit, so that a run gone on under other code says so (the report lists them)
+    printf '%s\t%s\t%s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')" \
+        "$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)" "$stage" >> "$WORK/sessions.tsv"
+    if [ "$stage" != all ]; then  # one stage again: it and the stages after it are not done (what they read changes)
+        later=0
+        for s in $STAGES; do [ "$s" = "$stage" ] && later=1; [ "$later" = 1 ] && rm -f "$DONE/$s"; done
+    fi
+fi
+stage_now=""
 for s in $STAGES; do
-    # one stage run again: the stages after it are to be run again too (what they read has changed)
-    [ "$later" = 1 ] && [ "$dry" = 0 ] && rm -f "$DONE/$s"
-    [ "$stage" = "$s" ] && later=1
     [ "$stage" = all ] || [ "$stage" = "$s" ] || continue
     if [ "$stage" = all ] && [ -f "$DONE/$s" ]; then echo "# === stage $s: done already ($DONE/$s) ==="; continue; fi
     echo "# === stage $s ==="
-    start=$SECONDS
+    stage_now=$s stage_start=$SECONDS
     "stage_$s"
-    [ "$dry" = 1 ] || { record_time "$s" "$((SECONDS - start))"; touch "$DONE/$s"; }
+    [ "$dry" = 1 ] || { record_time "$s" "$((SECONDS - stage_start))"; touch "$DONE/$s"; }
+    stage_now=""
 done
