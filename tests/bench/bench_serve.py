@@ -120,7 +120,7 @@ def main(argv=None) -> None:
             peak[0] = max(peak[0], rss_kb(server.pid))
 
     threading.Thread(target=sample, daemon=True).start()
-    rows, total, wrong, errors = [], 0, 0, 0
+    rows, total, wrong, errors, at_rest = [], 0, 0, 0, []
     try:
         for spec in a.requests.split(","):
             clients, each = map(int, spec.split(":"))
@@ -148,12 +148,13 @@ def main(argv=None) -> None:
             wrong += sum(expected[line] != got for line, got in results)
             rate = len(results) / wall
             rows.append((clients, clients * each, rate, latencies))
+            time.sleep(REST)  # (at rest after each load: a leak grows with every one, a working set stops growing)
+            at_rest.append(rss_kb(server.pid))
             print(f"{clients:3d} client(s) x {each:4d} requests: {rate:7.2f} sentences/s; latency p50 "
                   f"{1000 * percentile(latencies, 50):7.0f} ms, p95 {1000 * percentile(latencies, 95):7.0f} ms, p99 "
-                  f"{1000 * percentile(latencies, 99):7.0f} ms", flush=True)
+                  f"{1000 * percentile(latencies, 99):7.0f} ms; then at rest {at_rest[-1] / 1024:.0f} MiB", flush=True)
         sampling.set()
-        time.sleep(REST)
-        rss_end = rss_kb(server.pid)
+        rss_end = at_rest[-1]
     finally:
         server.send_signal(signal.SIGTERM)
         code = server.wait(timeout=120)
