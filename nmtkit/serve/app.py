@@ -5,7 +5,7 @@ Routes (the OpenAPI schema at ``GET /openapi.json`` says the same, the decoding 
 
 - ``GET /``: a page to translate with, drawing each sentence's soft alignment (``static/index.html``: one file, no
   CDN, so that it works offline).
-- ``GET /health``: 200 ``{"status": "ok"}`` once the model is loaded and a warm-up translation has run; before,
+- ``GET /health``: 200 ``{"status": "ok"}`` once the model is loaded and a warm-up batch has been decoded; before,
   503 ``{"status": "loading"}`` with ``Retry-After``.
 - ``GET /models``: what is loaded (architecture, languages, config, vocabulary sizes, preprocessing, updates).
 - ``POST /translate``: ``{"src": [lines], ...}`` → ``{"translations": [one result per line, in order]}``
