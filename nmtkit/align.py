@@ -323,7 +323,7 @@ class AlignResult:
     """What :func:`align_files` gives: per sentence its text line, soft alignment and hard links (symmetrised when a
     reverse model was given); the scores against gold when a gold file was given, and with a reverse model the
     scores of each direction and each symmetrisation (``by_method``: forward, backward, then
-    :data:`nmtkit.symmetrize.HEURISTICS`)."""
+    :data:`nmtkit.symmetrize.METHODS`)."""
 
     sentences: list[TextLine]
     soft: list[SoftAlignment]
@@ -351,7 +351,7 @@ def align_files(aligner: Aligner, source: str, target: str | None = None, gold: 
     directions' links are symmetrised (:func:`nmtkit.symmetrize.symmetrize`, ``symmetrization``).  Every input is
     read and checked (counts, sentence numbers, gold links within their sentences, both models' words of each
     pair) before a model runs."""
-    from nmtkit.symmetrize import HEURISTICS, symmetrize, transpose
+    from nmtkit.symmetrize import HEURISTICS, METHODS, SOFT, soft_links, symmetrize, transpose
 
     if gold is not None and target is None:
         raise InputError("--gold needs the target sentences the gold links refer to: give -t TGT")
@@ -359,8 +359,8 @@ def align_files(aligner: Aligner, source: str, target: str | None = None, gold: 
         raise InputError("--reverse-model aligns the target sentences to the source: give -t TGT")
     if rule not in ("argmax", "threshold") or not 0.0 < threshold <= 1.0:
         raise InputError(f"need rule argmax or threshold and 0 < threshold <= 1 (got {rule}, {threshold})")
-    if symmetrization not in HEURISTICS:
-        raise InputError(f"unknown symmetrization {symmetrization!r} (choose from {', '.join(HEURISTICS)})")
+    if symmetrization not in METHODS:
+        raise InputError(f"unknown symmetrization {symmetrization!r} (choose from {', '.join(METHODS)})")
     src = read_text(source)
     tgt = read_text(target) if target is not None else None
     if tgt is not None:
@@ -383,10 +383,13 @@ def align_files(aligner: Aligner, source: str, target: str | None = None, gold: 
     links = [hard_links(a.alpha, rule, threshold) for a in soft]
     by_method = None
     if reverse is not None:
-        backward = [transpose(hard_links(a.alpha, rule, threshold)) for a in reverse.align_words(tgt_words, src_words)]
+        back_soft = reverse.align_words(tgt_words, src_words)
+        backward = [transpose(hard_links(a.alpha, rule, threshold)) for a in back_soft]
         methods = {"forward": links, "backward": backward}
         methods.update({h: [sorted(symmetrize(f, b, h), key=lambda ij: (ij[1], ij[0])) for f, b in zip(links, backward)]
                         for h in HEURISTICS})  # (sorted as hard_links sorts: by target, then source)
+        methods[SOFT] = [soft_links(f.alpha, b.alpha, len(s), len(t))
+                         for f, b, s, t in zip(soft, back_soft, src_words, tgt_words)]
         links = methods[symmetrization]
         if gold_links is not None:
             by_method = {name: alignment_error(ls, gold_links) for name, ls in methods.items()}

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 import pytest
 
-from nmtkit.symmetrize import HEURISTICS, symmetrize, transpose
+from nmtkit.symmetrize import HEURISTICS, METHODS, soft_links, symmetrize, transpose
 
 from test_align import independent_trial, random_trial_model, read_pharaoh_plain, run_align, trial_files
 
@@ -55,6 +56,17 @@ def test_the_heuristics_nest_on_random_links():
         assert symmetrize(f, b, "grow-diag-final") == symmetrize(f, b, "grow-diag-final")  # the same every time
 
 
+def test_soft_links_take_the_word_pair_both_models_attend_to():
+    forward = np.array([[0.6, 0.4], [0.5, 0.5]])  # target word 0 leans to source 0, target 1 is undecided
+    backward = np.array([[0.1, 0.9], [0.9, 0.1]])  # source 0 attends to target 1, source 1 to target 0
+    assert soft_links(forward, backward, 2, 2) == [(1, 0), (0, 1)]  # the reverse model outvotes a weak preference
+    with_eos = np.pad(forward, ((0, 1), (0, 1)), constant_values=0.7)  # a </s> row and column are left out
+    assert soft_links(with_eos, np.pad(backward, ((0, 1), (0, 1)), constant_values=0.7), 2, 2) == [(1, 0), (0, 1)]
+    sure = np.array([[0.9, 0.1], [0.2, 0.8]])  # where one model is sure and the other is flat, the sure one decides
+    assert soft_links(sure, np.full((2, 2), 0.5), 2, 2) == [(0, 0), (1, 1)]
+    assert soft_links(np.zeros((0, 3)), np.zeros((3, 0)), 3, 0) == []
+
+
 @pytest.fixture(scope="module")
 def models(data_dir, tmp_path_factory):
     d = tmp_path_factory.mktemp("symmetrize")
@@ -85,10 +97,12 @@ def test_the_command_on_the_trial_set(models, data_dir, tmp_path):
     assert written == [symmetrize(f, b, "grow-diag-final") for f, b in zip(forward, backward)]
     report = json.loads(proc.stdout)
     assert report["symmetrization"] == "grow-diag-final"
-    assert list(report["by_method"]) == ["forward", "backward", *HEURISTICS]
+    assert list(report["by_method"]) == ["forward", "backward", *METHODS]
     links = {"forward": forward, "backward": backward,
              **{h: [symmetrize(f, b, h) for f, b in zip(forward, backward)] for h in HEURISTICS}}
     for name, scores in report["by_method"].items():
+        if name not in links:  # (soft: from the attention itself, below)
+            continue
         aer, recall, count = _aer(links[name], sure, possible)
         assert scores["aer"] == pytest.approx(aer) and scores["recall"] == pytest.approx(recall)
         assert scores["links"] == count
@@ -102,6 +116,26 @@ def test_the_command_on_the_trial_set(models, data_dir, tmp_path):
         links["intersection"]
     marked = [line for line in proc.stderr.splitlines() if line.strip().startswith("intersection")]
     assert len(marked) == 1 and marked[0].endswith("<- written")
+    # soft: one link per French word, the argmax of the product of the two models' attention (their matrices from
+    # the library), and the AER the report gives is that of the links written
+    proc = run_align("-m", en_fr, "--reverse-model", fr_en, "-s", t["e"], "-t", t["f"], "--tokenized", "--gold",
+                     t["align"], "--gold-order", "tgt-src", "--symmetrize", "soft", "--pharaoh", tmp_path / "soft.align",
+                     "--json")
+    from nmtkit.align import Aligner, read_text
+
+    soft = read_pharaoh_plain(tmp_path / "soft.align")
+    french = [len(x.text.split()) for x in read_text(t["f"])]  # (the words inside each <s snum=...> ... </s>)
+    assert [len(links) for links in soft] == french and all(len({j for _, j in ls}) == len(ls) for ls in soft)
+
+    fwd, bwd = Aligner(en_fr, tokenized=True), Aligner(fr_en, tokenized=True)
+    e = [fwd.words(x.text, "src") for x in read_text(t["e"])]
+    f = [fwd.words(x.text, "tgt") for x in read_text(t["f"])]
+    want = [set(soft_links(a.alpha, b.alpha, len(x), len(y)))
+            for a, b, x, y in zip(fwd.align_words(e, f), bwd.align_words(f, e), e, f)]
+    assert soft == want and want != links["forward"]
+    report = json.loads(proc.stdout)
+    aer, recall, count = _aer(soft, sure, possible)
+    assert report["aer"] == pytest.approx(aer) == pytest.approx(report["by_method"]["soft"]["aer"])
 
 
 def test_a_reverse_model_of_the_same_direction_or_without_targets_is_one_line(models, data_dir, tmp_path):

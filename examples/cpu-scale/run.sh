@@ -300,8 +300,11 @@ stage_align() {
     # RNNsearch-50's attention alone, and symmetrised with the French->English model's (every heuristic's AER)
     run_to "$EVAL/aer.json" nmt-align -m "$ckpt" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" \
         --pharaoh "$EVAL/trial.links" --json
+    # (the links written: soft, the product of the two models' attention, which beat every heuristic on the quick
+    # start's models: tests/bench/results/bench_symmetrize.txt)
     run_to "$EVAL/aer-symmetrized.json" nmt-align -m "$ckpt" --reverse-model "$RUNS/$REVERSE/checkpoint_last.pt" \
-        -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" --pharaoh "$EVAL/trial-symmetrized.links" --json
+        -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" --symmetrize soft \
+        --pharaoh "$EVAL/trial-symmetrized.links" --json
     run_to "$EVAL/aer-lowercased.json" nmt-align -m "$ckpt" -s "$TRIAL/trial.e" -t "$TRIAL/trial.f" --tokenized \
         "${gold[@]}" --json --pharaoh "$EVAL/trial-lowercased.links"
     run_to "$EVAL/aer-diagonal.json" "$PY" "$STEPS" diagonal-aer -s "$TRIAL/trial.e" -t "$TRIAL/trial.f" "${gold[@]}"

@@ -9,7 +9,7 @@ import sys
 import click
 
 from nmtkit.cli import CONTEXT, ToolCommand, backend_option, run, setup_logging
-from nmtkit.symmetrize import HEURISTICS
+from nmtkit.symmetrize import METHODS
 from nmtkit.translate.config import DecodeConfig
 
 
@@ -72,9 +72,10 @@ def render_methods(by_method, chosen: str) -> str:
               help="An RNNsearch of the other direction (target to source): the target sentences are aligned to the "
                    "source by it too, and the two directions' links symmetrised (needs -t).")
 @click.option("--symmetrize", "symmetrization", default="grow-diag-final", show_default=True,
-              type=click.Choice(list(HEURISTICS)),
-              help="How --reverse-model's links and the model's are combined (Koehn et al. 2003; Moses's symal); "
-                   "the AER report lists every way.")
+              type=click.Choice(list(METHODS)),
+              help="How --reverse-model's links and the model's are combined (Koehn et al. 2003; Moses's symal), or "
+                   "'soft': their attention, before links are read off (nmtkit/symmetrize.py); the AER report lists "
+                   "every way.")
 @click.option("--beam", default=DecodeConfig.beam, show_default=True,
               help="Beam size for the model's translations (no -t).")
 @click.option("--batch-size", default=32, show_default=True)
