@@ -147,8 +147,11 @@ halt() {  # halt CODE MESSAGE: the running steps are told to stop (nmt-train sav
     touch "$STOPPING"
     if [ -n "$fg" ]; then kill -TERM "$fg" 2>/dev/null || true; fi  # (set -e: a command that ended already)
     local p
-    for p in "${slots[@]}"; do pkill -TERM -P "$p" 2>/dev/null || true; done  # (the job's command, not the job:
-    wait || true                                                             #  the job then ends with it)
+    for p in "${slots[@]}"; do  # the job's command, not the job (which then ends with it); its children from /proc
+        # shellcheck disable=SC2046
+        kill -TERM $(cat /proc/"$p"/task/*/children 2>/dev/null) 2>/dev/null || true
+    done
+    wait || true
     rm -f "$STOPPING"
     if [ -n "$stage_now" ]; then record_time "$stage_now" "$((SECONDS - stage_start))"; fi
     echo "$2" >&2
