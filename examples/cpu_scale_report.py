@@ -18,7 +18,7 @@ import re
 import shutil
 from pathlib import Path
 
-from steps import _fmt, _no_unk_scores, _scores, _valid_records, say, table1, write_lines  # (this folder's steps.py)
+from steps import _fmt, _scores, _valid_records, say, table1, write_lines  # (this folder's steps.py)
 
 
 def _load(path: Path) -> dict | None:
@@ -99,11 +99,12 @@ def _short_long(report: dict, split: int = 30, top: int = 50) -> dict[str, tuple
     return out
 
 
-def _curve(log: Path) -> str:
-    if not log.is_file():
+def _curve(records: list[dict] | None) -> str:
+    """A run's validation records (None: no log) as a table."""
+    if records is None:
         return "(missing)"
     rows = ["| update | valid ppl | greedy BLEU (dev sample) | training s |", "|---:|---:|---:|---:|"]
-    for r in _valid_records(str(log)):
+    for r in records:
         bleu = r.get("valid_bleu")
         rows.append(f"| {r['update']} | {r['valid_ppl']:.1f} | {'-' if bleu is None else f'{bleu:.2f}'} | "
                     f"{r['elapsed']:.0f} |")
@@ -117,10 +118,10 @@ def _curves(runs: Path) -> str:
     out, last = [], {}
     for m in (*MODELS, "rnnsearch-50-fr-en"):
         log = runs / m / "train.jsonl"
-        records = _valid_records(str(log)) if log.is_file() else []
+        records = _valid_records(str(log)) if log.is_file() else None
         if records:
             last[m] = records[-1]
-        out.append(f"**{NAMES[m]}**\n\n{_curve(log)}")
+        out.append(f"**{NAMES[m]}**\n\n{_curve(records)}")
     if "rnnsearch-50" in last and "rnnsearch-50star" in last:
         a, b = last["rnnsearch-50"], last["rnnsearch-50star"]
         out.insert(0, f"How far from converged: RNNsearch-50*, trained {b['update']:,} updates instead of "

@@ -234,14 +234,10 @@ def cmd_diagonal_aer(a) -> None:
 # -- budget -------------------------------------------------------------------------------------------------------
 
 
-def _valid_records(log: str) -> list[dict]:
+def _valid_records(log: str, kind: str = "valid") -> list[dict]:
+    """The records of one kind ("valid" or "train") of an nmt-train log (train.jsonl)."""
     with open(log, encoding="utf-8") as f:
-        return [r for r in map(json.loads, f) if r.get("type") == "valid"]
-
-
-def _train_records(log: str) -> list[dict]:
-    with open(log, encoding="utf-8") as f:
-        return [r for r in map(json.loads, f) if r.get("type") == "train"]
+        return [r for r in map(json.loads, f) if r.get("type") == kind]
 
 
 def cmd_budget(a) -> None:
@@ -256,7 +252,7 @@ def cmd_budget(a) -> None:
         log, _, factor = rest.partition("*")
         if not name or not log:
             raise SystemExit(f"steps budget: {spec!r}: expected NAME=TRAIN_JSONL or NAME=TRAIN_JSONL*FACTOR")
-        last = _train_records(log)[-1]
+        last = _valid_records(log, "train")[-1]
         jobs.append({"name": name, "log": log, "factor": float(factor or 1),
                      "seconds_per_update": last["elapsed"] / last["update"]})
     jobs.sort(key=lambda j: -j["factor"] * j["seconds_per_update"])  # longest first

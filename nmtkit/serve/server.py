@@ -24,8 +24,8 @@ from nmtkit.serve.service import Request, TranslationService
 
 log = logging.getLogger("nmtkit.serve")
 # The warm-up: a whole batch (--max-batch lines) of a sentence as long as many a server is sent, so that the memory a
-# full batch needs is taken before /health says ok, not by the first busy minute (bench_serve.txt: without it, memory
-# at rest rose 18% after the first load of full batches, and no further after more).
+# full batch needs is taken before /health says ok, not by the first busy minute (tests/bench/results/bench_serve.txt
+# has the memory at rest after each load, with a one-sentence warm-up and with this one).
 WARM_UP = ("This is the warm-up sentence of 1995 that the server translates before it answers, as long as many "
            "of the sentences it will be sent, with a number, a name such as Ottawa and a clause or two.")
 
