@@ -145,6 +145,11 @@ def test_signal_saves_and_resume_continues(small, tmp_path, signum):
     assert not [f for f in os.listdir(run) if f.endswith(".tmp")]
     trained = [json.loads(line)["update"] for line in open(log) if '"type": "train"' in line]
     assert trained == list(range(1, n + 1))
+    # saved at once, before any validation (a supervisor's SIGKILL follows its SIGTERM within seconds): the
+    # interruption is no validation of the run's, so no record of one and no best checkpoint yet
+    assert f"update {n}: interrupted; saved" in err and "(not validated)" in err, err
+    assert not [line for line in open(log) if '"type": "valid"' in line]
+    assert not (run / "checkpoint_best.pt").exists()
     if signum != signal.SIGTERM:
         return  # resuming is the same whatever stopped the run
 

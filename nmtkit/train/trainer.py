@@ -16,7 +16,8 @@ saving an exponential moving average of the weights or the mean of the last N va
 
 Resuming restores weights, optimizer state, RNG states, data position, update count, elapsed time, the metrics
 history, the schedule's state and the averaged weights, so a resumed run reaches the same weights as an
-uninterrupted one (bit for bit on CPU). Ctrl-C and SIGTERM finish the current update, save a checkpoint and stop.
+uninterrupted one (bit for bit on CPU). Ctrl-C and SIGTERM finish the current update, save a checkpoint at once
+(not validated) and stop.
 
 Data parallelism: under ``torchrun`` (``WORLD_SIZE`` > 1) every process takes an interleaved share of each
 minibatch, gradients are summed across processes before clipping, so N processes compute the update one process
@@ -354,14 +355,17 @@ class Trainer:
                     progress.step(st, window["nll"] / max(window["tok"], 1), window["tok"] / max(window["time"], 1e-9))
                     if st.update % cfg.log_every == 0 and lead:
                         logf.train_record(st.update, st.epoch + 1, window, self.lr, st.elapsed)
-                    stop = self._should_stop()
+                    stop = self._should_stop()  # "", "limit" or "interrupted"
                     if st.update % cfg.valid_every == 0 or stop:
                         self._gather_rngs()
-                        status = self._validate_and_save(logf, progress) if lead else status
+                        if lead and stop == "interrupted" and st.update % cfg.valid_every:
+                            self._save_interrupted(progress)  # at once: a supervisor's grace period is short
+                        elif lead:
+                            status = self._validate_and_save(logf, progress)
                         saved_at = st.update
                         status, st.elapsed = self.procs.broadcast_status(status, self.schedule, st.elapsed)
                     if stop and status == "done":
-                        status = "interrupted" if self.stop_signal is not None else "limit"
+                        status = stop
                     if status != "done":
                         break
                 else:
@@ -387,13 +391,27 @@ class Trainer:
         """Every process's RNG states, for the lead's checkpoint (a collective call: all processes make it)."""
         self._rank_rngs = self.procs.gather_rngs()
 
-    def _should_stop(self) -> bool:
-        """Whether any limit or a signal ends the run here; the processes of a data-parallel run agree on it and on
-        the time trained (the slowest's), which the schedules of a time budget read."""
+    def _should_stop(self) -> str:
+        """Whether a signal ("interrupted") or a limit ("limit") ends the run here, else ""; the processes of a
+        data-parallel run agree on it (a signal to any of them stops all) and on the time trained (the slowest's),
+        which the schedules of a time budget read."""
         cfg, st = self.cfg, self.state
-        stop, st.elapsed = self.procs.agree_to_stop(self.stop_signal is not None, st.elapsed)
-        return bool(stop or (cfg.max_updates and st.update >= cfg.max_updates)
-                    or (cfg.max_time and st.elapsed >= cfg.max_time))
+        signalled, st.elapsed = self.procs.agree_to_stop(self.stop_signal is not None, st.elapsed)
+        if signalled:
+            return "interrupted"
+        return "limit" if ((cfg.max_updates and st.update >= cfg.max_updates)
+                           or (cfg.max_time and st.elapsed >= cfg.max_time)) else ""
+
+    def _save_interrupted(self, progress) -> None:
+        """A signal's checkpoint, written before anything else (as Marian's ``--sigterm save-and-exit``): no
+        validation first, which on a large development set takes longer than a supervisor's grace period between
+        SIGTERM and SIGKILL (Docker's 10 s, Kubernetes' 30 s).  It is no validation of the run's, so it is not
+        in the log or the history, and ``checkpoint_best.pt`` stays as it was; ``--resume`` goes on from it."""
+        weights = None
+        if self.averager is not None:  # (the checkpoint holds the averaged weights, as every save does)
+            weights = self.averager.weights({k: v.detach().cpu() for k, v in self.model.state_dict().items()})
+        path = self.save(False, weights)
+        progress.write(f"update {self.state.update}: interrupted; saved {path} (not validated)")
 
     def _validate_and_save(self, logf, progress) -> str:
         cfg, st = self.cfg, self.state
