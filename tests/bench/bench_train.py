@@ -22,7 +22,9 @@ shows up there.
   paper's GRU (reset gate before U), (1) with Adam 0.001 and no clipping, like the peer, and (2) with the paper's
   recipe (Adadelta ε=1e-6 ρ=0.95, gradient norm clipped at 1); tokens/s from ``train.jsonl``
   (``tgt_tokens_per_s`` × window time, windows after the first 50 updates). Both tools run as subprocesses, with
-  torch's default thread count, data loading in the training process.
+  torch's default thread count, data loading in the training process.  Variant ``nmtkit-adam-bf16`` (not in the
+  default list; only where the CPU has native bfloat16) is (1) under ``--bf16`` autocast, for the one-hour issue's
+  question whether bf16 buys updates at this size; its GFLOP/s share is of the bf16 matmul ceiling.
 
 Part ``quality``: "validation quality unchanged" with bf16: ``rnnsearch-small`` trained twice on the synthetic
 corpus with the paper's recipe and the same seed and batches, in fp32 and with ``--bf16``, validated three times
@@ -67,7 +69,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers  # noqa: E402
 from peers import BenchError, Goal, log, median, run_measured, spread, table  # noqa: E402
 
-VARIANTS = ("onmt", "nmtkit-adam", "nmtkit-adadelta")
+VARIANTS = ("onmt", "nmtkit-adam", "nmtkit-adadelta", "nmtkit-adam-bf16")
+DEFAULT_VARIANTS = VARIANTS[:3]
 PARTS = ("small", "paper", "quality")
 
 
@@ -76,7 +79,8 @@ def parse_args(argv):
                                 epilog="See the module docstring for what is measured and how.")
     p.add_argument("--parts", default="small,paper,quality",
                    help="comma list of: small (vs OpenNMT-py), paper (rnnsearch-50), quality (fp32 vs bf16)")
-    p.add_argument("--variants", default=",".join(VARIANTS), help=f"small part: comma list of {', '.join(VARIANTS)}")
+    p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                   help=f"small part: comma list of {', '.join(VARIANTS)} [%(default)s]")
     p.add_argument("--repeats", type=int, help="interleaved repeats of the small part [3; quick 1]")
     p.add_argument("--adadelta-repeats", type=int, default=1,
                    help="of which nmtkit-adadelta takes part in the first N [1: it is not the comparison]")
@@ -87,6 +91,9 @@ def parse_args(argv):
     p.add_argument("--paper-repeats", type=int, default=None, help="interleaved fp32/bf16 repeats [5; quick 1]")
     p.add_argument("--precisions", default="fp32,bf16", help="paper part: fp32, bf16 or both")
     p.add_argument("--quality-updates", type=int, help="quality part: updates per run [600; quick 60]")
+    p.add_argument("--quality-optimizer", choices=("adadelta", "adam"), default="adadelta",
+                   help="quality part: the paper's recipe (Adadelta, clip 1) or the small part's Adam 1e-3, no clip "
+                        "(the one-hour recipe's rate before its annealing) [adadelta]")
     p.add_argument("--hansards-lines", type=int, default=150000, help="Hansards pairs for the 30k-vocabulary corpus")
     p.add_argument("--matmul-size", type=int, default=2048, help="square matmul size for the GFLOP/s ceiling")
     p.add_argument("--onmt-venv", type=Path, default=peers.DEFAULT_ONMT_VENV)
@@ -124,8 +131,8 @@ def parse_args(argv):
     from nmtkit.device import bf16_is_native
 
     a.bf16_native = bf16_is_native(torch.device("cpu"))
-    if not a.bf16_native and ("quality" in a.parts or ("paper" in a.parts and "bf16" in
-                                                                            a.precisions)):
+    if not a.bf16_native and ("quality" in a.parts or ("paper" in a.parts and "bf16" in a.precisions)
+                              or ("small" in a.parts and "nmtkit-adam-bf16" in a.variants)):
         # (emulated, one 2048x2048 bf16 product takes minutes here: the ceiling alone would not finish)
         p.error("this CPU has no native bfloat16 (no AVX-512 BF16 or AMX): bf16 is emulated, many times slower "
                 "than fp32; run --parts small,paper --precisions fp32 here")
@@ -244,12 +251,12 @@ class Session:
             ckpt.unlink()
         return res
 
-    def run_nmtkit(self, r: int, optimizer: str) -> dict:
+    def run_nmtkit(self, r: int, variant: str) -> dict:
+        """``variant``: adam, adadelta or adam-bf16 (Adam under bf16 autocast)."""
         a = self.a
-        d = self.runs / f"nmtkit-{optimizer}-r{r}"
+        d = self.runs / f"nmtkit-{variant}-r{r}"
         shutil.rmtree(d, ignore_errors=True)
-        opts = ["--optimizer", "adam", "--lr", "0.001", "--clip-norm", "0"] if optimizer == "adam" else \
-            ["--optimizer", "adadelta"]  # the paper's recipe: the defaults (ε 1e-6, ρ 0.95, clip 1)
+        opts = OPTIMIZER_OPTIONS[variant.split("-")[0]] + (["--bf16"] if variant.endswith("-bf16") else [])
         m = run_measured(peers.nmtkit_tool("nmt-train") + [
             self.synth_prep, "--arch", "rnnsearch-small", "--save-dir", d, "--max-updates", a.updates,
             "--log-every", a.skip, "--valid-every", 10 ** 9, "--valid-bleu-sentences", 0, "--seed", 1, "--force",
@@ -274,6 +281,11 @@ class Session:
         shutil.copyfile(d / "train.jsonl", d.parent / f"{d.name}.jsonl")
         shutil.rmtree(d, ignore_errors=True)  # ~1 GB of checkpoint (weights + Adadelta state)
         return res
+
+
+# Adam as the peer trains; Adadelta as the paper did (nmt-train's defaults: ε 1e-6, ρ 0.95, clip 1)
+OPTIMIZER_OPTIONS = {"adam": ["--optimizer", "adam", "--lr", "0.001", "--clip-norm", "0"],
+                     "adadelta": ["--optimizer", "adadelta"]}
 
 
 def small_part(s: Session, out: list[str], ceilings: dict) -> list[Goal]:
@@ -334,6 +346,7 @@ def small_part(s: Session, out: list[str], ceilings: dict) -> list[Goal]:
         "onmt": ("OpenNMT-py 3.5.1", "brnn GRU 2×128, GRU dec 256, mlp attn, input feed", "Adam 1e-3, no clip"),
         "nmtkit-adam": ("nmtkit", "rnnsearch-small, paper GRU (2×256 enc)", "Adam 1e-3, no clip"),
         "nmtkit-adadelta": ("nmtkit", "rnnsearch-small, paper GRU (2×256 enc)", "Adadelta, clip 1 (paper)"),
+        "nmtkit-adam-bf16": ("nmtkit --bf16", "rnnsearch-small, paper GRU (2×256 enc)", "Adam 1e-3, no clip"),
     }
     rows = []
     for v, rs in results.items():
@@ -361,14 +374,19 @@ def small_part(s: Session, out: list[str], ceilings: dict) -> list[Goal]:
             out.append(f"nmtkit (Adadelta, the paper's recipe) / OpenNMT-py: {r2:.2f}× (ratio of medians)")
         goals.append(Goal("training, small model: nmtkit (paper GRU, Adam) / OpenNMT-py 3.5.1 target tokens/s",
                           ratio, 1.5, "×"))
+    if results.get("nmtkit-adam") and results.get("nmtkit-adam-bf16"):
+        pairs = [b["tok_s"] / f["tok_s"] for f, b in zip(results["nmtkit-adam"], results["nmtkit-adam-bf16"])]
+        out.append("nmtkit bf16 autocast / fp32 (Adam): per repeat " + ", ".join(f"{p:.2f}×" for p in pairs)
+                   + f" (median {median(pairs):.2f}×)")
     if small_flops:
-        fp32 = ceilings["fp32"]["best"]
+        def share(v: str, rs: list[dict]) -> str:  # (each run against the ceiling of its own precision)
+            p = "bf16" if v.endswith("-bf16") else "fp32"
+            rate = median([x["tok_s"] for x in rs]) * small_flops / 1e9
+            return (f"; {v}: {rate:.1f} GFLOP/s = {100 * rate / ceilings[p]['best']:.0f}% of the measured {p} "
+                    f"matmul rate ({ceilings[p]['best']:,.0f} GFLOP/s)")
         out.append(f"rnnsearch-small: {small_flops / 1e6:.1f} MFLOP per target token (training, formula in the "
-                   f"script; vocabulary {cfg.tgt_vocab_size:,})" + "".join(
-                       f"; {v}: {median([x['tok_s'] for x in rs]) * small_flops / 1e9:.1f} GFLOP/s = "
-                       f"{100 * median([x['tok_s'] for x in rs]) * small_flops / 1e9 / fp32:.0f}% of the measured "
-                       f"fp32 matmul rate ({fp32:,.0f} GFLOP/s)"
-                       for v, rs in results.items() if v.startswith("nmtkit") and rs))
+                   f"script; vocabulary {cfg.tgt_vocab_size:,})"
+                   + "".join(share(v, rs) for v, rs in results.items() if v.startswith("nmtkit") and rs))
     return goals
 
 
@@ -441,7 +459,7 @@ def paper_part(s: Session, out: list[str], ceilings: dict) -> list[Goal]:
 
 
 def quality_part(s: Session, out: list[str]) -> list[Goal]:
-    """fp32 against bf16 autocast: the same run (seed, batches, the paper's recipe) validated along the way."""
+    """fp32 against bf16 autocast: the same run (seed, batches, optimizer) validated along the way."""
     import json
 
     a = s.a
@@ -457,7 +475,8 @@ def quality_part(s: Session, out: list[str]) -> list[Goal]:
         m = run_measured(peers.nmtkit_tool("nmt-train") + [
             s.synth_prep, "--arch", "rnnsearch-small", "--save-dir", d, "--max-updates", a.quality_updates,
             "--valid-every", every, "--valid-bleu-sentences", 500, "--log-every", every, "--seed", 1, "--force",
-            "--keep-last", 1] + (["--bf16"] if p == "bf16" else []), env=peers.quiet_env(),
+            "--keep-last", 1] + OPTIMIZER_OPTIONS[a.quality_optimizer] + (["--bf16"] if p == "bf16" else []),
+            env=peers.quiet_env(),
             log_path=d.parent / f"{d.name}.log")
         with open(d / "train.jsonl", encoding="utf-8") as f:
             curves[p] = [r for r in map(json.loads, f) if r.get("type") == "valid"]
@@ -468,8 +487,10 @@ def quality_part(s: Session, out: list[str]) -> list[Goal]:
              f"{100 * (y['valid_loss'] - x['valid_loss']) / x['valid_loss']:+.2f}%",
              f"{x.get('valid_bleu', float('nan')):.2f}", f"{y.get('valid_bleu', float('nan')):.2f}"]
             for x, y in zip(curves["fp32"], curves["bf16"])]
-    out += ["", f"Part quality: fp32 against bf16 autocast, rnnsearch-small on the synthetic corpus, the paper's "
-                f"recipe (Adadelta, clip 1), seed 1, {a.quality_updates} updates", "-" * 100,
+    recipe = ("the paper's recipe (Adadelta, clip 1)" if a.quality_optimizer == "adadelta"
+              else "Adam 1e-3, no clip (the small part's)")
+    out += ["", f"Part quality: fp32 against bf16 autocast, rnnsearch-small on the synthetic corpus, {recipe}, "
+                f"seed 1, {a.quality_updates} updates", "-" * 100,
             "The same run twice, only the precision differs: validation cross-entropy per token on the whole dev set "
             "(1,000 pairs) and greedy BLEU (tokenised) on its first 500 sentences. "
             f"Wall: fp32 {walls['fp32']:.0f} s, bf16 {walls['bf16']:.0f} s.", ""]
