@@ -52,6 +52,10 @@ class DecodeConfig:
         False, "Write digits only as parts of the source's numbers: a number the source does not have, one of its "
                "numbers changed, cut short or run on, or written more often than the source has it, is never written "
                "(grouping and separators are the model's; a '%' also allows the French 'p. 100').")
+    missing_numbers: float = _setting(
+        0.0, "With --source-numbers: rank finished hypotheses with PENALTY subtracted for each source number they "
+             "leave out (a clause dropped with its number ranks below the hypothesis that translates it; 0 = off; "
+             "a '%' written as '%' is not missing).", metavar="PENALTY")
     no_unk: bool = _setting(False, "Never generate the unknown-word token.")
     replace_unk: bool = _setting(
         False, "Replace each generated <unk> by the most attended source word (or its --unk-dict entry).")
@@ -80,6 +84,11 @@ class DecodeConfig:
                              f"{MAX_COVERAGE_PENALTY:g} (got {self.coverage_penalty}; Wu et al. use 0.2)")
         if self.sampling is not None and self.coverage_penalty:
             raise InputError("--coverage-penalty ranks beam search's hypotheses; it has no meaning with --sampling")
+        if not (math.isfinite(self.missing_numbers) and self.missing_numbers >= 0):
+            raise InputError(f"--missing-numbers must be a finite number of at least 0 (got {self.missing_numbers})")
+        if self.missing_numbers and (not self.source_numbers or self.sampling is not None):
+            raise InputError("--missing-numbers ranks beam search's hypotheses by the source's numbers: it needs "
+                             "--source-numbers, and has no meaning with --sampling")
         if self.no_repeat_ngram < 0:
             raise InputError(f"--no-repeat-ngram must be a whole number of at least 0, 0 = off "
                              f"(got {self.no_repeat_ngram})")

@@ -25,6 +25,8 @@ Every search takes its settings as one :class:`nmtkit.translate.config.DecodeCon
 - With ``source_numbers`` (a :class:`~nmtkit.translate.sourcenumbers.SourceNumbers` for the batch: the decoding's
   ``source_numbers`` setting) a token holding a digit may only continue or begin one of the sentence's source
   numbers; the others get −inf before the top-k, after the n-gram block (:mod:`nmtkit.translate.sourcenumbers`).
+  With ``missing_numbers`` γ > 0 besides, a finished hypothesis ranks with γ subtracted for each source number it
+  leaves out (:meth:`~nmtkit.translate.sourcenumbers.SourceNumbers.missing`): it ranks, it does not steer the beam.
 - :func:`greedy`: the plain batched greedy decoder (validation during training; equal to ``beam = 1``).
 - :func:`beam_search_reference`: one sentence at a time with Python lists — slow, obviously right, and the yardstick
   the batched search is tested against.
@@ -319,6 +321,8 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, decode: Decod
                 score = scores_l[a][j]
                 att = attn[row, :, : lens_l[sent]].clone() if need_attention else None
                 norm = score / (len(toks) + 1) ** lenpen + (penalty[row] if penalty is not None else 0.0)
+                if decode.missing_numbers:
+                    norm -= decode.missing_numbers * numbers_from.missing(toks, sent)
                 finished[sent].append(Hypothesis(toks, score, norm, att))
                 count[sent] += 1
         # the first K expansions that are not </s> continue
@@ -400,6 +404,8 @@ def beam_search_reference(models, src_ids: list[int], decode: DecodeConfig = DEF
             if v == EOS:
                 if rank < beam and math.isfinite(score) and len(finished) < beam:
                     cp = coverage_penalty * sum(math.log(min(max(c, 1e-12), 1.0)) for c in cov)
+                    if decode.missing_numbers:
+                        cp -= decode.missing_numbers * numbers_from.missing(toks, 0)
                     finished.append(Hypothesis(toks, score, score / (len(toks) + 1) ** lenpen + cp))
             elif len(next_live) < beam:
                 next_live.append((toks + [v], score, states, cov))

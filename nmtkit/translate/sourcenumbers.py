@@ -97,6 +97,7 @@ class SourceNumbers:
         self._x = [table.digits[i] for i in self.ids]
         self._word = [i in table.starts_word for i in self.ids]
         self.numbers = [Counter(ns) for ns in numbers]  # per sentence: {digit string: how many times}
+        self.percents = [_percents(ns) for ns in numbers]  # per sentence: the PERCENT entries its "%" signs made
         self._allowed: dict[tuple[tuple, str, bool], torch.Tensor] = {}  # (left, run, apart) -> (len(ids),)
         self._in_number: torch.Tensor | None = None  # bool (V,): the digit and glue tokens, made at the first apply
 
@@ -122,6 +123,17 @@ class SourceNumbers:
         glued = bool(run) and last in glue
         apart = not run or glued or (not self.table.sentencepiece and last not in self.table.joins_next)
         return State(tuple(sorted((k, v) for k, v in left.items() if v)), run, apart, glued)
+
+    def missing(self, tokens: list[int], sentence: int) -> int:
+        """How many of the sentence's source numbers a finished hypothesis (``tokens``, without ``</s>``) leaves out:
+        those still to write once its last run is taken, not counting the "100" each "%" allows (a translation that
+        writes "%" has left nothing out)."""
+        s = self.state(tokens, sentence)
+        left = dict(s.left)
+        if s.run:
+            _take(left, s.run)
+        percents = self.percents[sentence]
+        return sum(count - (min(count, percents) if number == PERCENT else 0) for number, count in left.items())
 
     def allowed(self, s: State) -> torch.Tensor:
         """bool (len(ids),): which digit tokens may follow a hypothesis in state ``s``: those that continue the run
@@ -187,6 +199,16 @@ class SourceNumbers:
             if ending_l[r]:
                 keep[EOS] = True
             logp[r].masked_fill_(~keep.to(logp.device), -math.inf)
+
+
+def _percents(numbers: list[str]) -> int:
+    """The :data:`PERCENT` entries :func:`source_numbers` appended for "%" signs: the trailing run of them (where
+    the source's last number is itself 100, it counts among them, so a missing 100 may go uncounted, never the
+    reverse)."""
+    k = len(numbers)
+    while k and numbers[k - 1] == PERCENT:
+        k -= 1
+    return len(numbers) - k
 
 
 def _begins(left: dict, digits: str) -> bool:
