@@ -141,7 +141,8 @@ def nmtkit(a, work: Path, stage: str) -> dict:
         result = {"updates": max(r["update"] for r in records), "script_wall_s": round(wall, 1),
                   "train_elapsed_s": max(r.get("elapsed", 0) for r in records),
                   "options": (w / "run" / "translate.options").read_text().split(),
-                  "train_process_wall_s": float((w / "run" / "train.wall_s").read_text())}
+                  "train_process_wall_s": float((w / "run" / "train.wall_s").read_text()),
+                  "precision": (w / "run" / "train.precision").read_text().strip()}
         _save(path, result)
     if stage == "train":
         return result
@@ -236,7 +237,8 @@ def onmt(a, work: Path, deadline: float, stage: str) -> dict:
 def table(results: dict) -> str:
     lines = [f"bench_hour (tests/bench/bench_hour.py), {time.strftime('%Y-%m-%d', time.gmtime())}", ""]
     for name, r in results.items():
-        label = "nmtkit rnnsearch-small, one-hour.sh" if name == "nmtkit" else "OpenNMT-py 3.5.1 (GRU brnn, mlp)"
+        label = (f"nmtkit rnnsearch-small, one-hour.sh ({r.get('precision', 'fp32')})" if name == "nmtkit"
+                 else "OpenNMT-py 3.5.1 (GRU brnn, mlp)")
         lines.append(f"{label}: {r.get('updates', 0):,} updates; decoded with {' '.join(r.get('options', []))}")
         for test, t in r.get("tests", {}).items():
             system = t["score"]["systems"][0]
