@@ -267,6 +267,14 @@ def test_one_hour_recipe_end_to_end_on_a_small_corpus(tmp_path, data_dir):
     payload = checkpoint.load(ckpt)
     assert payload["train"]["config"]["recipe"] == "budget" and payload["train"]["state"]["elapsed"] >= 20
     assert payload["train"]["schedule"]["budget"] == 20.0
+    # PRECISION=auto: bfloat16 autocast where this CPU computes it natively, float32 where it would be emulated
+    import torch
+
+    from nmtkit.device import bf16_is_native
+
+    native = bf16_is_native(torch.device("cpu"))
+    assert payload["train"]["config"]["bf16"] is native
+    assert (work / "train.precision").read_text().strip() == ("bf16" if native else "fp32")
     options = (work / "translate.options").read_text().split()
     assert "--beam" in options
     src = (work / "split.valid.en").read_text(encoding="utf-8").splitlines()  # (held out: never trained on)
@@ -291,4 +299,8 @@ def test_one_hour_recipe_end_to_end_on_a_small_corpus(tmp_path, data_dir):
     assert other.stderr.strip().splitlines()[-1].startswith(f"one-hour.sh: {work / 'data' / 'manifest.json'}: "
                                                             "prepared with 400 SentencePiece units")
     assert "SPM_UNITS=500" in other.stderr
+    bad = subprocess.run(["bash", str(ONE_HOUR), str(tmp_path / "corpus"), str(work)], capture_output=True,
+                         text=True, timeout=60, env={**env, "PRECISION": "fp16"})
+    assert bad.returncode == 2 and bad.stderr.strip() == \
+        "one-hour.sh: PRECISION must be auto, fp32 or bf16 (got 'fp16')"
     assert max(json.loads(line)["update"] for line in open(work / "model" / "train.jsonl")) == made
