@@ -16,6 +16,7 @@ from nmtkit.data import checkpoint
 from nmtkit.data.batching import collate_source
 from nmtkit.errors import InputError
 from nmtkit.models import model_for_inference
+from nmtkit.translate.cohort import BeamCohort
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.sampling import sample
 from nmtkit.translate.search import Hypothesis, beam_search
@@ -55,6 +56,18 @@ def collate_prefixes(prefixes: list[np.ndarray | None]) -> tuple[torch.Tensor, t
     return torch.from_numpy(out), torch.tensor(lens)
 
 
+def _inputs(sources: list[np.ndarray], decode: DecodeConfig, prefixes, digit_table, source_numbers):
+    """A batch's collated sources, prefixes and source-numbers constraint."""
+    numbers_from = None
+    if decode.source_numbers:
+        if digit_table is None or source_numbers is None or len(source_numbers) != len(sources):
+            raise ValueError("source_numbers needs the target's digit table and each sentence's source numbers")
+        numbers_from = SourceNumbers(digit_table, source_numbers)
+    src, lens = collate_source(sources)
+    prefix, prefix_lens = collate_prefixes(prefixes) if prefixes is not None else (None, None)
+    return src, lens, prefix, prefix_lens, numbers_from
+
+
 def decode_batch(models: list, sources: list[np.ndarray], device, decode: DecodeConfig,
                  need_attention: bool = False, bf16: bool = False, prefixes: list[np.ndarray | None] | None = None,
                  keys: list | None = None, numbers=None, digit_table: DigitTable | None = None,
@@ -67,13 +80,7 @@ def decode_batch(models: list, sources: list[np.ndarray], device, decode: Decode
     :func:`~nmtkit.translate.sourcenumbers.source_numbers`): each sentence's hypotheses, with attention (if asked
     for) as float32 numpy arrays (len(tokens) + 1, Tx)."""
     device = torch.device(device)
-    numbers_from = None
-    if decode.source_numbers:
-        if digit_table is None or source_numbers is None or len(source_numbers) != len(sources):
-            raise ValueError("source_numbers needs the target's digit table and each sentence's source numbers")
-        numbers_from = SourceNumbers(digit_table, source_numbers)
-    src, lens = collate_source(sources)
-    prefix, prefix_lens = collate_prefixes(prefixes) if prefixes is not None else (None, None)
+    src, lens, prefix, prefix_lens, numbers_from = _inputs(sources, decode, prefixes, digit_table, source_numbers)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         if decode.sampling is not None:
             keys = keys if keys is not None else [(k,) for k in range(len(sources))]
@@ -83,6 +90,27 @@ def decode_batch(models: list, sources: list[np.ndarray], device, decode: Decode
         else:
             hyps = beam_search(models, src.to(device), lens.to(device), decode, need_attention=need_attention,
                                prefix=prefix, prefix_lens=prefix_lens, numbers=numbers, numbers_from=numbers_from)
+    return finish_hypotheses(hyps)
+
+
+def start_cohort(models: list, sources: list[np.ndarray], device, decode: DecodeConfig,
+                 need_attention: bool = False, bf16: bool = False, prefixes: list[np.ndarray | None] | None = None,
+                 numbers=None, digit_table: DigitTable | None = None,
+                 source_numbers: list[list[str]] | None = None, **_) -> BeamCohort:
+    """:func:`decode_batch`'s beam search begun, not run: the batch encoded, as a
+    :class:`~nmtkit.translate.cohort.BeamCohort` to step (:mod:`nmtkit.translate.continuous`); its
+    ``results()`` through :func:`finish_hypotheses` are what :func:`decode_batch` gives."""
+    if decode.sampling is not None:
+        raise ValueError("a cohort is a beam search: sampling is decoded by decode_batch")
+    device = torch.device(device)
+    src, lens, prefix, prefix_lens, numbers_from = _inputs(sources, decode, prefixes, digit_table, source_numbers)
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        return BeamCohort(models, src.to(device), lens.to(device), decode, need_attention, prefix, prefix_lens,
+                          numbers, numbers_from)
+
+
+def finish_hypotheses(hyps: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
+    """In place, and returned: each hypothesis' attention as a float32 numpy array."""
     for sentence in hyps:
         for h in sentence:
             if h.attention is not None:

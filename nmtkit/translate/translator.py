@@ -290,6 +290,33 @@ class Translator:
             extras["source_numbers"] = [p.numbers for p in batch]
         return extras
 
+    def begin(self, lines: list[tuple[int, str]], prefixes: list[str] | None = None, prefix_name: str = "prefixes"
+              ) -> tuple[_Window, list]:
+        """Lines to decode by continuous batching (``nmt-serve``): all of them as one window, and for each of its
+        batches a beam search begun (the batch encoded: a :class:`~nmtkit.translate.cohort.BeamCohort`), to be
+        stepped with others (:class:`~nmtkit.translate.continuous.ContinuousSearch`) in this process; once they are
+        done, :meth:`end` gives the translations, the ones :meth:`translate` gives for the same lines."""
+        if self._pool is not None or not self.models:
+            raise ValueError("begin() decodes in this process: a translator without worker processes (workers=1)")
+        if self.decode.sampling is not None:
+            raise ValueError("begin() runs beam search: sampling is decoded by translate()")
+        from nmtkit.translate.decoding import start_cohort
+
+        prefix_lines = iter(prefixes) if prefixes is not None else None
+        w = self._prepare(lines, *self._read_prefixes(prefix_lines, lines, prefix_name))
+        if prefix_lines is not None and next(prefix_lines, None) is not None:
+            raise InputError(f"has more lines than the input ({len(lines)})", prefix_name, len(lines) + 1)
+        return w, [start_cohort(self.models, [p.ids for p in b], self.device, **{**self._options, **self._extras(b)})
+                   for b in w.batches]
+
+    def end(self, w: _Window, cohorts: list) -> list[Translation]:
+        """The translations of :meth:`begin`'s lines, in order, from its cohorts, each done."""
+        from nmtkit.translate.decoding import finish_hypotheses
+
+        if not all(c.done for c in cohorts):
+            raise ValueError("end() needs every cohort of begin() done")
+        return self._assemble(w, [finish_hypotheses(c.results()) for c in cohorts])
+
     def translate_lines(self, texts: Iterable[str]) -> list[str]:
         """Convenience: a list of raw lines → a list of translations."""
         return [t.text for t in self.translate(enumerate(texts, start=1))]

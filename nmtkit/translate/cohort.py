@@ -1,0 +1,163 @@
+"""One batch of sentences in beam search, advanced a step at a time: :class:`BeamCohort`.
+
+:func:`nmtkit.translate.search.beam_search` is one cohort stepped until it is done; a server steps several cohorts
+together, each started when its sentences arrived (:mod:`nmtkit.translate.continuous`).  A step is split where the
+model ends: the caller computes the log-probabilities of the cohort's rows (``y``, ``states``, ``encs``; several
+cohorts' rows in one product), and :meth:`BeamCohort.advance` does the rest of the step as the module docstring of
+:mod:`nmtkit.translate.search` describes it: masks, the top ``2K`` expansions, finished hypotheses, the next beams,
+and the sentences that are done leaving the cohort.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from nmtkit.data.vocab import BOS, EOS
+from nmtkit.translate.config import DecodeConfig
+from nmtkit.translate.searchstep import (Ensemble, Hypothesis, _limits, _mask_step, _only_eos, check_numbers_from,
+                                         coverage, free_tokens, top_k)
+from nmtkit.translate.sourcenumbers import SourceNumbers
+
+
+class BeamCohort:
+    """The search state of B sentences started together: K = ``decode.beam`` rows per sentence still decoding
+    (``y``, ``states``: one (A·K, ·) tensor per model, ``encs``: the A sentences' encoder outputs), their tokens,
+    scores and finished hypotheses.  src (B, Tx) with ``</s>``, src_lens (B,), prefix (B, P) / prefix_lens (B,) as
+    ``beam_search`` takes them."""
+
+    @torch.no_grad()
+    def __init__(self, models, src: torch.Tensor, src_lens: torch.Tensor, decode: DecodeConfig,
+                 need_attention: bool = False, prefix: torch.Tensor | None = None,
+                 prefix_lens: torch.Tensor | None = None, numbers: torch.Tensor | None = None,
+                 numbers_from: SourceNumbers | None = None):
+        check_numbers_from(decode, numbers_from)
+        self.decode, self.need_attention, self.numbers_from = decode, need_attention, numbers_from
+        self.ens = ens = Ensemble(models)
+        self.dev = dev = src.device
+        self.free = free_tokens(decode, numbers, dev)
+        B, K = src.shape[0], decode.beam
+        self.K = K
+        if prefix is not None:
+            prefix, prefix_lens = prefix.to(dev), prefix_lens.to(dev)
+        self.prefix, self.prefix_lens = prefix, prefix_lens
+        self.encs = ens.encode(src, src_lens)  # one per sentence: the K hypotheses of a sentence share it
+        self.states = [s.repeat_interleave(K, dim=0) for s in ens.init(self.encs)]  # (B*K, n): K rows a sentence
+        self.limits = _limits(src_lens, decode.max_len_a, decode.max_len_b, prefix_lens).to(dev)  # (B,)
+        self.words = None  # with a coverage penalty: (A*K, Tx) which positions are source words, Σ_i α_ij so far
+        if decode.coverage_penalty > 0:
+            positions = torch.arange(src.shape[1], device=dev)
+            self.words = (positions < (src_lens.to(dev) - 1).unsqueeze(1)).repeat_interleave(K, dim=0)
+            self.cov = torch.zeros((B * K, src.shape[1]), device=dev)
+        self.alive = torch.arange(B, device=dev)  # original ids of the sentences still decoding
+        self.scores = torch.full((B, K), -math.inf, device=dev)
+        self.scores[:, 0] = 0.0  # one live hypothesis to start with, so the first step does not repeat it K times
+        self.tokens = torch.zeros((B * K, 0), dtype=torch.long, device=dev)  # (A*K, t)
+        self.attn = torch.zeros((B * K, 0, src.shape[1]), device=dev) if need_attention else None  # (A*K, t, Tx)
+        self.y = torch.full((B * K,), BOS, dtype=torch.long, device=dev)
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+        self.count = [0] * B  # finished hypotheses per sentence (Python-side bookkeeping)
+        self.lens_l = src_lens.tolist()
+        self.Tx = src.shape[1]
+        self.t = 0  # the step about to be taken
+        self.last = int(self.limits.max())  # the last step any sentence may take
+        self.done = B == 0
+        self.changed = True  # whether ``encs`` changed since the caller last read it (sentences left)
+
+    @property
+    def rows(self) -> int:
+        return self.y.shape[0]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One step of this cohort alone."""
+        logp, states, alpha = self.ens.step(self.y, self.states, self.encs)  # (A*K, V), α (A*K, Tx)
+        self.advance(logp, states, alpha)
+
+    @torch.no_grad()
+    def advance(self, logp: torch.Tensor, states: list[torch.Tensor], alpha: torch.Tensor | None) -> None:
+        """The rest of step t from the rows' log-probabilities (A*K, V) float32 (consumed: changed in place), the
+        models' new states and α (A*K, Tx) (or None)."""
+        decode, K, dev, t = self.decode, self.K, self.dev, self.t
+        alive = self.alive
+        A = alive.numel()
+        V = logp.shape[1]
+        at_limit = (t >= self.limits[alive]).repeat_interleave(K)  # (A*K,)
+        _mask_step(logp, decode.no_unk, t, self.prefix, self.prefix_lens, alive, K, self.tokens,
+                   decode.no_repeat_ngram, self.free, self.numbers_from, at_limit)  # tokens (A*K, t)
+        words = self.words
+        if words is not None:
+            if alpha is None:
+                raise ValueError("the coverage penalty needs an attention model (rnnsearch)")
+            self.cov = self.cov + alpha  # (A*K, Tx) Σ_i α_ij including this step
+        _only_eos(logp, at_limit)  # at the limit only </s> may follow
+        cand = logp.view(A, K, V).add_(self.scores.unsqueeze(2)).view(A, K * V)  # (A, K*V)   in place
+        top_scores, top_idx = top_k(cand, min(2 * K, K * V))  # (A, 2K)
+        src_beam, tok = top_idx // V, top_idx % V  # (A, 2K)
+        is_eos = (tok == EOS) & torch.isfinite(top_scores)
+        attn = self.attn
+        if self.need_attention:
+            attn = torch.cat([attn, alpha.unsqueeze(1)], dim=1)  # (A*K, t+1, Tx)
+        # finish the </s> expansions ranked among the first K
+        alive_l = alive.tolist()
+        ends = is_eos[:, :K].nonzero().tolist()
+        if ends:
+            beams_l, scores_l = src_beam[:, :K].tolist(), top_scores[:, :K].tolist()
+            penalty = coverage(self.cov, words, decode.coverage_penalty).tolist() if words is not None else None
+            for a, j in ends:
+                sent = alive_l[a]
+                if self.count[sent] >= K:
+                    continue
+                row = a * K + beams_l[a][j]
+                toks = self.tokens[row].tolist()
+                score = scores_l[a][j]
+                att = attn[row, :, : self.lens_l[sent]].clone() if self.need_attention else None
+                norm = score / (len(toks) + 1) ** decode.lenpen + (penalty[row] if penalty is not None else 0.0)
+                if decode.missing_numbers:
+                    norm -= decode.missing_numbers * self.numbers_from.missing(toks, sent)
+                self.finished[sent].append(Hypothesis(toks, score, norm, att))
+                self.count[sent] += 1
+        # the first K expansions that are not </s> continue
+        positions = torch.arange(top_idx.shape[1], device=dev)
+        key = (~(tok == EOS)).float() * (2 * K + 1) - positions  # (A, 2K): non-</s> first, in rank order
+        sel = key.topk(K, dim=1).indices.sort(dim=1).values  # (A, K)
+        scores = top_scores.gather(1, sel)  # (A, K)
+        rows = (torch.arange(A, device=dev).unsqueeze(1) * K + src_beam.gather(1, sel)).view(-1)  # (A*K,)
+        y = tok.gather(1, sel).view(-1)  # (A*K,)
+        tokens = torch.cat([self.tokens.index_select(0, rows), y.unsqueeze(1)], dim=1)
+        if self.need_attention:
+            attn = attn.index_select(0, rows)
+        states = [s.index_select(0, rows) for s in states]
+        if words is not None:
+            self.cov, words = self.cov.index_select(0, rows), words.index_select(0, rows)
+        done = (torch.tensor([self.count[i] for i in alive_l], device=dev) >= K) | (t >= self.limits[alive])  # (A,)
+        self.t = t + 1
+        if bool(done.all()) or self.t > self.last:
+            self.done = True
+            self.y, self.states, self.tokens, self.attn, self.words = y[:0], [s[:0] for s in states], tokens[:0], \
+                None, None
+            self.alive = alive[:0]
+            return
+        if bool(done.any()):  # drop finished sentences from the batch
+            keep = (~done).nonzero().squeeze(1)  # (A',)
+            keep_rows = (keep.unsqueeze(1) * K + torch.arange(K, device=dev)).view(-1)
+            alive, scores, y, tokens = alive[keep], scores[keep], y[keep_rows], tokens[keep_rows]
+            if self.need_attention:
+                attn = attn[keep_rows]
+            states = [s.index_select(0, keep_rows) for s in states]
+            if words is not None:
+                self.cov, words = self.cov[keep_rows], words[keep_rows]
+            self.encs = [m.reorder_encoder_out(e, keep) for m, e in zip(self.ens.models, self.encs)]
+            self.changed = True
+        # (the K rows of a sentence share its encoder output, so reordering beams leaves ``encs`` as it is)
+        self.alive, self.scores, self.y, self.tokens, self.attn, self.states, self.words = \
+            alive, scores, y, tokens, attn, states, words
+
+    def results(self) -> list[list[Hypothesis]]:
+        """For each sentence its ``decode.nbest`` best finished hypotheses, best first."""
+        results = []
+        for hyps in self.finished:
+            hyps.sort(key=lambda h: -h.norm_score)  # stable: equal scores keep the order they finished in
+            results.append(hyps[: self.decode.nbest])
+        return results
