@@ -317,6 +317,36 @@ def test_health_answers_while_a_long_batch_decodes(server, lines):
     assert pending and answered < done["translate"][1]  # (the batch was still decoding: not a vacuous test)
 
 
+@pytest.mark.parametrize("batching", ["continuous", "static"])
+def test_a_line_joins_the_running_search_and_leaves_it_when_done(ckpt, lines, tmp_path, batching):
+    """A long batch is decoding (forced 120-word prefixes); a one-line request with the same settings comes 0.3 s
+    later.  Continuous batching (the default with one worker): it joins the search at its next step and is answered
+    while the long batch goes on, with nmt-translate's text.  Static batching: it waits for the long batch."""
+    want = nmt_translate(ckpt, tmp_path, lines[:1], "--beam", "48")["text"].splitlines()
+    s = Server(ckpt, "--batch-wait-ms", "20", *(["--batching", batching] if batching == "static" else []))
+    try:
+        s.ready()
+        heavy = {"src": [" ".join(lines[:4])] * 20, "prefix": [" ".join(["un homme"] * 60)] * 20, "beam": 48}
+        done = {}
+
+        def post(name, body):
+            done[name] = (s.call("/translate", body), time.monotonic())
+
+        long = threading.Thread(target=post, args=("long", heavy))
+        long.start()
+        time.sleep(0.3)
+        post("short", {"src": lines[:1], "beam": 48})
+        long.join()
+    finally:
+        assert s.stop() == 0
+    assert done["long"][0][0] == 200 and done["short"][0][0] == 200
+    assert [t["tgt"] for t in done["short"][0][1]["translations"]] == want
+    if batching == "continuous":
+        assert done["short"][1] < done["long"][1]  # answered while the long batch still decoded
+    else:
+        assert done["short"][1] > done["long"][1]
+
+
 # -- shutdown and start-up -----------------------------------------------------------------------------------------
 
 def test_sigterm_answers_the_requests_in_flight_then_exits_0(ckpt, lines, tmp_path):

@@ -33,10 +33,17 @@ from nmtkit.runtime import tune_malloc
 @click.option("--workers", default=1, show_default=True,
               help="Decoding processes sharing the threads, each decoding a batch of its own at once (0 = on CPU "
                    "min(threads, 4)).")
+@click.option("--batching", type=click.Choice(["auto", "continuous", "static"]), default="auto", show_default=True,
+              help="continuous: lines join the running search between its steps and leave it when done; static: "
+                   "each batch decoded whole before the next starts (auto: continuous with --workers 1).")
+@click.option("--join-wait-ms", default=50.0, show_default=True,
+              help="Continuous batching: lines join a running search once they are half as many as those it "
+                   "decodes (each batch in it costs every step), or after waiting this long.")
 @backend_option("translations")
 @click.option("--quiet", "-q", is_flag=True, help="No log line per request (warnings and errors only).")
 def main(models, host, port, max_batch, batch_wait_ms, max_lines, max_chars, max_queue, timeout, unk_dict, tokenized,
-         batch_size, max_source_len, device, threads, workers, backend, quiet):
+         batch_size, max_source_len, device, threads, workers, batching, join_wait_ms, backend,
+         quiet):
     """Serve translations over HTTP: POST /translate {"src": [lines], ...decoding options...}.
 
     \b
@@ -59,7 +66,7 @@ def main(models, host, port, max_batch, batch_wait_ms, max_lines, max_chars, max
                           max_lines=max_lines, max_chars=max_chars, max_queue=max_queue, timeout=timeout,
                           device=device, threads=threads, workers=workers, batch_size=batch_size, max_source_len=max_source_len,
                           unk_dict=load_unk_dict(unk_dict) if unk_dict else {}, tokenized=tokenized,
-                          backend=backend))
+                          batching=batching, join_wait_ms=join_wait_ms, backend=backend))
 
     run("nmt-serve", body)
 

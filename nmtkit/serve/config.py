@@ -28,6 +28,15 @@ class ServeConfig:
     unk_dict: dict = field(default_factory=dict)  # for --replace-unk
     tokenized: bool = False
     backend: str | None = None
+    batching: str = "auto"  # continuous (lines join the running search), static (batch by batch), auto (continuous
+    # where the server's process decodes: one worker)
+    join_wait_ms: float = 50.0  # continuous: the longest lines wait to join a running search with fewer lines than
+    # half of those it decodes
+
+    @property
+    def continuous(self) -> bool:
+        """Whether batches are decoded by continuous batching (nmtkit/serve/engine.py)."""
+        return self.batching == "continuous" or (self.batching == "auto" and self.workers == 1)
 
     def check(self) -> None:
         if not self.checkpoints:
@@ -42,6 +51,8 @@ class ServeConfig:
             raise InputError(f"--port must be between 0 and 65535 (got {self.port})")
         if not 0 <= self.batch_wait_ms < math.inf:
             raise InputError(f"--batch-wait-ms must be a finite number of at least 0 (got {self.batch_wait_ms})")
+        if not 0 <= self.join_wait_ms < math.inf:
+            raise InputError(f"--join-wait-ms must be a finite number of at least 0 (got {self.join_wait_ms})")
         if not 0 < self.timeout < math.inf:
             raise InputError(f"--timeout must be a finite number above 0 (got {self.timeout})")
         if self.workers < 0:
@@ -49,6 +60,11 @@ class ServeConfig:
         if self.workers > 1 and self.device != "cpu":
             raise InputError(f"--workers {self.workers} needs --device cpu (one process drives a {self.device} "
                              "device)")
+        if self.batching not in ("auto", "continuous", "static"):
+            raise InputError(f"--batching must be auto, continuous or static (got {self.batching!r})")
+        if self.batching == "continuous" and self.workers != 1:
+            raise InputError(f"--batching continuous decodes in the server's process: it needs --workers 1 (got "
+                             f"{self.workers})")
         if self.threads < 0:
             raise InputError(f"--threads must be at least 0 (got {self.threads}; 0 = torch's default)")
         if self.max_queue < self.max_lines:

@@ -111,20 +111,50 @@ class TranslationService:
         draws for that file."""
         if not requests:
             return []
-        decode, need_attention = requests[0].key
-        if any(r.key != requests[0].key for r in requests):
-            raise ValueError("requests decoded together must share their settings")
-        translator = self._translator(decode, need_attention)
-        numbered = [(k, line) for r in requests for k, line in enumerate(r.lines, start=1)]
-        prefixes = None
-        if any(r.prefixes is not None for r in requests):
-            prefixes = [p for r in requests for p in (r.prefixes or [""] * len(r.lines))]
-        translations = list(translator.translate(numbered, prefixes, "prefix"))
-        out, at = [], 0
-        for r in requests:
-            out.append([_result(t, r) for t in translations[at: at + len(r.lines)]])
-            at += len(r.lines)
-        return out
+        translator = self._translator(*_key(requests))
+        numbered, prefixes = _lines(requests)
+        return _split(requests, list(translator.translate(numbered, prefixes, "prefix")))
+
+    def continuous(self, requests: list[Request]) -> bool:
+        """Whether these requests may be decoded by continuous batching (:meth:`begin`): beam search, in this
+        process."""
+        return self.concurrency == 1 and not self.translator.worker_pids and requests[0].decode.sampling is None
+
+    def begin(self, requests: list[Request]) -> tuple[Any, Any, list]:
+        """:meth:`translate` begun, for continuous batching: (the configured translator, its window, the beam
+        search cohorts to step: :meth:`nmtkit.translate.translator.Translator.begin`)."""
+        translator = self._translator(*_key(requests))
+        numbered, prefixes = _lines(requests)
+        return (translator, *translator.begin(numbered, prefixes, "prefix"))
+
+    def end(self, requests: list[Request], begun: tuple[Any, Any, list]) -> list[list[dict]]:
+        """:meth:`translate`'s results from :meth:`begin`'s cohorts, once done."""
+        translator, window, cohorts = begun
+        return _split(requests, translator.end(window, cohorts))
+
+
+def _key(requests: list[Request]) -> tuple:
+    if any(r.key != requests[0].key for r in requests):
+        raise ValueError("requests decoded together must share their settings")
+    return requests[0].key
+
+
+def _lines(requests: list[Request]) -> tuple[list[tuple[int, str]], list[str] | None]:
+    """The requests' lines, each request's numbered from 1, and their prefixes (None: no request has any)."""
+    numbered = [(k, line) for r in requests for k, line in enumerate(r.lines, start=1)]
+    prefixes = None
+    if any(r.prefixes is not None for r in requests):
+        prefixes = [p for r in requests for p in (r.prefixes or [""] * len(r.lines))]
+    return numbered, prefixes
+
+
+def _split(requests: list[Request], translations: list) -> list[list[dict]]:
+    """The translations of the requests' lines (in order) → each request's results."""
+    out, at = [], 0
+    for r in requests:
+        out.append([_result(t, r) for t in translations[at: at + len(r.lines)]])
+        at += len(r.lines)
+    return out
 
 
 def _result(t, request: Request) -> dict:

@@ -75,6 +75,7 @@ def main(argv=None) -> None:
     p.add_argument("--batch-wait-ms", default="5")
     p.add_argument("--threads", default="2")
     p.add_argument("--workers", default="1", help="nmt-serve --workers")
+    p.add_argument("--batching", default="auto", help="nmt-serve --batching: auto, continuous or static")
     a = p.parse_args(argv)
 
     hansards = (DATA / "hansards" / "test.en").read_text(encoding="utf-8").splitlines()[: a.lines]
@@ -85,7 +86,7 @@ def main(argv=None) -> None:
           f"load average {os.getloadavg()[0]:.2f}")
     print(f"model {a.model}; {len(lines)} lines (Hansards test sittings and news-test-2014, alternating); beam 12; "
           f"server --max-batch {a.max_batch} --batch-wait-ms {a.batch_wait_ms} --threads {a.threads} --workers "
-          f"{a.workers}\n")
+          f"{a.workers} --batching {a.batching}\n")
 
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "in.en"
@@ -99,7 +100,7 @@ def main(argv=None) -> None:
 
     server = subprocess.Popen([sys.executable, REPO / "bin" / "nmt-serve", "-m", a.model, "--port", "0", "--threads",
                                a.threads, "--max-batch", a.max_batch, "--batch-wait-ms", a.batch_wait_ms,
-                               "--workers", a.workers, "--max-queue", "10000", "-q"], stderr=subprocess.PIPE, text=True, env=ENV)
+                               "--workers", a.workers, "--batching", a.batching, "--max-queue", "10000", "-q"], stderr=subprocess.PIPE, text=True, env=ENV)
     url = re.search(r"(http://\S+/)", server.stderr.readline()).group(1)
     threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
     while True:
