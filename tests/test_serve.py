@@ -177,11 +177,12 @@ def test_prefixes_attention_and_sampling_are_nmt_translates(server, ckpt, lines,
         assert all(len(row) == len(a["src"]) and abs(sum(row) - 1) < 1e-3 for row in a["weights"])
 
 
-def test_concurrent_clients_each_get_their_own_lines_in_shared_batches(ckpt, data_dir, tmp_path):
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_concurrent_clients_each_get_their_own_lines_in_shared_batches(ckpt, data_dir, tmp_path, batching):
     lines = lines_of(data_dir / "multi30k" / "val.en", 50)
     assert len(set(lines)) == 50
     want = nmt_translate(ckpt, tmp_path, lines)["text"].splitlines()
-    s = Server(ckpt, "--batch-wait-ms", "200", "--max-batch", "16")
+    s = Server(ckpt, "--batch-wait-ms", "200", "--max-batch", "16", "--batching", batching)
     try:
         s.ready()
         with ThreadPoolExecutor(50) as pool:
@@ -320,10 +321,10 @@ def test_health_answers_while_a_long_batch_decodes(server, lines):
 @pytest.mark.parametrize("batching", ["continuous", "static"])
 def test_a_line_joins_the_running_search_and_leaves_it_when_done(ckpt, lines, tmp_path, batching):
     """A long batch is decoding (forced 120-word prefixes); a one-line request with the same settings comes 0.3 s
-    later.  Continuous batching (the default with one worker): it joins the search at its next step and is answered
-    while the long batch goes on, with nmt-translate's text.  Static batching: it waits for the long batch."""
+    later.  Continuous batching: it joins the search at its next step and is answered while the long batch goes on,
+    with nmt-translate's text.  Static batching (the default): it waits for the long batch."""
     want = nmt_translate(ckpt, tmp_path, lines[:1], "--beam", "48")["text"].splitlines()
-    s = Server(ckpt, "--batch-wait-ms", "20", *(["--batching", batching] if batching == "static" else []))
+    s = Server(ckpt, "--batch-wait-ms", "20", *(["--batching", batching] if batching == "continuous" else []))
     try:
         s.ready()
         heavy = {"src": [" ".join(lines[:4])] * 20, "prefix": [" ".join(["un homme"] * 60)] * 20, "beam": 48}

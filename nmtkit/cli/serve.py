@@ -33,9 +33,9 @@ from nmtkit.runtime import tune_malloc
 @click.option("--workers", default=1, show_default=True,
               help="Decoding processes sharing the threads, each decoding a batch of its own at once (0 = on CPU "
                    "min(threads, 4)).")
-@click.option("--batching", type=click.Choice(["auto", "continuous", "static"]), default="auto", show_default=True,
-              help="continuous: lines join the running search between its steps and leave it when done; static: "
-                   "each batch decoded whole before the next starts (auto: continuous with --workers 1).")
+@click.option("--batching", type=click.Choice(["static", "continuous"]), default="static", show_default=True,
+              help="static: each batch decoded whole before the next starts; continuous (--workers 1): lines join "
+                   "the running search between its steps and leave it when done (docs/tools.rst: when it pays).")
 @click.option("--join-wait-ms", default=50.0, show_default=True,
               help="Continuous batching: lines join a running search once they are half as many as those it "
                    "decodes (each batch in it costs every step), or after waiting this long.")

@@ -10,7 +10,7 @@ loop goes on answering (``/health`` during a long batch) and queueing; each requ
 With ``concurrency`` > 1 (``nmt-serve --workers``: decoding processes) that many batches are decoded at once, each
 on a thread that hands it to the workers; the next batch forms while they decode, from what waits meanwhile.
 
-With ``continuous`` (``nmt-serve --batching continuous``, the default where decoding runs in the server's process)
+With ``continuous`` (``nmt-serve --batching continuous``; decoding in the server's process, one worker)
 a formed batch is handed to the :class:`~nmtkit.serve.engine.Engine` instead, which adds it to the search already
 running, at its next step (continuous batching).  Each batch in the search costs every step its own bookkeeping,
 so lines join a running search together: a batch forms once the lines waiting are at least half as many as those

@@ -28,15 +28,14 @@ class ServeConfig:
     unk_dict: dict = field(default_factory=dict)  # for --replace-unk
     tokenized: bool = False
     backend: str | None = None
-    batching: str = "auto"  # continuous (lines join the running search), static (batch by batch), auto (continuous
-    # where the server's process decodes: one worker)
+    batching: str = "static"  # static (batch by batch) or continuous (lines join the running search; one worker)
     join_wait_ms: float = 50.0  # continuous: the longest lines wait to join a running search with fewer lines than
     # half of those it decodes
 
     @property
     def continuous(self) -> bool:
         """Whether batches are decoded by continuous batching (nmtkit/serve/engine.py)."""
-        return self.batching == "continuous" or (self.batching == "auto" and self.workers == 1)
+        return self.batching == "continuous"
 
     def check(self) -> None:
         if not self.checkpoints:
@@ -60,8 +59,8 @@ class ServeConfig:
         if self.workers > 1 and self.device != "cpu":
             raise InputError(f"--workers {self.workers} needs --device cpu (one process drives a {self.device} "
                              "device)")
-        if self.batching not in ("auto", "continuous", "static"):
-            raise InputError(f"--batching must be auto, continuous or static (got {self.batching!r})")
+        if self.batching not in ("continuous", "static"):
+            raise InputError(f"--batching must be static or continuous (got {self.batching!r})")
         if self.batching == "continuous" and self.workers != 1:
             raise InputError(f"--batching continuous decodes in the server's process: it needs --workers 1 (got "
                              f"{self.workers})")

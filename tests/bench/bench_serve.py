@@ -75,7 +75,7 @@ def main(argv=None) -> None:
     p.add_argument("--batch-wait-ms", default="5")
     p.add_argument("--threads", default="2")
     p.add_argument("--workers", default="1", help="nmt-serve --workers")
-    p.add_argument("--batching", default="auto", help="nmt-serve --batching: auto, continuous or static")
+    p.add_argument("--batching", default="static", help="nmt-serve --batching: static or continuous")
     a = p.parse_args(argv)
 
     hansards = (DATA / "hansards" / "test.en").read_text(encoding="utf-8").splitlines()[: a.lines]
