@@ -165,11 +165,7 @@ class Batcher:
                 left = self.queue[0].arrived + self.join_wait - time.monotonic()
                 if left <= 0:
                     return
-            self._stir.clear()
-            try:
-                await asyncio.wait_for(self._stir.wait(), left)
-            except asyncio.TimeoutError:
-                pass
+            await _set_within(self._stir, left)
 
     def _delivered(self, batch: list[_Job], lines: int, start: float, result, done: asyncio.Future) -> None:
         """(continuous) A batch's results, or its error, handed to its requests."""
@@ -202,10 +198,7 @@ class Batcher:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            self._changed.clear()
-            try:
-                await asyncio.wait_for(self._changed.wait(), left)
-            except asyncio.TimeoutError:
+            if not await _set_within(self._changed, left):
                 break
         if head not in self.queue:  # (it timed out while its batch formed)
             return [], 0
@@ -241,3 +234,13 @@ class Batcher:
 
     def _lines(self, key) -> int:
         return sum(len(job.request.lines) for job in self.queue if job.request.key == key)
+
+
+async def _set_within(event: asyncio.Event, timeout: float | None) -> bool:
+    """Clear ``event``, then wait until it is set again (True) or ``timeout`` seconds pass (False; None: no limit)."""
+    event.clear()
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+        return True
+    except asyncio.TimeoutError:
+        return False

@@ -62,10 +62,6 @@ class Engine:
             self._wake.notify()
         self._thread.join()
 
-    @property
-    def busy(self) -> bool:
-        return bool(self._batches or self._inbox)
-
     def _run(self) -> None:
         bf16 = bool(self.service.translator._options.get("bf16"))
         device = self.service.translator.device.type
@@ -131,4 +127,3 @@ class Engine:
             batch.deliver(e)
             return
         batch.deliver(results)
-

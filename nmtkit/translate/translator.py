@@ -44,7 +44,8 @@ import torch
 
 # (also the library's names here)
 from nmtkit.translate import linetext
-from nmtkit.translate.decoding import build_models, decode_batch, load_checkpoints  # noqa: F401
+from nmtkit.translate.decoding import (build_models, decode_batch, finish_hypotheses,  # noqa: F401
+                                       load_checkpoints, start_cohort)
 from nmtkit.errors import InputError, WorkerError
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.search import Hypothesis
@@ -300,8 +301,6 @@ class Translator:
             raise ValueError("begin() decodes in this process: a translator without worker processes (workers=1)")
         if self.decode.sampling is not None:
             raise ValueError("begin() runs beam search: sampling is decoded by translate()")
-        from nmtkit.translate.decoding import start_cohort
-
         prefix_lines = iter(prefixes) if prefixes is not None else None
         w = self._prepare(lines, *self._read_prefixes(prefix_lines, lines, prefix_name))
         if prefix_lines is not None and next(prefix_lines, None) is not None:
@@ -311,8 +310,6 @@ class Translator:
 
     def end(self, w: _Window, cohorts: list) -> list[Translation]:
         """The translations of :meth:`begin`'s lines, in order, from its cohorts, each done."""
-        from nmtkit.translate.decoding import finish_hypotheses
-
         if not all(c.done for c in cohorts):
             raise ValueError("end() needs every cohort of begin() done")
         return self._assemble(w, [finish_hypotheses(c.results()) for c in cohorts])
