@@ -36,6 +36,9 @@ CASES = {
     "rnnsearch: coverage penalty, length normalisation, source numbers held and counted": (
         "rnnsearch", 1, DecodeConfig(beam=3, nbest=2, lenpen=0.6, coverage_penalty=0.3, max_len_b=5,
                                      source_numbers=True, missing_numbers=0.5), False, False),
+    "rnnsearch: every source number written (the beam shared by numbers written), prefixes": (
+        "rnnsearch", 1, DecodeConfig(beam=4, nbest=3, max_len_a=1.5, max_len_b=5, source_numbers=True,
+                                     all_numbers=True), False, True),
     "rnnsearch ensemble of two": ("rnnsearch", 2, DecodeConfig(beam=5, nbest=3, max_len_b=5), True, False),
     "rnnencdec": ("rnnencdec", 1, DecodeConfig(beam=5, nbest=5, max_len_b=5), False, True),
 }

@@ -15,6 +15,7 @@ import math
 import torch
 
 from nmtkit.data.vocab import BOS, EOS
+from nmtkit.translate import numberbanks
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.searchstep import (Ensemble, Hypothesis, _limits, _mask_step, _only_eos, check_numbers_from,
                                          coverage, free_tokens, top_k)
@@ -31,9 +32,13 @@ class BeamCohort:
     def __init__(self, models, src: torch.Tensor, src_lens: torch.Tensor, decode: DecodeConfig,
                  need_attention: bool = False, prefix: torch.Tensor | None = None,
                  prefix_lens: torch.Tensor | None = None, numbers: torch.Tensor | None = None,
-                 numbers_from: SourceNumbers | None = None):
+                 numbers_from: SourceNumbers | None = None, banks: bool = False):
         check_numbers_from(decode, numbers_from)
         self.decode, self.need_attention, self.numbers_from = decode, need_attention, numbers_from
+        # the beam shared by numbers written (numberbanks): --all-numbers' second pass
+        self.banks = banks and numbers_from is not None
+        # (kept for that second pass: see nmtkit.translate.search.numbers_again)
+        self.models, self.src, self.src_lens, self.numbers = models, src, src_lens, numbers
         self.ens = ens = Ensemble(models)
         self.dev = dev = src.device
         self.free = free_tokens(decode, numbers, dev)
@@ -84,8 +89,17 @@ class BeamCohort:
         A = alive.numel()
         V = logp.shape[1]
         at_limit = (t >= self.limits[alive]).repeat_interleave(K)  # (A*K,)
+        nf, states_n = self.numbers_from, None
+        if nf is not None:
+            states_n = nf.states(self.tokens, alive.repeat_interleave(K).tolist())  # (A*K,) State | None
         _mask_step(logp, decode.no_unk, t, self.prefix, self.prefix_lens, alive, K, self.tokens,
-                   decode.no_repeat_ngram, self.free, self.numbers_from, at_limit)  # tokens (A*K, t)
+                   decode.no_repeat_ngram, self.free, nf, at_limit, states_n)  # tokens (A*K, t)
+        banks = self.banks
+        if banks:  # no </s> before every number is written (numberbanks)
+            sents, ending = alive.repeat_interleave(K).tolist(), at_limit.tolist()
+            later = [r for r, s in enumerate(states_n) if not ending[r] and numberbanks.must_end_later(nf, s, sents[r])]
+            if later:
+                logp[later, EOS] = -math.inf
         words = self.words
         if words is not None:
             if alpha is None:
@@ -101,30 +115,42 @@ class BeamCohort:
             attn = torch.cat([attn, alpha.unsqueeze(1)], dim=1)  # (A*K, t+1, Tx)
         # finish the </s> expansions ranked among the first K
         alive_l = alive.tolist()
-        ends = is_eos[:, :K].nonzero().tolist()
+        ends = is_eos[:, :K].nonzero().tolist()  # → (sentence a, beam, score)
         if ends:
             beams_l, scores_l = src_beam[:, :K].tolist(), top_scores[:, :K].tolist()
+            ends = [(a, beams_l[a][j], scores_l[a][j]) for a, j in ends]
+        if banks:  # and those of the rows that wrote every number and would end there (numberbanks)
+            ends += numberbanks.ending(cand, K, {(a, b) for a, b, _ in ends}, [nf.required[s] > 0 for s in alive_l])
+        if ends:
             penalty = coverage(self.cov, words, decode.coverage_penalty).tolist() if words is not None else None
-            for a, j in ends:
+            for a, b, score in ends:
                 sent = alive_l[a]
                 if self.count[sent] >= K:
                     continue
-                row = a * K + beams_l[a][j]
+                row = a * K + b
                 toks = self.tokens[row].tolist()
-                score = scores_l[a][j]
                 att = attn[row, :, : self.lens_l[sent]].clone() if self.need_attention else None
                 norm = score / (len(toks) + 1) ** decode.lenpen + (penalty[row] if penalty is not None else 0.0)
                 if decode.missing_numbers:
                     norm -= decode.missing_numbers * self.numbers_from.missing(toks, sent)
-                self.finished[sent].append(Hypothesis(toks, score, norm, att))
+                unmet = numberbanks.unmet(self.numbers_from, toks, sent) if banks else 0
+                self.finished[sent].append(Hypothesis(toks, score, norm, att, unmet))
                 self.count[sent] += 1
         # the first K expansions that are not </s> continue
         positions = torch.arange(top_idx.shape[1], device=dev)
         key = (~(tok == EOS)).float() * (2 * K + 1) - positions  # (A, 2K): non-</s> first, in rank order
         sel = key.topk(K, dim=1).indices.sort(dim=1).values  # (A, K)
         scores = top_scores.gather(1, sel)  # (A, K)
-        rows = (torch.arange(A, device=dev).unsqueeze(1) * K + src_beam.gather(1, sel)).view(-1)  # (A*K,)
-        y = tok.gather(1, sel).view(-1)  # (A*K,)
+        beams, y = src_beam.gather(1, sel), tok.gather(1, sel)  # (A, K)
+        if banks:  # the sentences with numbers to write share their beams by numbers written
+            last = self.tokens[:, -1].tolist() if t else None
+            chosen = numberbanks.choose(nf, states_n, alive_l, K, cand, top_scores, top_idx, last)
+            for a, picks in chosen.items():
+                scores[a] = torch.tensor([p[0] for p in picks], device=dev)
+                beams[a] = torch.tensor([p[1] for p in picks], device=dev)
+                y[a] = torch.tensor([p[2] for p in picks], device=dev)
+        rows = (torch.arange(A, device=dev).unsqueeze(1) * K + beams).view(-1)  # (A*K,)
+        y = y.view(-1)  # (A*K,)
         tokens = torch.cat([self.tokens.index_select(0, rows), y.unsqueeze(1)], dim=1)
         if self.need_attention:
             attn = attn.index_select(0, rows)
@@ -158,6 +184,6 @@ class BeamCohort:
         """For each sentence its ``decode.nbest`` best finished hypotheses, best first."""
         results = []
         for hyps in self.finished:
-            hyps.sort(key=lambda h: -h.norm_score)  # stable: equal scores keep the order they finished in
+            hyps.sort(key=Hypothesis.rank)  # stable: equal scores keep the order they finished in
             results.append(hyps[: self.decode.nbest])
         return results

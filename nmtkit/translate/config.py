@@ -56,6 +56,11 @@ class DecodeConfig:
         0.0, "With --source-numbers: rank finished hypotheses with PENALTY subtracted for each source number they "
              "leave out (a clause dropped with its number ranks below the hypothesis that translates it; 0 = off; "
              "a '%' written as '%' is not missing).", metavar="PENALTY")
+    all_numbers: bool = _setting(
+        False, "With --source-numbers: a line whose best translation leaves out a source number is searched again "
+               "with the beam shared among hypotheses by the numbers' digits written (Post & Vilar 2018's dynamic "
+               "beam allocation), none ending before it has written them all; that translation is taken when it "
+               "ends before the length limit ('%' needs no 'p. 100'). Other lines read as without it.")
     no_unk: bool = _setting(False, "Never generate the unknown-word token.")
     replace_unk: bool = _setting(
         False, "Replace each generated <unk> by the most attended source word (or its --unk-dict entry).")
@@ -89,6 +94,9 @@ class DecodeConfig:
         if self.missing_numbers and (not self.source_numbers or self.sampling is not None):
             raise InputError("--missing-numbers ranks beam search's hypotheses by the source's numbers: it needs "
                              "--source-numbers, and has no meaning with --sampling")
+        if self.all_numbers and (not self.source_numbers or self.sampling is not None):
+            raise InputError("--all-numbers steers beam search by the source's numbers: it needs --source-numbers, "
+                             "and has no meaning with --sampling")
         if self.no_repeat_ngram < 0:
             raise InputError(f"--no-repeat-ngram must be a whole number of at least 0, 0 = off "
                              f"(got {self.no_repeat_ngram})")

@@ -56,13 +56,14 @@ def collate_prefixes(prefixes: list[np.ndarray | None]) -> tuple[torch.Tensor, t
     return torch.from_numpy(out), torch.tensor(lens)
 
 
-def _inputs(sources: list[np.ndarray], decode: DecodeConfig, prefixes, digit_table, source_numbers):
+def _inputs(sources: list[np.ndarray], decode: DecodeConfig, prefixes, digit_table, source_numbers,
+            numbers_whole=None):
     """A batch's collated sources, prefixes and source-numbers constraint."""
     numbers_from = None
     if decode.source_numbers:
         if digit_table is None or source_numbers is None or len(source_numbers) != len(sources):
             raise ValueError("source_numbers needs the target's digit table and each sentence's source numbers")
-        numbers_from = SourceNumbers(digit_table, source_numbers)
+        numbers_from = SourceNumbers(digit_table, source_numbers, numbers_whole)
     src, lens = collate_source(sources)
     prefix, prefix_lens = collate_prefixes(prefixes) if prefixes is not None else (None, None)
     return src, lens, prefix, prefix_lens, numbers_from
@@ -71,16 +72,19 @@ def _inputs(sources: list[np.ndarray], decode: DecodeConfig, prefixes, digit_tab
 def decode_batch(models: list, sources: list[np.ndarray], device, decode: DecodeConfig,
                  need_attention: bool = False, bf16: bool = False, prefixes: list[np.ndarray | None] | None = None,
                  keys: list | None = None, numbers=None, digit_table: DigitTable | None = None,
-                 source_numbers: list[list[str]] | None = None) -> list[list[Hypothesis]]:
+                 source_numbers: list[list[str]] | None = None, numbers_whole: list[bool] | None = None
+                 ) -> list[list[Hypothesis]]:
     """Beam search (:func:`nmtkit.translate.search.beam_search`) over source id arrays (without ``</s>``) as
     ``decode`` says, or with ``decode.sampling`` ``decode.nbest`` samples per sentence drawn with the keys
     ``(decode.seed, *keys[k])`` (``numbers``: the target tokens the n-gram block leaves free, bool (V,); with
     ``decode.source_numbers``, ``digit_table``, the target vocabulary's
     :class:`~nmtkit.translate.sourcenumbers.DigitTable`, and ``source_numbers``, each sentence's
-    :func:`~nmtkit.translate.sourcenumbers.source_numbers`): each sentence's hypotheses, with attention (if asked
+    :func:`~nmtkit.translate.sourcenumbers.source_numbers`, with ``numbers_whole`` which sentences are whole lines
+    (default all; see :class:`~nmtkit.translate.sourcenumbers.SourceNumbers`)): each sentence's hypotheses, with attention (if asked
     for) as float32 numpy arrays (len(tokens) + 1, Tx)."""
     device = torch.device(device)
-    src, lens, prefix, prefix_lens, numbers_from = _inputs(sources, decode, prefixes, digit_table, source_numbers)
+    src, lens, prefix, prefix_lens, numbers_from = _inputs(sources, decode, prefixes, digit_table, source_numbers,
+                                                           numbers_whole)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         if decode.sampling is not None:
             keys = keys if keys is not None else [(k,) for k in range(len(sources))]
@@ -96,14 +100,16 @@ def decode_batch(models: list, sources: list[np.ndarray], device, decode: Decode
 def start_cohort(models: list, sources: list[np.ndarray], device, decode: DecodeConfig,
                  need_attention: bool = False, bf16: bool = False, prefixes: list[np.ndarray | None] | None = None,
                  numbers=None, digit_table: DigitTable | None = None,
-                 source_numbers: list[list[str]] | None = None, **_) -> BeamCohort:
+                 source_numbers: list[list[str]] | None = None, numbers_whole: list[bool] | None = None,
+                 **_) -> BeamCohort:
     """:func:`decode_batch`'s beam search begun, not run: the batch encoded, as a
     :class:`~nmtkit.translate.cohort.BeamCohort` to step (:mod:`nmtkit.translate.continuous`); its
     ``results()`` through :func:`finish_hypotheses` are what :func:`decode_batch` gives."""
     if decode.sampling is not None:
         raise ValueError("a cohort is a beam search: sampling is decoded by decode_batch")
     device = torch.device(device)
-    src, lens, prefix, prefix_lens, numbers_from = _inputs(sources, decode, prefixes, digit_table, source_numbers)
+    src, lens, prefix, prefix_lens, numbers_from = _inputs(sources, decode, prefixes, digit_table, source_numbers,
+                                                           numbers_whole)
     with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         return BeamCohort(models, src.to(device), lens.to(device), decode, need_attention, prefix, prefix_lens,
                           numbers, numbers_from)

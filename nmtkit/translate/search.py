@@ -27,6 +27,9 @@ Every search takes its settings as one :class:`nmtkit.translate.config.DecodeCon
   numbers; the others get −inf before the top-k, after the n-gram block (:mod:`nmtkit.translate.sourcenumbers`).
   With ``missing_numbers`` γ > 0 besides, a finished hypothesis ranks with γ subtracted for each source number it
   leaves out (:meth:`~nmtkit.translate.sourcenumbers.SourceNumbers.missing`): it ranks, it does not steer the beam.
+- With ``all_numbers`` besides (``--all-numbers``), a sentence whose best hypothesis leaves out one of its source
+  numbers is searched again with the beam shared by the numbers' digits written, Post & Vilar (2018)'s dynamic
+  beam allocation (:mod:`nmtkit.translate.numberbanks`, :func:`numbers_again`).
 - :func:`greedy`: the plain batched greedy decoder (validation during training; equal to ``beam = 1``).
 - :func:`beam_search_reference`: one sentence at a time with Python lists — slow, obviously right, and the yardstick
   the batched search is tested against.
@@ -43,6 +46,7 @@ import math
 import torch
 
 from nmtkit.data.vocab import BOS, EOS
+from nmtkit.translate import numberbanks
 from nmtkit.translate.cohort import BeamCohort
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.ngramblock import banned_after
@@ -135,7 +139,42 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, decode: Decod
     cohort = BeamCohort(models, src, src_lens, decode, need_attention, prefix, prefix_lens, numbers, numbers_from)
     while not cohort.done:
         cohort.step()
-    return cohort.results()
+    return results(cohort)
+
+
+def results(cohort: BeamCohort) -> list[list[Hypothesis]]:
+    """A finished cohort's hypotheses per sentence (:meth:`BeamCohort.results`), with ``decode.all_numbers``'
+    second pass made (:func:`numbers_again`)."""
+    hyps = cohort.results()
+    if cohort.decode.all_numbers and cohort.numbers_from is not None and not cohort.banks:
+        hyps = numbers_again(cohort, hyps)
+    return hyps
+
+
+@torch.no_grad()
+def numbers_again(first: BeamCohort, hyps: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
+    """``--all-numbers``: the sentences whose best hypothesis leaves out a number they must write are searched
+    again with the beam shared by numbers written (:mod:`nmtkit.translate.numberbanks`); a sentence takes the
+    second search's hypotheses when its best writes them all and ends before its length limit, and keeps the
+    first's otherwise (a sentence whose numbers come through is never searched again, so it reads as without the
+    option)."""
+    nf = first.numbers_from
+    todo = [k for k, h in enumerate(hyps) if h and numberbanks.unmet(nf, h[0].tokens, k) > 0]
+    if not todo:
+        return hyps
+    idx = torch.tensor(todo, device=first.src.device)
+    prefix = first.prefix.index_select(0, idx.to(first.prefix.device)) if first.prefix is not None else None
+    prefix_lens = first.prefix_lens.index_select(0, idx.to(first.prefix.device)) if prefix is not None else None
+    again = BeamCohort(first.models, first.src.index_select(0, idx), first.src_lens.index_select(0, idx),
+                       first.decode, first.need_attention, prefix, prefix_lens, first.numbers, nf.subset(todo),
+                       banks=True)
+    while not again.done:
+        again.step()
+    limits = again.limits.tolist()
+    for k, h, limit in zip(todo, again.results(), limits):
+        if h and h[0].unmet == 0 and len(h[0].tokens) < limit:
+            hyps[k] = h
+    return hyps
 
 
 @torch.no_grad()
@@ -143,7 +182,22 @@ def beam_search_reference(models, src_ids: list[int], decode: DecodeConfig = DEF
                           prefix: list[int] | None = None, numbers: torch.Tensor | None = None,
                           numbers_from: SourceNumbers | None = None) -> list[Hypothesis]:
     """The same search for one sentence (ids without ``</s>``), hypothesis by hypothesis with Python lists
-    (``numbers_from``: the source-numbers constraint of a batch of this one sentence)."""
+    (``numbers_from``: the source-numbers constraint of a batch of this one sentence), with ``decode.all_numbers``'
+    second pass as :func:`numbers_again` makes it."""
+    hyps = _reference(models, src_ids, decode, prefix, numbers, numbers_from, banks=False)
+    if decode.all_numbers and numbers_from is not None and hyps and numberbanks.unmet(numbers_from, hyps[0].tokens, 0):
+        again = _reference(models, src_ids, decode, prefix, numbers, numbers_from, banks=True)
+        limit = max(int(_limits(torch.tensor([len(src_ids) + 1]), decode.max_len_a, decode.max_len_b)[0]),
+                    len(prefix or []))
+        if again and again[0].unmet == 0 and len(again[0].tokens) < limit:
+            return again
+    return hyps
+
+
+@torch.no_grad()
+def _reference(models, src_ids: list[int], decode: DecodeConfig, prefix: list[int] | None,
+               numbers: torch.Tensor | None, numbers_from: SourceNumbers | None, banks: bool) -> list[Hypothesis]:
+    """One pass of :func:`beam_search_reference`; ``banks``: the beam shared by numbers written."""
     free = free_tokens(decode, numbers, "cpu")
     free = frozenset() if free is None else frozenset(free.nonzero().flatten().tolist())
     beam, nbest, lenpen, no_unk = decode.beam, decode.nbest, decode.lenpen, decode.no_unk
@@ -156,8 +210,11 @@ def beam_search_reference(models, src_ids: list[int], decode: DecodeConfig = DEF
     limit = max(int(_limits(src_lens, decode.max_len_a, decode.max_len_b)[0]), len(prefix))
     live = [([], 0.0, ens.init(encs), [0.0] * len(src_ids))]  # (tokens, score, states, Σ_i α_ij per source word)
     finished: list[Hypothesis] = []
+    banks = banks and numbers_from is not None and numbers_from.required[0] > 0
     for t in range(limit + 1):
         expansions = []  # (score, order, tokens, token, states, coverage)
+        extra = []  # with banks: each hypothesis' best token and best advancing token, as expansions
+        ending = []  # with banks: the expansions by </s> that are their hypothesis' best
         for h, (toks, score, states, cov) in enumerate(live):
             y = torch.tensor([toks[-1] if toks else BOS])
             logp, new_states, alpha = ens.step(y, states, encs)
@@ -165,6 +222,7 @@ def beam_search_reference(models, src_ids: list[int], decode: DecodeConfig = DEF
             _mask(logp, no_unk)
             new_cov = cov if alpha is None else [c + float(a) for c, a in zip(cov, alpha[0])]
             banned = banned_after(toks, no_repeat_ngram, free)  # (the prefix counts as history; its tokens are forced)
+            state = numbers_from.state(toks, 0) if banks else None
             if numbers_from is not None:
                 banned |= numbers_from.banned(toks, ending=t >= limit)
             for v in range(logp.shape[1]):
@@ -175,21 +233,55 @@ def beam_search_reference(models, src_ids: list[int], decode: DecodeConfig = DEF
                     lp = -math.inf
                 # exact ties (which real log-probabilities practically never have) go to the lower index here;
                 # torch.topk promises no order among equal values
+                if v == EOS and banks and t < limit and numberbanks.must_end_later(numbers_from, state, 0):
+                    lp = -math.inf
                 expansions.append((score + lp, h * logp.shape[1] + v, toks, v, new_states, new_cov))
+            if banks:
+                mine = expansions[-logp.shape[1]:]
+                best = max((e for e in mine if e[3] != EOS), key=lambda e: (e[0], -e[1]))
+                b = numberbanks.begun(numbers_from, state, 0)
+                ahead = [mine[v] for v in numberbanks.advancing(numbers_from, state, b, 0, toks[-1] if toks else None)]
+                extra += [e for e in [best] + ([max(ahead, key=lambda e: (e[0], -e[1]))] if ahead else [])
+                          if math.isfinite(e[0])]
+                top = max(mine, key=lambda e: (e[0], -e[1]))
+                if top[3] == EOS and math.isfinite(top[0]):
+                    ending.append(top)
         expansions.sort(key=lambda e: (-e[0], e[1]))
         expansions = expansions[: 2 * beam]
         next_live = []
-        for rank, (score, _, toks, v, states, cov) in enumerate(expansions):
+
+        def finish(score, toks, cov):
+            cp = coverage_penalty * sum(math.log(min(max(c, 1e-12), 1.0)) for c in cov)
+            if decode.missing_numbers:
+                cp -= decode.missing_numbers * numbers_from.missing(toks, 0)
+            unmet = numberbanks.unmet(numbers_from, toks, 0) if banks else 0
+            finished.append(Hypothesis(toks, score, score / (len(toks) + 1) ** lenpen + cp, unmet=unmet))
+
+        ended = set()
+        for rank, (score, order, toks, v, states, cov) in enumerate(expansions):
             if v == EOS:
-                if rank < beam and math.isfinite(score) and len(finished) < beam:
-                    cp = coverage_penalty * sum(math.log(min(max(c, 1e-12), 1.0)) for c in cov)
-                    if decode.missing_numbers:
-                        cp -= decode.missing_numbers * numbers_from.missing(toks, 0)
-                    finished.append(Hypothesis(toks, score, score / (len(toks) + 1) ** lenpen + cp))
-            elif len(next_live) < beam:
+                if rank < beam and math.isfinite(score):
+                    ended.add(order)
+                    if len(finished) < beam:
+                        finish(score, toks, cov)
+            elif len(next_live) < beam and not banks:
                 next_live.append((toks + [v], score, states, cov))
+        for score, order, toks, _, _, cov in ending:  # (banks: ended where </s> is the hypothesis' best)
+            if order not in ended and len(finished) < beam:
+                finish(score, toks, cov)
+        if banks:  # the beam shared by numbers written (numberbanks)
+            cands = {e[1]: e for e in expansions if e[3] != EOS and math.isfinite(e[0])}
+            for e in extra:
+                cands.setdefault(e[1], e)
+            cands = list(cands.values())
+            before = [numbers_from.state(e[2], 0) for e in cands]
+            levels = [numberbanks.level(numbers_from, s, 0, numberbanks.written(s, numbers_from, 0), e[3])
+                      for s, e in zip(before, cands)]
+            picked = numberbanks.allocate([(e[0], e[1]) for e in cands], levels, beam,
+                                          numberbanks.top_level(numbers_from, 0))
+            next_live = [(cands[i][2] + [cands[i][3]], cands[i][0], cands[i][4], cands[i][5]) for i in picked]
         live = next_live
         if len(finished) >= beam:
             break
-    finished.sort(key=lambda h: -h.norm_score)
+    finished.sort(key=Hypothesis.rank)
     return finished[:nbest]

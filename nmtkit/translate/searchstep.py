@@ -25,6 +25,11 @@ class Hypothesis:
     score: float  # log p(tokens, </s> | source): the model's own log-probability
     norm_score: float  # score / (len(tokens) + 1) ** lenpen, what ranks hypotheses
     attention: torch.Tensor | None = None  # (len(tokens) + 1, Tx) α for each output token and </s>, or None
+    unmet: int = 0  # with decode.all_numbers: the numbers it was to write and did not (ended at its length limit)
+
+    def rank(self) -> tuple[int, float]:
+        """What orders finished hypotheses, best first: those that wrote all their numbers, then by norm_score."""
+        return self.unmet, -self.norm_score
 
 
 class Ensemble:
@@ -79,10 +84,10 @@ def _mask_step(logp: torch.Tensor, no_unk: bool, t: int, prefix: torch.Tensor | 
                prefix_lens: torch.Tensor | None = None, sentences: torch.Tensor | None = None, K: int = 1,
                history: torch.Tensor | None = None, no_repeat_ngram: int = 0,
                free: torch.Tensor | None = None, numbers_from: SourceNumbers | None = None,
-               ending: torch.Tensor | None = None) -> None:
+               ending: torch.Tensor | None = None, number_states: list | None = None) -> None:
     """In place, at step t: :func:`_mask`, with ``no_repeat_ngram`` the n-gram block over the rows' tokens so
     far, history (rows, t), with ``numbers_from`` the source-numbers constraint over the same (``ending``: the rows
-    at their length limit); then rows (K per
+    at their length limit; ``number_states``: the rows' states, if read); then rows (K per
     sentence, ``sentences`` (A,) their batch ids) whose prefix is longer than t may only continue with its token t,
     at its log-probability before the masking (so never blocked)."""
     forcing = None
@@ -95,7 +100,7 @@ def _mask_step(logp: torch.Tensor, no_unk: bool, t: int, prefix: torch.Tensor | 
     if no_repeat_ngram:
         ban_repeats(logp, history, no_repeat_ngram, free)
     if numbers_from is not None:
-        numbers_from.apply(logp, history, sentences.repeat_interleave(K).tolist(), ending)
+        numbers_from.apply(logp, history, sentences.repeat_interleave(K).tolist(), ending, number_states)
     if forcing is not None:
         rows, tok, kept = forcing
         logp[rows] = -math.inf

@@ -43,15 +43,28 @@ from nmtkit.translate.ngramblock import NUMBER_GLUE
 _NUMBER = re.compile(r"[0-9]+(?:(?:[.,]|[ \u00a0\u202f](?=[0-9]{3}(?![0-9])))[0-9]+)*")
 # a clock time with a point: "5.30am", "6.15 p.m." are two numbers, as "10:30" is (French writes "5 h 30")
 _TIME = re.compile(r"\b([0-9]{1,2})\.([0-5][0-9])(?=\s?[ap]\.?m\b)", re.IGNORECASE)
+# a 12-hour clock time ("2 p.m.", "7.43 pm", "12:05am"), read on the 24-hour clock for a target language that
+# writes it ("14 heures", "19 h 43"), as nmt-score's numbers check reads it
+_TIME_12H = re.compile(r"(?<![0-9.,])([0-9]{1,2})(?:[.:]([0-5][0-9]))?[ \u00a0\u202f]?([ap])\.?m\b", re.IGNORECASE)
 PERCENT = "100"  # what a source "%" allows: the French "p. 100" (pour cent)
 
 
-def source_numbers(text: str) -> list[str]:
+def source_numbers(text: str, clock24: bool = False) -> list[str]:
     """The digit strings of a source line's numbers, in order, then a :data:`PERCENT` for each "%": "1,975,500 and
-    3.5%" → ["1975500", "35", "100"]; "at 5.30pm" → ["5", "30"]."""
+    3.5%" → ["1975500", "35", "100"]; "at 5.30pm" → ["5", "30"]; with ``clock24`` (a target language that writes
+    the 24-hour clock, as French does) "at 5.30pm" → ["17", "30"] and "2 p.m." → ["14"] (minutes 00 are left out:
+    "17 heures")."""
+    if clock24:
+        text = _TIME_12H.sub(lambda m: _clock24(m[1], m[2], m[3].lower() == "p"), text)
     text = _TIME.sub(r"\1:\2", text)
     out = [re.sub(r"[^0-9]", "", m.group(0)) for m in _NUMBER.finditer(text)]
     return out + [PERCENT] * text.count("%")
+
+
+def _clock24(hour: str, minutes: str | None, pm: bool) -> str:
+    h = int(hour)
+    h = h + 12 if pm and h < 12 else 0 if not pm and h == 12 else h
+    return f" {h}:{minutes} " if minutes and minutes != "00" else f" {h} "
 
 
 class DigitTable:
@@ -68,6 +81,8 @@ class DigitTable:
         self.sentencepiece = any(tok.startswith("\u2581") for tok in tokens)
         self.starts_word = frozenset(i for i in self.digits if tokens[i].startswith("\u2581"))
         self.joins_next = frozenset(i for i in self.digits if tokens[i].endswith("@@"))
+        # SentencePiece's bare word start, before the first digit of a number ("▁ 1 9 9 5"), or None
+        self.space = tokens.index("\u2581") if self.sentencepiece and "\u2581" in tokens else None
 
 
 class State(NamedTuple):
@@ -89,17 +104,33 @@ def _take(left: dict, number: str) -> None:
 
 class SourceNumbers:
     """The constraint for a batch of sentences: the target vocabulary's :class:`DigitTable` and each sentence's
-    source numbers (:func:`source_numbers`)."""
+    source numbers (:func:`source_numbers`); ``whole`` (default: all True): whether a sentence is a whole line, whose
+    translation must write all its numbers under ``decode.all_numbers`` (a piece of a line cut at --max-source-len
+    may write the line's numbers, and need not)."""
 
-    def __init__(self, table: DigitTable, numbers: list[list[str]]):
+    def __init__(self, table: DigitTable, numbers: list[list[str]], whole: list[bool] | None = None):
+        if whole is not None and len(whole) != len(numbers):
+            raise ValueError("SourceNumbers: one 'whole' flag per sentence")
         self.table = table
+        self._given = [list(ns) for ns in numbers], list(whole) if whole is not None else None
         self.ids = sorted(table.digits)  # the target ids holding digits
         self._x = [table.digits[i] for i in self.ids]
         self._word = [i in table.starts_word for i in self.ids]
         self.numbers = [Counter(ns) for ns in numbers]  # per sentence: {digit string: how many times}
         self.percents = [_percents(ns) for ns in numbers]  # per sentence: the PERCENT entries its "%" signs made
+        # per sentence: how many numbers its translation must write under decode.all_numbers (not a "%"'s 100)
+        self.required = [len(ns) - p if (whole is None or w) else 0
+                         for ns, p, w in zip(numbers, self.percents, whole or [True] * len(numbers))]
+        self.required_digits = [sum(len(n) for n in ns[: len(ns) - p]) if r else 0
+                                for ns, p, r in zip(numbers, self.percents, self.required)]
         self._allowed: dict[tuple[tuple, str, bool], torch.Tensor] = {}  # (left, run, apart) -> (len(ids),)
         self._in_number: torch.Tensor | None = None  # bool (V,): the digit and glue tokens, made at the first apply
+
+    def subset(self, sentences: list[int]) -> "SourceNumbers":
+        """The constraint for some of the batch's sentences, in the order given."""
+        numbers, whole = self._given
+        return SourceNumbers(self.table, [numbers[k] for k in sentences],
+                             [whole[k] for k in sentences] if whole is not None else None)
 
     def state(self, tokens: list[int], sentence: int) -> State:
         """The :class:`State` after ``tokens``: each digit token continues the run when the run and its digits begin
@@ -170,23 +201,32 @@ class SourceNumbers:
             out.discard(EOS)
         return out
 
+    def states(self, tokens: torch.Tensor, sentences: list[int]) -> list[State | None]:
+        """The :class:`State` of each of R hypotheses (``tokens`` (R, t), row r of sentence ``sentences[r]``); None
+        for the rows of a sentence without numbers."""
+        rows = [r for r, k in enumerate(sentences) if self.numbers[k]]
+        out: list[State | None] = [None] * len(sentences)
+        for r, row in zip(rows, tokens[rows].tolist() if rows else []):
+            out[r] = self.state(row, sentences[r])
+        return out
+
     def apply(self, logp: torch.Tensor, tokens: torch.Tensor, sentences: list[int],
-              ending: torch.Tensor | None = None) -> None:
+              ending: torch.Tensor | None = None, states: list[State | None] | None = None) -> None:
         """In place: logp (R, V) of R hypotheses whose tokens so far are ``tokens`` (R, t), row r of sentence
         ``sentences[r]`` → the tokens that may not follow set to −inf (``ending``, bool (R,): the rows at their
-        length limit, whose ``</s>`` is never banned).  Rows of a sentence without numbers may write no digit; the
-        others are read token by token."""
+        length limit, whose ``</s>`` is never banned; ``states``: the rows' :meth:`states`, if already read).
+        Rows of a sentence without numbers may write no digit; the others are read token by token."""
         if not self.ids:
             return
         if self._in_number is None:
             self._in_number = torch.zeros(self.table.size, dtype=torch.bool)
             self._in_number[sorted(self.table.digits)] = True
         allowed = torch.zeros((logp.shape[0], len(self.ids)), dtype=torch.bool)
-        rows = [r for r, k in enumerate(sentences) if self.numbers[k]]
         ending_l = ending.tolist() if ending is not None else [False] * logp.shape[0]
         go_on = []
-        for r, row in zip(rows, tokens[rows].tolist() if rows else []):
-            s = self.state(row, sentences[r])
+        for r, s in enumerate(states if states is not None else self.states(tokens, sentences)):
+            if s is None:
+                continue
             allowed[r] = self.allowed(s)
             if self.must_go_on(s):
                 go_on.append((r, s.glued))

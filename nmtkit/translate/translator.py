@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 # (also the library's names here)
-from nmtkit.translate import linetext
+from nmtkit.translate import linetext, search
 from nmtkit.translate.decoding import (build_models, decode_batch, finish_hypotheses,  # noqa: F401
                                        load_checkpoints, start_cohort)
 from nmtkit.errors import InputError, WorkerError
@@ -73,6 +73,7 @@ class _Piece:
     prefix: np.ndarray | None = None  # target prefix ids the translation must start with (first piece only)
     prefix_tokens: list[str] = field(default_factory=list)  # the prefix's model tokens, written back as given
     numbers: list[str] = field(default_factory=list)  # the line's source numbers (with decode.source_numbers)
+    whole: bool = True  # the line is one piece (--all-numbers makes only a whole line write all its numbers)
 
 
 @dataclass
@@ -139,6 +140,8 @@ class Translator:
         self.src_pre = Preprocessor(TextConfig.from_dict(first["preprocessing"]["src"]))
         self.tgt_pre = Preprocessor(TextConfig.from_dict(first["preprocessing"]["tgt"]))
         self.decode = decode
+        # a source's "2 p.m." is "14" in a target language that writes the 24-hour clock (any but English)
+        self._clock24 = (first.get("target_lang") or "en").lower() != "en"
         self.batch_size, self.window = batch_size, window or 10 * batch_size
         self.tokenized, self.max_source_len = tokenized, max_source_len
         self.unk_dict = unk_dict or {}
@@ -289,6 +292,7 @@ class Translator:
             extras["keys"] = [p.key for p in batch]
         if self.decode.source_numbers:
             extras["source_numbers"] = [p.numbers for p in batch]
+            extras["numbers_whole"] = [p.whole for p in batch]
         return extras
 
     def begin(self, lines: list[tuple[int, str]], prefixes: list[str] | None = None, prefix_name: str = "prefixes"
@@ -312,7 +316,9 @@ class Translator:
         """The translations of :meth:`begin`'s lines, in order, from its cohorts, each done."""
         if not all(c.done for c in cohorts):
             raise ValueError("end() needs every cohort of begin() done")
-        return self._assemble(w, [finish_hypotheses(c.results()) for c in cohorts])
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bool(self._options["bf16"])):
+            hyps = [search.results(c) for c in cohorts]  # (with --all-numbers' second pass)
+        return self._assemble(w, [finish_hypotheses(h) for h in hyps])
 
     def translate_lines(self, texts: Iterable[str]) -> list[str]:
         """Convenience: a list of raw lines → a list of translations."""
@@ -353,9 +359,10 @@ class Translator:
             if len(parts) > 1:
                 log.warning("line %d: %d source tokens, more than --max-source-len %d: translated in %d pieces",
                             lineno, len(tokens), self.max_source_len, len(parts))
-            numbers = source_numbers(window[k][1]) if self.decode.source_numbers else []
+            numbers = source_numbers(window[k][1], self._clock24) if self.decode.source_numbers else []
             for n, p in enumerate(parts):
-                piece = _Piece(k, n, self.src_vocab.encode(p), p, key=(lineno, n), numbers=numbers)
+                piece = _Piece(k, n, self.src_vocab.encode(p), p, key=(lineno, n), numbers=numbers,
+                               whole=len(parts) == 1)
                 if n == 0 and prefixes[k]:
                     ids = self.tgt_vocab.encode(prefixes[k])
                     ids[ids < len(SPECIALS)] = UNK  # a "</s>" or "<s>" written in a prefix is a word: <unk>
