@@ -6,6 +6,9 @@ what a user reads.  The comparisons behind the one-hour recipe (issue #33) and i
     python tests/bench/bench_recipe.py decode --work runs/recipe --name w16k-const --tune runs/h/tune \\
         --decode-options "--beam 12 --no-repeat-ngram 4"
     python tests/bench/bench_recipe.py table --work runs/recipe >> tests/bench/results/bench_recipe.txt
+    python tests/bench/bench_recipe.py numbers --source ../shared/data/hansards/dev --out runs/h/hans-numbers
+
+``numbers`` makes a tuning set of the lines whose source has a number (for options that act only there).
 
 ``run`` trains ``rnnsearch-small`` on a prepared directory for ``--seconds`` (``nmt-train --max-time``: updates and
 validations count) with the options given, then decodes each tuning set (PREFIX.en/.fr, raw text) with beam 12 and
@@ -131,9 +134,26 @@ def cmd_table(a) -> None:
                 print(f"  {key:32} {name:12} {_cells(d['score'])}   ({d['decode_wall_s']} s)")
 
 
+def cmd_numbers(a) -> None:
+    """The first ``--lines`` pairs of ``--source`` (PREFIX.en/.fr) whose English side has a number (as nmt-score
+    reads them), written to ``--out`` (PREFIX): a tuning set for a decoding option that only acts on such lines."""
+    from nmtkit.score.diagnostics import numbers
+
+    src = Path(f"{a.source}.en").read_text(encoding="utf-8").splitlines()
+    ref = Path(f"{a.source}.fr").read_text(encoding="utf-8").splitlines()
+    keep = [(s, r) for s, r in zip(src, ref) if numbers(s, "en")][: int(a.lines)]
+    for k, lang in enumerate(("en", "fr")):
+        Path(f"{a.out}.{lang}").write_text("".join(pair[k] + "\n" for pair in keep), encoding="utf-8")
+    print(f"{a.out}: {len(keep)} lines, {sum(len(numbers(s, 'en')) for s, _ in keep)} numbers")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("numbers", help="a tuning set of the lines with numbers")
+    s.add_argument("--source", required=True, help="PREFIX of a parallel set (PREFIX.en, PREFIX.fr)")
+    s.add_argument("--out", required=True)
+    s.add_argument("--lines", default="500")
     for name in ("run", "decode", "table"):
         s = sub.add_parser(name)
         s.add_argument("--work", required=True)
@@ -153,7 +173,7 @@ def main(argv=None) -> None:
         else:
             s.add_argument("--decode-options", required=True)
     a = p.parse_args(argv)
-    {"run": cmd_run, "decode": cmd_decode, "table": cmd_table}[a.cmd](a)
+    {"run": cmd_run, "decode": cmd_decode, "table": cmd_table, "numbers": cmd_numbers}[a.cmd](a)
 
 
 if __name__ == "__main__":
