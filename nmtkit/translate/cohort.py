@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from nmtkit.data.vocab import BOS, EOS
+from nmtkit.data.vocab import BOS, EOS, PAD
 from nmtkit.translate import numberbanks
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.searchstep import (Ensemble, Hypothesis, _limits, _mask_step, _only_eos, check_numbers_from,
@@ -64,6 +64,7 @@ class BeamCohort:
         self.finished: list[list[Hypothesis]] = [[] for _ in range(B)]
         self.count = [0] * B  # finished hypotheses per sentence (Python-side bookkeeping)
         self.lens_l = src_lens.tolist()
+        self.start = [0] * B  # per sentence: the step at which it joined (absorb); its history is padded before it
         self.Tx = src.shape[1]
         self.t = 0  # the step about to be taken
         self.last = int(self.limits.max())  # the last step any sentence may take
@@ -127,9 +128,9 @@ class BeamCohort:
                 sent = alive_l[a]
                 if self.count[sent] >= K:
                     continue
-                row = a * K + b
-                toks = self.tokens[row].tolist()
-                att = attn[row, :, : self.lens_l[sent]].clone() if self.need_attention else None
+                row, start = a * K + b, self.start[sent]
+                toks = self.tokens[row, start:].tolist()
+                att = attn[row, start:, : self.lens_l[sent]].clone() if self.need_attention else None
                 norm = score / (len(toks) + 1) ** decode.lenpen + (penalty[row] if penalty is not None else 0.0)
                 if decode.missing_numbers:
                     norm -= decode.missing_numbers * self.numbers_from.missing(toks, sent)
@@ -179,6 +180,63 @@ class BeamCohort:
         # (the K rows of a sentence share its encoder output, so reordering beams leaves ``encs`` as it is)
         self.alive, self.scores, self.y, self.tokens, self.attn, self.states, self.words = \
             alive, scores, y, tokens, attn, states, words
+
+    @torch.no_grad()
+    def absorb(self, other: "BeamCohort") -> None:
+        """``other`` (begun, not yet stepped; the same models and settings) joins this cohort's search at its next
+        step t: its sentences become this cohort's last ones, their token and attention histories padded on the
+        left with t columns (``<pad>``, zeros: stripped when they finish), their length limits and prefixes moved t
+        steps on, their encoder outputs stacked with this cohort's (padded along the source).  Its hypotheses go on
+        being appended to ``other.finished``'s lists (shared), so ``other.results()`` reads them once
+        :meth:`holds` none of its sentences any more.  One cohort stepping every sentence costs one
+        :meth:`advance` a step, where cohorts stepped side by side cost one each."""
+        if other.t or other.done:
+            raise ValueError("a cohort joins another before its first step, with sentences to decode")
+        from nmtkit.translate.continuous import stack_encoder_out
+
+        t, B0, dev, K = self.t, len(self.finished), self.dev, self.K
+        pad_t = lambda x, fill: torch.cat([x.new_full((x.shape[0], t, *x.shape[2:]), fill), x], dim=1)  # noqa: E731
+        Tx = max(self.Tx, other.Tx)
+
+        def wide(x, fill=0):  # (N, ..., Tx_k) -> (N, ..., Tx) along the last dimension
+            if x.shape[-1] == Tx:
+                return x
+            return torch.cat([x, x.new_full((*x.shape[:-1], Tx - x.shape[-1]), fill)], dim=-1)
+
+        if self.prefix is not None or other.prefix is not None:
+            mine = self.prefix if self.prefix is not None else torch.full((B0, 0), PAD, dtype=torch.long, device=dev)
+            mine_lens = self.prefix_lens if self.prefix is not None else torch.zeros(B0, dtype=torch.long, device=dev)
+            theirs = other.prefix if other.prefix is not None else \
+                torch.full((len(other.finished), 0), PAD, dtype=torch.long, device=dev)
+            theirs = pad_t(theirs, PAD)
+            theirs_lens = other.prefix_lens + t if other.prefix is not None else \
+                torch.zeros(len(other.finished), dtype=torch.long, device=dev)
+            theirs_lens = torch.where(theirs_lens > t, theirs_lens, torch.zeros_like(theirs_lens))  # (none stays none)
+            P = max(mine.shape[1], theirs.shape[1])
+            self.prefix = torch.cat([torch.cat([p, p.new_full((p.shape[0], P - p.shape[1]), PAD)], dim=1)
+                                     for p in (mine, theirs)])
+            self.prefix_lens = torch.cat([mine_lens, theirs_lens])
+        if self.numbers_from is not None:
+            self.numbers_from = self.numbers_from.joined(other.numbers_from)
+        self.encs = [stack_encoder_out([a, b]) for a, b in zip(self.encs, other.encs)]
+        self.states = [torch.cat([a, b]) for a, b in zip(self.states, other.states)]
+        self.limits = torch.cat([self.limits, other.limits + t])
+        if self.words is not None:
+            self.words = torch.cat([wide(self.words, False), wide(other.words, False)])
+            self.cov = torch.cat([wide(self.cov), wide(other.cov)])
+        self.alive = torch.cat([self.alive, other.alive + B0])
+        self.scores = torch.cat([self.scores, other.scores])
+        self.tokens = torch.cat([self.tokens, pad_t(other.tokens, PAD)])
+        if self.need_attention:
+            self.attn = torch.cat([wide(self.attn), wide(pad_t(other.attn, 0.0))])
+        self.y = torch.cat([self.y, other.y])
+        self.finished = self.finished + other.finished  # (the same lists: other's hypotheses land in its own)
+        self.count = self.count + other.count
+        self.start = self.start + [t] * len(other.finished)
+        self.lens_l = self.lens_l + other.lens_l
+        self.Tx = Tx
+        self.last = max(self.last, other.last + t)
+        self.changed = True
 
     def results(self) -> list[list[Hypothesis]]:
         """For each sentence its ``decode.nbest`` best finished hypotheses, best first."""

@@ -132,6 +132,13 @@ class SourceNumbers:
         return SourceNumbers(self.table, [numbers[k] for k in sentences],
                              [whole[k] for k in sentences] if whole is not None else None)
 
+    def joined(self, other: "SourceNumbers") -> "SourceNumbers":
+        """The constraint for this batch's sentences followed by ``other``'s (the same vocabulary)."""
+        (mine, my_whole), (theirs, their_whole) = self._given, other._given
+        whole = None if my_whole is None and their_whole is None else \
+            (my_whole or [True] * len(mine)) + (their_whole or [True] * len(theirs))
+        return SourceNumbers(self.table, mine + theirs, whole)
+
     def state(self, tokens: list[int], sentence: int) -> State:
         """The :class:`State` after ``tokens``: each digit token continues the run when the run and its digits begin
         a number still to write, else ends it (a whole number is then taken from those to write) and starts a new

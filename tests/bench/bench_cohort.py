@@ -5,7 +5,7 @@
 Beam search at beam 12 over 16 Hansards test sentences (every 9th of 6-40 words: lengths vary), on one or two
 threads: (1) one cohort of 1, 4 and 16 sentences stepped to the end, milliseconds per step in the models' step
 (``Ensemble.step``) and in the rest of the step (``BeamCohort.advance``: masks, top-k, finished hypotheses,
-reordering); (2) the same 16 sentences as one cohort, and as 16 cohorts of one stepped together by
+reordering); (2) the same 16 sentences as one cohort, and as 16 cohorts of one joined into one search by
 ``ContinuousSearch``: milliseconds for the whole search, and whether both give the same translations.  Run alone.
 """
 
@@ -78,7 +78,7 @@ def main(argv=None) -> None:
             steps += 1
         apart = time.perf_counter() - t0
         same = [x.text for x in t.end(w, [one])] == [t.end(w1, [c])[0].text for w1, c in singles]
-        print(f"  16 sentences as one cohort: {1000 * whole:7.0f} ms; as 16 cohorts of one stepped together "
+        print(f"  16 sentences as one cohort: {1000 * whole:7.0f} ms; as 16 cohorts of one joined "
               f"({steps} steps): {1000 * apart:7.0f} ms ({apart / whole:.2f}x); the same translations: {same}\n")
 
 
