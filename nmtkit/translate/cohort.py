@@ -194,7 +194,7 @@ class BeamCohort:
             raise ValueError("a cohort joins another before its first step, with sentences to decode")
         from nmtkit.translate.continuous import stack_encoder_out
 
-        t, B0, dev, K = self.t, len(self.finished), self.dev, self.K
+        t, B0, dev = self.t, len(self.finished), self.dev
         pad_t = lambda x, fill: torch.cat([x.new_full((x.shape[0], t, *x.shape[2:]), fill), x], dim=1)  # noqa: E731
         Tx = max(self.Tx, other.Tx)
 
