@@ -82,6 +82,39 @@ def test_batches_joining_at_different_steps_get_what_they_get_alone(case):
                 assert g.attention.shape == w.attention.shape and np.allclose(g.attention, w.attention, atol=1e-5)
 
 
+def test_a_search_that_never_ends_keeps_only_what_its_sentences_need():
+    """A server's steady load: a batch joins every other step for 60 steps, so the search runs all along.  Each batch
+    gets its alone hypotheses (prefixes and the n-gram block read the histories), while the search's token history
+    stays within the longest life of a sentence in it (the columns of the sentences gone are dropped) and its
+    source positions shrink back when the long sources are done."""
+    m = randomize_(tiny("rnnsearch"), seed=3).eval()
+    decode = DecodeConfig(beam=3, nbest=2, max_len_a=1.0, max_len_b=3, no_repeat_ngram=2)
+    rng = random.Random(11)
+    batches = [[np.asarray([rng.randint(4, V_SRC - 1) for _ in range(rng.choice([2, 3, 12] if k < 4 else [2, 3]))])
+                for _ in range(rng.randint(1, 2))] for k in range(30)]  # (long sources in the first batches only)
+    prefixes = [[np.asarray([rng.randint(4, V_TGT - 1)]) if rng.random() < 0.4 else None for _ in b] for b in batches]
+    alone = [decode_batch([m], b, "cpu", decode, prefixes=p) for b, p in zip(batches, prefixes)]
+    search, cohorts, widths, sources = ContinuousSearch([m]), [], [], []
+    for step in range(400):
+        if step % 2 == 0 and len(cohorts) < len(batches):
+            k = len(cohorts)
+            cohorts.append(start_cohort([m], batches[k], "cpu", decode, prefixes=prefixes[k]))
+            search.add(cohorts[k])
+        if not search.cohorts and len(cohorts) == len(batches):
+            break
+        search.step()
+        if search._host is not None:
+            widths.append(search._host.tokens.shape[1])
+            sources.append(search._host.Tx)
+    longest = max(int(1.0 * len(s) + 3) for b in batches for s in b) + 1
+    assert len(widths) > 50 and max(widths) <= longest + 1, (max(widths), longest)  # (not ~60 steps of history)
+    assert max(sources) == 13 and any(b < a for a, b in zip(sources, sources[1:]))  # (12 words and </s>; shrank)
+    for k, want in enumerate(alone):
+        got = cohorts[k].results()
+        assert [[h.tokens for h in x] for x in got] == [[h.tokens for h in x] for x in want]
+        assert all(abs(g.score - w.score) < 1e-4 for x, y in zip(got, want) for g, w in zip(x, y))
+
+
 def test_stacked_encoder_outputs_are_padded_along_the_source():
     m = randomize_(tiny("rnnsearch")).eval()
     short = start_cohort([m], [np.asarray([5, 6])], "cpu", DecodeConfig(beam=2))

@@ -65,6 +65,7 @@ class BeamCohort:
         self.count = [0] * B  # finished hypotheses per sentence (Python-side bookkeeping)
         self.lens_l = src_lens.tolist()
         self.start = [0] * B  # per sentence: the step at which it joined (absorb); its history is padded before it
+        self.absorbed = False  # whether other cohorts joined this one (absorb): then its past is dropped (_compact)
         self.Tx = src.shape[1]
         self.t = 0  # the step about to be taken
         self.last = int(self.limits.max())  # the last step any sentence may take
@@ -180,6 +181,37 @@ class BeamCohort:
         # (the K rows of a sentence share its encoder output, so reordering beams leaves ``encs`` as it is)
         self.alive, self.scores, self.y, self.tokens, self.attn, self.states, self.words = \
             alive, scores, y, tokens, attn, states, words
+        if self.absorbed and bool(done.any()):
+            self._compact()
+
+    def _compact(self) -> None:
+        """(a search that absorbed cohorts, when sentences have left) Drop the history columns that only sentences
+        gone had (the first min(start) of every row: padding now) and the source positions beyond the longest
+        source still decoding, so that a search that never ends, under a server's steady load, costs a step what
+        its sentences do, not what its whole past did."""
+        alive_l = self.alive.tolist()
+        m = min(self.start[s] for s in alive_l)
+        if m > 0:
+            self.tokens = self.tokens[:, m:]
+            if self.attn is not None:
+                self.attn = self.attn[:, m:]
+            if self.prefix is not None:
+                self.prefix = self.prefix[:, m:]
+                self.prefix_lens = torch.where(self.prefix_lens > m, self.prefix_lens - m,
+                                               torch.zeros_like(self.prefix_lens))
+            self.limits = self.limits - m
+            self.start = [x - m for x in self.start]
+            self.t, self.last = self.t - m, self.last - m
+        Tx = max(self.lens_l[s] for s in alive_l)
+        if Tx < self.Tx:
+            from nmtkit.translate.continuous import narrow_encoder_out
+
+            self.encs = [narrow_encoder_out(e, Tx) for e in self.encs]
+            if self.attn is not None:
+                self.attn = self.attn[:, :, :Tx]
+            if self.words is not None:
+                self.words, self.cov = self.words[:, :Tx], self.cov[:, :Tx]
+            self.Tx = Tx
 
     @torch.no_grad()
     def absorb(self, other: "BeamCohort") -> None:
@@ -236,7 +268,7 @@ class BeamCohort:
         self.lens_l = self.lens_l + other.lens_l
         self.Tx = Tx
         self.last = max(self.last, other.last + t)
-        self.changed = True
+        self.changed = self.absorbed = True
 
     def results(self) -> list[list[Hypothesis]]:
         """For each sentence its ``decode.nbest`` best finished hypotheses, best first."""

@@ -59,6 +59,13 @@ def stack_encoder_out(encs: list[EncoderOut]) -> EncoderOut:
     return EncoderOut(**fields)
 
 
+def narrow_encoder_out(enc: EncoderOut, Tx: int) -> EncoderOut:
+    """An encoder output cut to its first ``Tx`` source positions (the others padding of every sentence left)."""
+    attentive = enc.context is None
+    return EncoderOut(**{name: (t[:, :Tx] if t is not None and (name in _ALONG_SOURCE or (name == "proj" and attentive))
+                                else t) for name, t in zip(EncoderOut._fields, enc)})
+
+
 class ContinuousSearch:
     """The cohorts being decoded together with ``models`` (the same for all; one decoding setting), as one search:
     the first cohort's copy is the search (``host``), and each cohort added later joins it at its next step
