@@ -12,8 +12,8 @@ on a thread that hands it to the workers; the next batch forms while they decode
 
 With ``continuous`` (``nmt-serve --batching continuous``; decoding in the server's process, one worker)
 a formed batch is handed to the :class:`~nmtkit.serve.engine.Engine` instead, which adds it to the search already
-running, at its next step (continuous batching).  Each batch in the search costs every step its own bookkeeping,
-so lines join a running search together: a batch forms once the lines waiting are at least half as many as those
+running, at its next step (continuous batching).  Each batch is prepared and encoded on its own, in the thread that
+steps the search, so lines join a running search together: a batch forms once the lines waiting are at least half as many as those
 being decoded, or fill the search up to ``max_batch`` lines, or the first of them has waited ``join_wait`` seconds
 (and at once when nothing is being decoded); while ``max_batch`` lines are being decoded, none joins.
 
