@@ -15,11 +15,49 @@ import math
 import torch
 
 from nmtkit.data.vocab import BOS, EOS, PAD
+from nmtkit.models.backend import EncoderOut
 from nmtkit.translate import numberbanks
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.searchstep import (Ensemble, Hypothesis, _limits, _mask_step, _only_eos, check_numbers_from,
                                          coverage, free_tokens, top_k)
 from nmtkit.translate.sourcenumbers import SourceNumbers
+
+
+_ALONG_SOURCE = ("annotations", "keys", "src_mask")  # EncoderOut fields (B, Tx, ...); "proj" too where attentive
+
+
+def stack_encoder_out(encs: list[EncoderOut]) -> EncoderOut:
+    """Several batches' encoder outputs as one: each (B_k, Tx_k, ...) field padded along Tx to the largest Tx (zeros;
+    ``src_mask`` False) and stacked along the batch, the others stacked as they are."""
+    if len(encs) == 1:
+        return encs[0]
+    Tx = max(e.src_mask.shape[1] for e in encs)
+    attentive = encs[0].context is None
+
+    def padded(t: torch.Tensor) -> torch.Tensor:
+        if t.shape[1] == Tx:
+            return t
+        shape = (t.shape[0], Tx - t.shape[1], *t.shape[2:])
+        return torch.cat([t, t.new_zeros(shape)], dim=1)  # (False for the bool mask)
+
+    fields = {}
+    for name in EncoderOut._fields:
+        ts = [getattr(e, name) for e in encs]
+        if any(t is None for t in ts):
+            if not all(t is None for t in ts):
+                raise ValueError(f"encoder outputs to stack differ in {name}: some have it, some do not")
+            fields[name] = None
+            continue
+        along = name in _ALONG_SOURCE or (name == "proj" and attentive)
+        fields[name] = torch.cat([padded(t) for t in ts] if along else ts, dim=0)
+    return EncoderOut(**fields)
+
+
+def narrow_encoder_out(enc: EncoderOut, Tx: int) -> EncoderOut:
+    """An encoder output cut to its first ``Tx`` source positions (the others padding of every sentence left)."""
+    attentive = enc.context is None
+    return EncoderOut(**{name: (t[:, :Tx] if t is not None and (name in _ALONG_SOURCE or (name == "proj" and attentive))
+                                else t) for name, t in zip(EncoderOut._fields, enc)})
 
 
 class BeamCohort:
@@ -204,8 +242,6 @@ class BeamCohort:
             self.t, self.last = self.t - m, self.last - m
         Tx = max(self.lens_l[s] for s in alive_l)
         if Tx < self.Tx:
-            from nmtkit.translate.continuous import narrow_encoder_out
-
             self.encs = [narrow_encoder_out(e, Tx) for e in self.encs]
             if self.attn is not None:
                 self.attn = self.attn[:, :, :Tx]
@@ -224,8 +260,6 @@ class BeamCohort:
         :meth:`advance` a step, where cohorts stepped side by side cost one each."""
         if other.t or other.done:
             raise ValueError("a cohort joins another before its first step, with sentences to decode")
-        from nmtkit.translate.continuous import stack_encoder_out
-
         t, B0, dev = self.t, len(self.finished), self.dev
         pad_t = lambda x, fill: torch.cat([x.new_full((x.shape[0], t, *x.shape[2:]), fill), x], dim=1)  # noqa: E731
         Tx = max(self.Tx, other.Tx)

@@ -26,45 +26,7 @@ import copy
 
 import torch
 
-from nmtkit.models.backend import EncoderOut
-from nmtkit.translate.cohort import BeamCohort
-
-_ALONG_SOURCE = ("annotations", "keys", "src_mask")  # EncoderOut fields (B, Tx, ...); "proj" too where attentive
-
-
-def stack_encoder_out(encs: list[EncoderOut]) -> EncoderOut:
-    """Several batches' encoder outputs as one: each (B_k, Tx_k, ...) field padded along Tx to the largest Tx (zeros;
-    ``src_mask`` False) and stacked along the batch, the others stacked as they are."""
-    if len(encs) == 1:
-        return encs[0]
-    Tx = max(e.src_mask.shape[1] for e in encs)
-    attentive = encs[0].context is None
-
-    def padded(t: torch.Tensor) -> torch.Tensor:
-        if t.shape[1] == Tx:
-            return t
-        shape = (t.shape[0], Tx - t.shape[1], *t.shape[2:])
-        return torch.cat([t, t.new_zeros(shape)], dim=1)  # (False for the bool mask)
-
-    fields = {}
-    for name in EncoderOut._fields:
-        ts = [getattr(e, name) for e in encs]
-        if any(t is None for t in ts):
-            if not all(t is None for t in ts):
-                raise ValueError(f"encoder outputs to stack differ in {name}: some have it, some do not")
-            fields[name] = None
-            continue
-        along = name in _ALONG_SOURCE or (name == "proj" and attentive)
-        fields[name] = torch.cat([padded(t) for t in ts] if along else ts, dim=0)
-    return EncoderOut(**fields)
-
-
-def narrow_encoder_out(enc: EncoderOut, Tx: int) -> EncoderOut:
-    """An encoder output cut to its first ``Tx`` source positions (the others padding of every sentence left)."""
-    attentive = enc.context is None
-    return EncoderOut(**{name: (t[:, :Tx] if t is not None and (name in _ALONG_SOURCE or (name == "proj" and attentive))
-                                else t) for name, t in zip(EncoderOut._fields, enc)})
-
+from nmtkit.translate.cohort import BeamCohort, narrow_encoder_out, stack_encoder_out  # noqa: F401 (the helpers)
 
 class ContinuousSearch:
     """The cohorts being decoded together with ``models`` (the same for all; one decoding setting), as one search:
