@@ -162,10 +162,11 @@ def main(argv=None) -> None:
     finally:
         server.send_signal(signal.SIGTERM)
         code = server.wait(timeout=120)
-    one = next(r[2] for r in rows if r[0] == 1)
+    one = next((r[2] for r in rows if r[0] == 1), None)
     sixteen = next((r[2] for r in rows if r[0] == 16), None)
-    print(f"\n(a) one request at a time: {one:.2f} sentences/s")
-    if sixteen is not None:
+    if one is not None:
+        print(f"\n(a) one request at a time: {one:.2f} sentences/s")
+    if sixteen is not None and one is not None:
         print(f"16 clients: {sixteen / one:.1f}x the one-at-a-time rate (goal >= 3x), {100 * sixteen / ceiling:.0f}% of "
               f"the file's (goal >= 60%)")
     print(f"{total:,} requests: {errors} errors, {wrong} answers that are not their line's nmt-translate translation "
