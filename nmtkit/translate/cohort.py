@@ -76,7 +76,7 @@ class BeamCohort:
         # the beam shared by numbers written (numberbanks): --all-numbers' second pass
         self.banks = banks and numbers_from is not None
         # (kept for that second pass: see nmtkit.translate.search.numbers_again)
-        self.models, self.src, self.src_lens, self.numbers = models, src, src_lens, numbers
+        self.src, self.src_lens, self.numbers = src, src_lens, numbers
         self.ens = ens = Ensemble(models)
         self.dev = dev = src.device
         self.free = free_tokens(decode, numbers, dev)
@@ -108,7 +108,6 @@ class BeamCohort:
         self.t = 0  # the step about to be taken
         self.last = int(self.limits.max())  # the last step any sentence may take
         self.done = B == 0
-        self.changed = True  # whether ``encs`` changed since the caller last read it (sentences left)
 
     @property
     def rows(self) -> int:
@@ -134,10 +133,11 @@ class BeamCohort:
             states_n = nf.states(self.tokens, alive.repeat_interleave(K).tolist())  # (A*K,) State | None
         _mask_step(logp, decode.no_unk, t, self.prefix, self.prefix_lens, alive, K, self.tokens,
                    decode.no_repeat_ngram, self.free, nf, at_limit, states_n)  # tokens (A*K, t)
-        banks = self.banks
+        banks, begun_n = self.banks, None
         if banks:  # no </s> before every number is written (numberbanks)
             sents, ending = alive.repeat_interleave(K).tolist(), at_limit.tolist()
-            later = [r for r, s in enumerate(states_n) if not ending[r] and numberbanks.must_end_later(nf, s, sents[r])]
+            begun_n = [None if s is None else numberbanks.begun(nf, s, k) for s, k in zip(states_n, sents)]
+            later = [r for r, b in enumerate(begun_n) if b is not None and not ending[r] and b < nf.required[sents[r]]]
             if later:
                 logp[later, EOS] = -math.inf
         words = self.words
@@ -184,7 +184,7 @@ class BeamCohort:
         beams, y = src_beam.gather(1, sel), tok.gather(1, sel)  # (A, K)
         if banks:  # the sentences with numbers to write share their beams by numbers written
             last = self.tokens[:, -1].tolist() if t else None
-            chosen = numberbanks.choose(nf, states_n, alive_l, K, cand, top_scores, top_idx, last)
+            chosen = numberbanks.choose(nf, states_n, begun_n, alive_l, K, cand, top_scores, top_idx, last)
             for a, picks in chosen.items():
                 scores[a] = torch.tensor([p[0] for p in picks], device=dev)
                 beams[a] = torch.tensor([p[1] for p in picks], device=dev)
@@ -215,7 +215,6 @@ class BeamCohort:
             if words is not None:
                 self.cov, words = self.cov[keep_rows], words[keep_rows]
             self.encs = [m.reorder_encoder_out(e, keep) for m, e in zip(self.ens.models, self.encs)]
-            self.changed = True
         # (the K rows of a sentence share its encoder output, so reordering beams leaves ``encs`` as it is)
         self.alive, self.scores, self.y, self.tokens, self.attn, self.states, self.words = \
             alive, scores, y, tokens, attn, states, words
@@ -256,7 +255,7 @@ class BeamCohort:
         left with t columns (``<pad>``, zeros: stripped when they finish), their length limits and prefixes moved t
         steps on, their encoder outputs stacked with this cohort's (padded along the source).  Its hypotheses go on
         being appended to ``other.finished``'s lists (shared), so ``other.results()`` reads them once
-        :meth:`holds` none of its sentences any more.  One cohort stepping every sentence costs one
+        none of its sentences is still decoding (:class:`~nmtkit.translate.continuous.ContinuousSearch` says when).  One cohort stepping every sentence costs one
         :meth:`advance` a step, where cohorts stepped side by side cost one each."""
         if other.t or other.done:
             raise ValueError("a cohort joins another before its first step, with sentences to decode")
@@ -302,7 +301,7 @@ class BeamCohort:
         self.lens_l = self.lens_l + other.lens_l
         self.Tx = Tx
         self.last = max(self.last, other.last + t)
-        self.changed = self.absorbed = True
+        self.absorbed = True
 
     def results(self) -> list[list[Hypothesis]]:
         """For each sentence its ``decode.nbest`` best finished hypotheses, best first."""

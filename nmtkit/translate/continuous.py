@@ -7,9 +7,8 @@ early have left, the longest one decides when the next batch may start.  Here ev
 (:meth:`~nmtkit.translate.cohort.BeamCohort.absorb`): its sentences become the search's, their encoder outputs
 padded to the longest source and stacked (:func:`stack_encoder_out`), their histories padded on the left to the
 search's step, their length limits and prefixes moved on by it.  One model step and one
-:meth:`~nmtkit.translate.cohort.BeamCohort.advance` a step serve every sentence (stepping the cohorts side by side
-cost each its own advance: 1.29x the time of one cohort for 16 single sentences on two threads,
-tests/bench/results/bench_cohort.txt).  A cohort is done when its sentences are, so a short sentence's answer does
+:meth:`~nmtkit.translate.cohort.BeamCohort.advance` a step serve every sentence, where cohorts stepped side by side
+each cost their own advance (tests/bench/results/bench_cohort.txt compares the two).  A cohort is done when its sentences are, so a short sentence's answer does
 not wait for the longest one of its batch, and new sentences fill the room that finished ones leave.
 
 Each cohort's hypotheses are the ones it would find alone (``beam_search`` over the same sentences): the rows of a
@@ -46,11 +45,6 @@ class ContinuousSearch:
         if not cohort.done:
             self.cohorts.append(cohort)
             self._joining.append(cohort)
-
-    @property
-    def rows(self) -> int:
-        """Hypotheses in the search now (K per sentence still decoding)."""
-        return (self._host.rows if self._host is not None else 0) + sum(c.rows for c in self._joining)
 
     def _join(self) -> None:
         for c in self._joining:

@@ -67,7 +67,7 @@ def begun(nf: SourceNumbers, s: State, sentence: int) -> int:
     return min(n, nf.required[sentence])
 
 
-def written(s: State, nf: SourceNumbers, sentence: int) -> int:
+def written(nf: SourceNumbers, s: State, sentence: int) -> int:
     """How many digits of the source's numbers a hypothesis in state ``s`` has written (the run's included)."""
     left = dict(s.left)
     return sum(len(number) * (count - left.get(number, 0)) for number, count in nf.numbers[sentence].items()) + \
@@ -111,8 +111,8 @@ def unmet(nf: SourceNumbers, tokens: list[int], sentence: int) -> int:
 
 def allocate(keys: list[tuple[float, int]], levels: list[int], K: int, top: int) -> list[int]:
     """Which of the candidates continue: ``keys`` (score, order) and ``levels`` (0 … ``top``) of each → up to K
-    indices into them, best first by (score, then lower order).  Level 0 (no number begun) keeps K − K // 2 places,
-    the other K // 2 are shared equally among levels 1 … ``top``, the remainder to the highest; from the top down,
+    indices into them, best first by (score, then lower order).  Level 0 (no digit written) keeps K − K // 2 places,
+    the other K // 2 go one to a level from ``top`` down, round again while places remain; from the top down,
     a level with fewer candidates than places passes the rest to the level below; places still free go to the best
     remaining candidates."""
     rank = sorted(range(len(keys)), key=lambda i: (-keys[i][0], keys[i][1]))
@@ -153,10 +153,11 @@ def ending(cand: torch.Tensor, K: int, already: set[tuple[int, int]], todo: list
     return out
 
 
-def choose(nf: SourceNumbers, states: list[State | None], sentences: list[int], K: int, cand: torch.Tensor,
-           top_scores: torch.Tensor, top_idx: torch.Tensor, last: list[int] | None
+def choose(nf: SourceNumbers, states: list[State | None], begun_n: list[int | None], sentences: list[int], K: int,
+           cand: torch.Tensor, top_scores: torch.Tensor, top_idx: torch.Tensor, last: list[int] | None
            ) -> dict[int, list[tuple[float, int, int]]]:
-    """The batched search's allocation at one step: ``states`` of the A·K rows (:meth:`SourceNumbers.states`),
+    """The batched search's allocation at one step: ``states`` of the A·K rows (:meth:`SourceNumbers.states`) and
+    their numbers ``begun_n`` (:func:`begun`),
     ``sentences`` the A sentences' ids, cand (A, K·V) the expansions' scores (masked, ``</s>`` banned where
     :func:`must_end_later`), top_scores/top_idx (A, 2K) its ``2K`` best, ``last`` the rows' last tokens (None at
     the first step) → for each row a of a sentence with numbers to write, its K continuations (score, beam, token),
@@ -178,9 +179,8 @@ def choose(nf: SourceNumbers, states: list[State | None], sentences: list[int], 
             s = states[a * K + j]
             if s is None or not math.isfinite(best_val[n][j]):  # (a dead row, or one that may only end)
                 continue
-            b = begun(nf, s, sent)
-            meta[(a, j)] = written(s, nf, sent)
-            for tok in advancing(nf, s, b, sent, None if last is None else last[a * K + j]):
+            meta[(a, j)] = written(nf, s, sent)
+            for tok in advancing(nf, s, begun_n[a * K + j], sent, None if last is None else last[a * K + j]):
                 asks.append((a, j, tok))
                 flat.append(a * KV + j * V + tok)
     adv = cand.view(-1)[torch.tensor(flat, dtype=torch.long, device=cand.device)].tolist() if flat else []

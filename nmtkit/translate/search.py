@@ -165,7 +165,7 @@ def numbers_again(first: BeamCohort, hyps: list[list[Hypothesis]]) -> list[list[
     idx = torch.tensor(todo, device=first.src.device)
     prefix = first.prefix.index_select(0, idx.to(first.prefix.device)) if first.prefix is not None else None
     prefix_lens = first.prefix_lens.index_select(0, idx.to(first.prefix.device)) if prefix is not None else None
-    again = BeamCohort(first.models, first.src.index_select(0, idx), first.src_lens.index_select(0, idx),
+    again = BeamCohort(first.ens.models, first.src.index_select(0, idx), first.src_lens.index_select(0, idx),
                        first.decode, first.need_attention, prefix, prefix_lens, first.numbers, nf.subset(todo),
                        banks=True)
     while not again.done:
@@ -275,7 +275,7 @@ def _reference(models, src_ids: list[int], decode: DecodeConfig, prefix: list[in
                 cands.setdefault(e[1], e)
             cands = list(cands.values())
             before = [numbers_from.state(e[2], 0) for e in cands]
-            levels = [numberbanks.level(numbers_from, s, 0, numberbanks.written(s, numbers_from, 0), e[3])
+            levels = [numberbanks.level(numbers_from, s, 0, numberbanks.written(numbers_from, s, 0), e[3])
                       for s, e in zip(before, cands)]
             picked = numberbanks.allocate([(e[0], e[1]) for e in cands], levels, beam,
                                           numberbanks.top_level(numbers_from, 0))
