@@ -194,6 +194,59 @@ def test_concurrent_clients_each_get_their_own_lines_in_shared_batches(ckpt, dat
     assert len(batches) == 50 and max(batches) > 1 and max(batches) <= 16  # decoded together, never past the cap
 
 
+def test_a_batch_waits_while_lines_keep_coming_and_for_the_clients_it_just_answered(ckpt, lines, tmp_path):
+    """--batch-wait-ms is a quiet time: a batch forms while lines keep arriving less than that apart (up to ten
+    times it in all), and a batch that has just been answered gives its clients that long to send again before
+    the lines that waited meanwhile are decoded without them.  (Timing from the head's arrival alone split 16
+    clients in lock-step into batches of 10 and 6 for good: tests/bench/results/bench_serve.txt.)"""
+    want = nmt_translate(ckpt, tmp_path, lines)["text"].splitlines()
+    s = Server(ckpt, "--batch-wait-ms", "400", "--max-batch", "100")
+    try:
+        s.ready()
+
+        def batches() -> list[int]:
+            return [int(m.group(1)) for line in s.lines if (m := re.search(r"POST /translate 200 .*batch of (\d+)",
+                                                                           line))]
+
+        # six lines 150 ms apart (900 ms from the first to the last, more than the wait): one batch
+        with ThreadPoolExecutor(6) as pool:
+            futures = []
+            for k in range(6):
+                futures.append(pool.submit(s.translate, [lines[k]]))
+                time.sleep(0.15)
+            assert [f.result()[0]["tgt"] for f in futures] == want[:6]
+        time.sleep(0.5)
+        assert batches() == [6] * 6
+        # fifty lines 120 ms apart (6 s): the first batch goes at ten times the wait (4 s), not after the last line
+        with ThreadPoolExecutor(50) as pool:
+            futures = []
+            for k in range(50):
+                futures.append(pool.submit(s.translate, [lines[k % len(lines)]]))
+                time.sleep(0.12)
+            assert [f.result()[0]["tgt"] for f in futures] == [want[k % len(lines)] for k in range(50)]
+        time.sleep(0.5)
+        spread = batches()[6:]
+        assert len(spread) == 50 and 1 < spread[0] < 50
+        # a line that waits while a long batch decodes is decoded with the line the long batch's client sends next
+        heavy = {"src": [" ".join(lines[:4])] * 20, "prefix": [" ".join(["un homme"] * 60)] * 20, "beam": 48}
+        done = {}
+
+        def long_then_next():
+            done["long"] = s.call("/translate", heavy)
+            done["next"] = s.translate([lines[7]])
+
+        client = threading.Thread(target=long_then_next)
+        client.start()
+        time.sleep(0.3)
+        waited = s.translate([lines[8]])
+        client.join()
+        assert done["long"][0] == 200 and "next" in done
+        assert [waited[0]["tgt"], done["next"][0]["tgt"]] == [want[8], want[7]]
+    finally:
+        assert s.stop() == 0
+    assert batches()[-3:] == [20, 2, 2]
+
+
 def _children(pid: int) -> list[int]:
     """The child processes of ``pid`` (of any of its threads: the workers start on the loading thread)."""
     out = []
@@ -236,6 +289,23 @@ def test_worker_processes_decode_batches_at_once_with_each_requests_settings(ckp
     assert "Traceback" not in "".join(s.lines)
     for pid in workers:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/status").read().count("zombie")
+
+
+def test_lines_that_arrive_together_are_shared_among_the_free_worker_processes(ckpt, data_dir, tmp_path):
+    """``--workers 2``: sixteen lines that arrive together are decoded as two batches of eight, one in each worker,
+    not as one batch of sixteen beside an idle worker; each line gets nmt-translate's translation."""
+    lines = lines_of(data_dir / "multi30k" / "val.en", 16)
+    want = nmt_translate(ckpt, tmp_path, lines)["text"].splitlines()
+    s = Server(ckpt, "--workers", "2", "--threads", "2", "--batch-wait-ms", "300", "--max-batch", "32")
+    try:
+        s.ready()
+        with ThreadPoolExecutor(16) as pool:
+            got = list(pool.map(lambda line: s.translate([line])[0]["tgt"], lines))
+        assert got == want
+    finally:
+        assert s.stop() == 0
+    batches = [int(m.group(1)) for line in s.lines if (m := re.search(r"POST /translate 200 .*batch of (\d+)", line))]
+    assert batches == [8] * 16
 
 
 # -- bad input and overload ----------------------------------------------------------------------------------------

@@ -2,20 +2,29 @@
 
 A request's lines wait in one queue, in arrival order.  The batch is formed around the request at its head: it
 takes, in order, the waiting requests with the same settings (:attr:`nmtkit.serve.service.Request.key`: decoding
-options, and whether attention is needed) until they hold ``max_batch`` lines, and it is decoded as soon as it
-holds them or when the head request has waited ``wait`` seconds, whichever comes first (Marian's
-``--queue-timeout``; CTranslate2's users ask for the same).  A request of more lines than ``max_batch`` is a batch of
-its own.  Requests with other settings wait for a later batch.  Decoding runs on threads of its own, so the event
+options, and whether attention is needed) until they hold ``max_batch`` lines.  It is decoded as soon as it holds
+them, or once no line has arrived for ``wait`` seconds -- counted from the head's arrival, or from the moment the
+previous batch was answered if that is later -- but after at most ``QUIET_CAP`` times ``wait`` in all.  Marian's
+``--queue-timeout`` counts from the head's arrival alone; so did this batcher, and clients that send their next line
+as soon as they are answered fell into lock-step: a batch that ended sent its clients back, the first of them
+started the wait, the stragglers missed it and formed a second, smaller batch behind it, and so for good (16
+clients: batches of 10 and 6 in turn, 25 sentences/s instead of 34; tests/bench/results/bench_serve.txt).  Waiting
+for a quiet moment, and giving the clients of the batch just answered the time to come back, keeps them in one
+batch.  A request of more lines than ``max_batch`` is a batch of its own.  Requests with other settings wait for a
+later batch.  Decoding runs on threads of its own, so the event
 loop goes on answering (``/health`` during a long batch) and queueing; each request gets back exactly its own lines.
 With ``concurrency`` > 1 (``nmt-serve --workers``: decoding processes) that many batches are decoded at once, each
-on a thread that hands it to the workers; the next batch forms while they decode, from what waits meanwhile.
+on a thread that hands it to the workers; the next batch forms while they decode, from what waits meanwhile, and
+while several are free a batch takes only its share of the lines waiting (16 lines, two free: 8 each), so that
+clients in one batch do not leave the other processes idle.
 
 With ``continuous`` (``nmt-serve --batching continuous``; decoding in the server's process, one worker)
 a formed batch is handed to the :class:`~nmtkit.serve.engine.Engine` instead, which adds it to the search already
 running, at its next step (continuous batching).  Each batch is prepared and encoded on its own, in the thread that
 steps the search, so lines join a running search together: a batch forms once the lines waiting are at least half as many as those
 being decoded, or fill the search up to ``max_batch`` lines, or the first of them has waited ``join_wait`` seconds
-(and at once when nothing is being decoded); while ``max_batch`` lines are being decoded, none joins.
+(and at once when nothing is being decoded); while ``max_batch`` lines are being decoded, none joins.  There the
+batch's own wait counts from its head's arrival alone (the rule above has already chosen the moment).
 
 A request that would make the queue hold more than ``max_queue`` lines is refused at once (:class:`Overloaded`);
 one that waits longer than its timeout gets :class:`asyncio.TimeoutError` and its lines leave the queue if they have
@@ -31,6 +40,9 @@ from dataclasses import dataclass, field
 
 from nmtkit.runtime import IDLE_TRIM_S, trim_heap
 from nmtkit.serve.service import Request, TranslationService
+
+
+QUIET_CAP = 10  # a batch waits for more lines at most this many times ``wait`` in all
 
 
 class Overloaded(Exception):
@@ -73,6 +85,8 @@ class Batcher:
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="nmt-serve-decode")
         self._task: asyncio.Task | None = None
         self._decoding: set[asyncio.Future] = set()
+        self._last_arrival = 0.0  # (time.monotonic) when the latest request arrived
+        self._freed = 0.0  # when the latest batch was answered (its clients may be about to send again)
 
     def start(self) -> None:
         """Start forming and decoding batches (in the running event loop)."""
@@ -108,6 +122,7 @@ class Batcher:
         job = _Job(request, asyncio.get_running_loop().create_future())
         self.queue.append(job)
         self.queued_lines += n
+        self._last_arrival = job.arrived
         self._changed.set()
         if self._stir is not None:
             self._stir.set()
@@ -193,20 +208,27 @@ class Batcher:
                     await asyncio.get_running_loop().run_in_executor(self._executor, trim_heap)
                 await self._changed.wait()
         head = self.queue[0]
-        key, deadline = head.request.key, head.arrived + self.wait
+        key = head.request.key
+        start = max(head.arrived, self._freed)  # (a line that waited for a batch to finish waits from then on)
         while head in self.queue and self._lines(key) < self.max_batch:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            if self.continuous:  # (_joinable chose the moment: the head's own wait is what is left)
+                left = head.arrived + self.wait - now
+            else:
+                left = min(start + QUIET_CAP * self.wait, max(start, self._last_arrival) + self.wait) - now
             if left <= 0:
                 break
-            if not await _set_within(self._changed, left):
-                break
+            await _set_within(self._changed, left)
         if head not in self.queue:  # (it timed out while its batch formed)
             return [], 0
+        # (with several decoding processes free, a batch takes its share of the lines waiting: they all decode)
+        free = 1 if self.continuous else max(1, self.concurrency - len(self._decoding))
+        most = min(self.max_batch, -(-self._lines(key) // free))
         batch, lines = [], 0
         for job in list(self.queue):
             if job.request.key != key:
                 continue
-            if batch and lines + len(job.request.lines) > self.max_batch:
+            if batch and lines + len(job.request.lines) > most:
                 break
             batch.append(job)
             lines += len(job.request.lines)
@@ -226,6 +248,7 @@ class Batcher:
                     job.future.set_exception(e)
             return
         finally:
+            self._freed = time.monotonic()
             self._slots.release()
         decode_ms = (time.monotonic() - start) * 1000
         for job, result in zip(batch, results):

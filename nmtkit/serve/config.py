@@ -15,7 +15,7 @@ class ServeConfig:
     host: str = "127.0.0.1"  # only this machine, unless told otherwise
     port: int = 8080  # 0: any free port (the one taken is printed)
     max_batch: int = 32  # lines decoded together, from one request or several
-    batch_wait_ms: float = 5.0  # how long the first line waiting may wait for others before its batch is decoded
+    batch_wait_ms: float = 5.0  # a batch is decoded once no line has arrived for this long (nmtkit/serve/batcher.py)
     max_lines: int = 100  # lines in one request (more: 413)
     max_chars: int = 20_000  # characters in one request's lines (more: 413)
     max_queue: int = 1_000  # lines waiting to be decoded (a request that would pass it: 503 with Retry-After)
