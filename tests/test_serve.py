@@ -226,7 +226,7 @@ def test_a_batch_waits_while_lines_keep_coming_and_for_the_clients_it_just_answe
             assert [f.result()[0]["tgt"] for f in futures] == [want[k % len(lines)] for k in range(50)]
         time.sleep(0.5)
         spread = batches()[6:]
-        assert len(spread) == 50 and 1 < spread[0] < 50
+        assert len(spread) == 50 and 15 <= spread[0] <= 40  # (about 34 lines come in the first 4 s)
         # a line that waits while a long batch decodes is decoded with the line the long batch's client sends next
         heavy = {"src": [" ".join(lines[:4])] * 20, "prefix": [" ".join(["un homme"] * 60)] * 20, "beam": 48}
         done = {}

@@ -16,7 +16,8 @@ from nmtkit.runtime import tune_malloc
 @click.option("--port", default=8080, show_default=True, help="Port (0: any free one; the port taken is printed).")
 @click.option("--max-batch", default=32, show_default=True, help="Lines decoded together, across requests.")
 @click.option("--batch-wait-ms", default=5.0, show_default=True,
-              help="A batch is decoded once no line has come for this long (or it holds --max-batch lines; at most 10 times this in all).")
+              help="A batch is decoded once no line has come for this long, or it holds --max-batch lines (at most "
+                   "10 times this after the previous batch).")
 @click.option("--max-lines", default=100, show_default=True, help="Lines a request may hold (more: 413).")
 @click.option("--max-chars", default=20_000, show_default=True, help="Characters a request may hold (more: 413).")
 @click.option("--max-queue", default=1_000, show_default=True,

@@ -3,16 +3,17 @@
 A request's lines wait in one queue, in arrival order.  The batch is formed around the request at its head: it
 takes, in order, the waiting requests with the same settings (:attr:`nmtkit.serve.service.Request.key`: decoding
 options, and whether attention is needed) until they hold ``max_batch`` lines.  It is decoded as soon as it holds
-them, or once no line has arrived for ``wait`` seconds -- counted from the head's arrival, or from the moment the
-previous batch was answered if that is later -- but after at most ``QUIET_CAP`` times ``wait`` in all.  Marian's
-``--queue-timeout`` counts from the head's arrival alone; so did this batcher, and clients that send their next line
-as soon as they are answered fell into lock-step: a batch that ended sent its clients back, the first of them
-started the wait, the stragglers missed it and formed a second, smaller batch behind it, and so for good (16
-clients: batches of 10 and 6 in turn, 25 sentences/s instead of 34; tests/bench/results/bench_serve.txt).  Waiting
-for a quiet moment, and giving the clients of the batch just answered the time to come back, keeps them in one
-batch.  A request of more lines than ``max_batch`` is a batch of its own.  Requests with other settings wait for a
-later batch.  Decoding runs on threads of its own, so the event
-loop goes on answering (``/health`` during a long batch) and queueing; each request gets back exactly its own lines.
+them, or once no line it could take has arrived for ``wait`` seconds -- counted from the head's arrival, or from
+the moment the previous batch was decoded if that is later -- but at most ``QUIET_CAP`` times ``wait`` after that
+moment (a large ``wait`` can so come near a request's timeout).  Marian's ``--queue-timeout`` counts from the
+head's arrival alone; so did this batcher, and clients that send their next line as soon as they are answered fell
+into lock-step: a batch that ended sent its clients back, the first of them started the wait, the stragglers missed
+it and formed a second, smaller batch behind it, and so for good (16 clients: batches of 10 and 6 in turn;
+tests/bench/results/bench_serve.txt).  Waiting for a quiet moment, and giving the clients of the batch just decoded
+the time to come back, keeps them in one batch.  A request of more lines than
+``max_batch`` is a batch of its own.  Requests with other settings wait for a later batch.  Decoding runs on threads
+of its own, so the event loop goes on answering (``/health`` during a long batch) and queueing; each request gets
+back exactly its own lines.
 With ``concurrency`` > 1 (``nmt-serve --workers``: decoding processes) that many batches are decoded at once, each
 on a thread that hands it to the workers; the next batch forms while they decode, from what waits meanwhile, and
 while several are free a batch takes only its share of the lines waiting (16 lines, two free: 8 each), so that
@@ -85,8 +86,8 @@ class Batcher:
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="nmt-serve-decode")
         self._task: asyncio.Task | None = None
         self._decoding: set[asyncio.Future] = set()
-        self._last_arrival = 0.0  # (time.monotonic) when the latest request arrived
-        self._freed = 0.0  # when the latest batch was answered (its clients may be about to send again)
+        self._freed = 0.0  # (time.monotonic) when the latest batch was decoded (its clients may send again soon)
+        self._busy = 0  # batches being decoded (static batching)
 
     def start(self) -> None:
         """Start forming and decoding batches (in the running event loop)."""
@@ -122,7 +123,6 @@ class Batcher:
         job = _Job(request, asyncio.get_running_loop().create_future())
         self.queue.append(job)
         self.queued_lines += n
-        self._last_arrival = job.arrived
         self._changed.set()
         if self._stir is not None:
             self._stir.set()
@@ -137,6 +137,7 @@ class Batcher:
         if job in self.queue:
             self.queue.remove(job)
             self.queued_lines -= len(job.request.lines)
+            self._changed.set()  # (a batch forming around it stops waiting)
 
     async def _run(self) -> None:
         while True:
@@ -149,6 +150,7 @@ class Batcher:
             if not batch:
                 self._slots.release()
                 continue
+            self._busy += 1
             task = asyncio.get_running_loop().create_task(self._decode(batch, lines))
             self._decoding.add(task)
             task.add_done_callback(self._decoding.discard)
@@ -214,15 +216,16 @@ class Batcher:
             now = time.monotonic()
             if self.continuous:  # (_joinable chose the moment: the head's own wait is what is left)
                 left = head.arrived + self.wait - now
-            else:
-                left = min(start + QUIET_CAP * self.wait, max(start, self._last_arrival) + self.wait) - now
+            else:  # (the latest line it could take: lines with other settings do not hold it back)
+                last = max(job.arrived for job in self.queue if job.request.key == key)
+                left = min(start + QUIET_CAP * self.wait, max(start, last) + self.wait) - now
             if left <= 0:
                 break
             await _set_within(self._changed, left)
         if head not in self.queue:  # (it timed out while its batch formed)
             return [], 0
         # (with several decoding processes free, a batch takes its share of the lines waiting: they all decode)
-        free = 1 if self.continuous else max(1, self.concurrency - len(self._decoding))
+        free = 1 if self.continuous else max(1, self.concurrency - self._busy)
         most = min(self.max_batch, -(-self._lines(key) // free))
         batch, lines = [], 0
         for job in list(self.queue):
@@ -249,6 +252,7 @@ class Batcher:
             return
         finally:
             self._freed = time.monotonic()
+            self._busy -= 1
             self._slots.release()
         decode_ms = (time.monotonic() - start) * 1000
         for job, result in zip(batch, results):

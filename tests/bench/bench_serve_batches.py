@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""How nmt-serve batches clients that send again as soon as they are answered (#36): the batch sizes it logs.
+
+    python tests/bench/bench_serve_batches.py -m runs/quickstart/recipe/model/checkpoint_last.pt [--tree DIR]
+
+Starts ``bin/nmt-serve`` of ``--tree`` (a checkout; default this one: give an older one, e.g. a ``git worktree``,
+to compare) with its request log, sends the bench's lines (tests/bench/bench_serve.py: the Hansards test sittings
+and news-test-2014, alternating; beam 12) from each number of clients in ``--requests``, each client its own lines one
+request at a time, and prints the sentences a second and how many requests were decoded in a batch of each size
+(the server's log line: "batch of N").  Run it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("-m", "--model", required=True)
+    p.add_argument("--tree", default=str(REPO), help="the checkout whose nmt-serve runs")
+    p.add_argument("--requests", default="1:60,16:30", help="clients:requests each, comma-separated")
+    p.add_argument("--threads", default="2")
+    p.add_argument("--workers", default="1")
+    a = p.parse_args(argv)
+    hansards = (DATA / "hansards" / "test.en").read_text(encoding="utf-8").splitlines()[:500]
+    news = (DATA / "wmt14" / "newstest2014.en").read_text(encoding="utf-8").splitlines()[:500]
+    lines = [x for pair in zip(hansards, news) for x in pair if x.strip()]
+    tree = Path(a.tree).resolve()
+    commit = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    print(f"bench_serve_batches, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: nmt-serve of {tree} (git "
+          f"{commit.stdout.strip()}), --threads {a.threads} --workers {a.workers}, defaults otherwise; beam 12")
+    server = subprocess.Popen([sys.executable, tree / "bin" / "nmt-serve", "-m", a.model, "--port", "0", "--threads",
+                               a.threads, "--workers", a.workers], stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(tree)})
+    url = re.search(r"(http://\S+/)", server.stderr.readline()).group(1)
+    log: list[str] = []
+    threading.Thread(target=lambda: log.extend(iter(server.stderr.readline, "")), daemon=True).start()
+
+    def post(line: str) -> None:
+        data = json.dumps({"src": [line], "beam": 12}).encode()
+        request = urllib.request.Request(url + "translate", data=data, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=600) as r:
+            json.loads(r.read())
+
+    while True:
+        try:
+            with urllib.request.urlopen(url + "health", timeout=5) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.2)
+    post(lines[0])
+    try:
+        for spec in a.requests.split(","):
+            clients, each = map(int, spec.split(":"))
+            per = len(lines) // clients
+            time.sleep(1.0)
+            seen = len(log)
+            start = time.perf_counter()
+            with ThreadPoolExecutor(clients) as pool:
+                list(pool.map(lambda k: [post(lines[(k * per + r) % len(lines)]) for r in range(each)],
+                              range(clients)))
+            rate = clients * each / (time.perf_counter() - start)
+            time.sleep(0.5)
+            sizes = collections.Counter(int(m.group(1)) for x in log[seen:]
+                                        if (m := re.search(r"POST /translate 200 .*batch of (\d+)", x)))
+            print(f"{clients:3d} client(s) x {each} requests: {rate:6.2f} sentences/s; requests by the size of their "
+                  f"batch: {', '.join(f'{n} x {size}' for size, n in sorted(sizes.items()))}", flush=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=120)
+
+
+if __name__ == "__main__":
+    main()
