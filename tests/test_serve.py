@@ -77,6 +77,11 @@ class Server:
         assert len(body["translations"]) == len(lines)
         return body["translations"]
 
+    def batches(self) -> list[int]:
+        """The size of the batch of each request answered so far, from the request log."""
+        return [int(m.group(1)) for line in self.lines
+                if (m := re.search(r"POST /translate 200 .*batch of (\d+)", line))]
+
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -177,20 +182,27 @@ def test_prefixes_attention_and_sampling_are_nmt_translates(server, ckpt, lines,
         assert all(len(row) == len(a["src"]) and abs(sum(row) - 1) < 1e-3 for row in a["weights"])
 
 
-@pytest.mark.parametrize("batching", ["static", "continuous"])
-def test_concurrent_clients_each_get_their_own_lines_in_shared_batches(ckpt, data_dir, tmp_path, batching):
-    lines = lines_of(data_dir / "multi30k" / "val.en", 50)
-    assert len(set(lines)) == 50
+def each_client_one_line(ckpt, data_dir, tmp_path, n: int, *options: str) -> list[int]:
+    """``n`` clients at once, each sending its own line to a server started with ``options``: each gets
+    nmt-translate's translation of its line; -> the size of each request's batch."""
+    lines = lines_of(data_dir / "multi30k" / "val.en", n)
+    assert len(set(lines)) == n
     want = nmt_translate(ckpt, tmp_path, lines)["text"].splitlines()
-    s = Server(ckpt, "--batch-wait-ms", "200", "--max-batch", "16", "--batching", batching)
+    s = Server(ckpt, *options)
     try:
         s.ready()
-        with ThreadPoolExecutor(50) as pool:
+        with ThreadPoolExecutor(n) as pool:
             got = list(pool.map(lambda line: s.translate([line])[0]["tgt"], lines))
         assert got == want
     finally:
         assert s.stop() == 0
-    batches = [int(m.group(1)) for line in s.lines if (m := re.search(r"POST /translate 200 .*batch of (\d+)", line))]
+    return s.batches()
+
+
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_concurrent_clients_each_get_their_own_lines_in_shared_batches(ckpt, data_dir, tmp_path, batching):
+    batches = each_client_one_line(ckpt, data_dir, tmp_path, 50, "--batch-wait-ms", "200", "--max-batch", "16",
+                                   "--batching", batching)
     assert len(batches) == 50 and max(batches) > 1 and max(batches) <= 16  # decoded together, never past the cap
 
 
@@ -204,10 +216,6 @@ def test_a_batch_waits_while_lines_keep_coming_and_for_the_clients_it_just_answe
     try:
         s.ready()
 
-        def batches() -> list[int]:
-            return [int(m.group(1)) for line in s.lines if (m := re.search(r"POST /translate 200 .*batch of (\d+)",
-                                                                           line))]
-
         # six lines 150 ms apart (900 ms from the first to the last, more than the wait): one batch
         with ThreadPoolExecutor(6) as pool:
             futures = []
@@ -216,7 +224,7 @@ def test_a_batch_waits_while_lines_keep_coming_and_for_the_clients_it_just_answe
                 time.sleep(0.15)
             assert [f.result()[0]["tgt"] for f in futures] == want[:6]
         time.sleep(0.5)
-        assert batches() == [6] * 6
+        assert s.batches() == [6] * 6
         # fifty lines 120 ms apart (6 s): the first batch goes at ten times the wait (4 s), not after the last line
         with ThreadPoolExecutor(50) as pool:
             futures = []
@@ -225,7 +233,7 @@ def test_a_batch_waits_while_lines_keep_coming_and_for_the_clients_it_just_answe
                 time.sleep(0.12)
             assert [f.result()[0]["tgt"] for f in futures] == [want[k % len(lines)] for k in range(50)]
         time.sleep(0.5)
-        spread = batches()[6:]
+        spread = s.batches()[6:]
         assert len(spread) == 50 and 15 <= spread[0] <= 40  # (about 34 lines come in the first 4 s)
         # a line that waits while a long batch decodes is decoded with the line the long batch's client sends next
         heavy = {"src": [" ".join(lines[:4])] * 20, "prefix": [" ".join(["un homme"] * 60)] * 20, "beam": 48}
@@ -244,7 +252,7 @@ def test_a_batch_waits_while_lines_keep_coming_and_for_the_clients_it_just_answe
         assert [waited[0]["tgt"], done["next"][0]["tgt"]] == [want[8], want[7]]
     finally:
         assert s.stop() == 0
-    assert batches()[-3:] == [20, 2, 2]
+    assert s.batches()[-3:] == [20, 2, 2]
 
 
 def _children(pid: int) -> list[int]:
@@ -284,7 +292,7 @@ def test_worker_processes_decode_batches_at_once_with_each_requests_settings(ckp
         assert got == [blocked[k] if k % 2 else plain[k] for k in range(40)]
     finally:
         assert s.stop() == 0
-    batches = [int(m.group(1)) for line in s.lines if (m := re.search(r"POST /translate 200 .*batch of (\d+)", line))]
+    batches = s.batches()
     assert len(batches) == 40 and max(batches) > 1 and max(batches) <= 6
     assert "Traceback" not in "".join(s.lines)
     for pid in workers:
@@ -294,17 +302,8 @@ def test_worker_processes_decode_batches_at_once_with_each_requests_settings(ckp
 def test_lines_that_arrive_together_are_shared_among_the_free_worker_processes(ckpt, data_dir, tmp_path):
     """``--workers 2``: sixteen lines that arrive together are decoded as two batches of eight, one in each worker,
     not as one batch of sixteen beside an idle worker; each line gets nmt-translate's translation."""
-    lines = lines_of(data_dir / "multi30k" / "val.en", 16)
-    want = nmt_translate(ckpt, tmp_path, lines)["text"].splitlines()
-    s = Server(ckpt, "--workers", "2", "--threads", "2", "--batch-wait-ms", "300", "--max-batch", "32")
-    try:
-        s.ready()
-        with ThreadPoolExecutor(16) as pool:
-            got = list(pool.map(lambda line: s.translate([line])[0]["tgt"], lines))
-        assert got == want
-    finally:
-        assert s.stop() == 0
-    batches = [int(m.group(1)) for line in s.lines if (m := re.search(r"POST /translate 200 .*batch of (\d+)", line))]
+    batches = each_client_one_line(ckpt, data_dir, tmp_path, 16, "--workers", "2", "--threads", "2",
+                                   "--batch-wait-ms", "300", "--max-batch", "32")
     assert batches == [8] * 16
 
 

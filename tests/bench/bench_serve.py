@@ -59,6 +59,17 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
+def wait_healthy(url: str) -> None:
+    """Until the server at ``url`` answers /health with 200."""
+    while True:
+        try:
+            with urllib.request.urlopen(url + "health", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+
+
 def post(url: str, line: str) -> str:
     data = json.dumps({"src": [line], "beam": 12}).encode()
     request = urllib.request.Request(url + "translate", data=data, headers={"Content-Type": "application/json"})
@@ -106,13 +117,7 @@ def main(argv=None) -> None:
                               stderr=subprocess.PIPE, text=True, env=ENV)
     url = re.search(r"(http://\S+/)", server.stderr.readline()).group(1)
     threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
-    while True:
-        try:
-            with urllib.request.urlopen(url + "health", timeout=5) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.2)
+    wait_healthy(url)
     post(url, lines[0])
     time.sleep(REST)
     rss_start = rss_kb(server.pid)

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import re
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from bench_serve import post, wait_healthy  # (the same requests as the bench's: one line, beam 12)
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
@@ -51,20 +51,11 @@ def main(argv=None) -> None:
     log: list[str] = []
     threading.Thread(target=lambda: log.extend(iter(server.stderr.readline, "")), daemon=True).start()
 
-    def post(line: str) -> None:
-        data = json.dumps({"src": [line], "beam": 12}).encode()
-        request = urllib.request.Request(url + "translate", data=data, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=600) as r:
-            json.loads(r.read())
+    def send(line: str) -> None:
+        post(url, line)
 
-    while True:
-        try:
-            with urllib.request.urlopen(url + "health", timeout=5) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.2)
-    post(lines[0])
+    wait_healthy(url)
+    send(lines[0])
     try:
         for spec in a.requests.split(","):
             clients, each = map(int, spec.split(":"))
@@ -73,7 +64,7 @@ def main(argv=None) -> None:
             seen = len(log)
             start = time.perf_counter()
             with ThreadPoolExecutor(clients) as pool:
-                list(pool.map(lambda k: [post(lines[(k * per + r) % len(lines)]) for r in range(each)],
+                list(pool.map(lambda k: [send(lines[(k * per + r) % len(lines)]) for r in range(each)],
                               range(clients)))
             rate = clients * each / (time.perf_counter() - start)
             time.sleep(0.5)
