@@ -10,10 +10,9 @@ head's arrival alone; so did this batcher, and clients that send their next line
 into lock-step: a batch that ended sent its clients back, the first of them started the wait, the stragglers missed
 it and formed a second, smaller batch behind it, and so for good (16 clients: batches of 10 and 6 in turn;
 tests/bench/results/bench_serve.txt).  Waiting for a quiet moment, and giving the clients of the batch just decoded
-the time to come back, keeps them in one batch.  A request of more lines than
-``max_batch`` is a batch of its own.  Requests with other settings wait for a later batch.  Decoding runs on threads
-of its own, so the event loop goes on answering (``/health`` during a long batch) and queueing; each request gets
-back exactly its own lines.
+the time to come back, keeps them in one batch.  A request of more lines than ``max_batch`` is a batch of its own.
+Requests with other settings wait for a later batch.  Decoding runs on threads of its own, so the event loop goes on
+answering (``/health`` during a long batch) and queueing; each request gets back exactly its own lines.
 With ``concurrency`` > 1 (``nmt-serve --workers``: decoding processes) that many batches are decoded at once, each
 on a thread that hands it to the workers; the next batch forms while they decode, from what waits meanwhile, and
 while several are free a batch takes only its share of the lines waiting (16 lines, two free: 8 each), so that
@@ -22,10 +21,11 @@ clients in one batch do not leave the other processes idle.
 With ``continuous`` (``nmt-serve --batching continuous``; decoding in the server's process, one worker)
 a formed batch is handed to the :class:`~nmtkit.serve.engine.Engine` instead, which adds it to the search already
 running, at its next step (continuous batching).  Each batch is prepared and encoded on its own, in the thread that
-steps the search, so lines join a running search together: a batch forms once the lines waiting are at least half as many as those
-being decoded, or fill the search up to ``max_batch`` lines, or the first of them has waited ``join_wait`` seconds
-(and at once when nothing is being decoded); while ``max_batch`` lines are being decoded, none joins.  There the
-batch's own wait counts from its head's arrival alone (the rule above has already chosen the moment).
+steps the search, so lines join a running search together: a batch forms once the lines waiting are at least half
+as many as those being decoded, or fill the search up to ``max_batch`` lines, or the first of them has waited
+``join_wait`` seconds (and at once when nothing is being decoded); while ``max_batch`` lines are being decoded, none
+joins.  There the batch's own wait counts from its head's arrival alone (the rule above has already chosen the
+moment).
 
 A request that would make the queue hold more than ``max_queue`` lines is refused at once (:class:`Overloaded`);
 one that waits longer than its timeout gets :class:`asyncio.TimeoutError` and its lines leave the queue if they have

@@ -255,8 +255,9 @@ class BeamCohort:
         left with t columns (``<pad>``, zeros: stripped when they finish), their length limits and prefixes moved t
         steps on, their encoder outputs stacked with this cohort's (padded along the source).  Its hypotheses go on
         being appended to ``other.finished``'s lists (shared), so ``other.results()`` reads them once
-        none of its sentences is still decoding (:class:`~nmtkit.translate.continuous.ContinuousSearch` says when).  One cohort stepping every sentence costs one
-        :meth:`advance` a step, where cohorts stepped side by side cost one each."""
+        none of its sentences is still decoding (:class:`~nmtkit.translate.continuous.ContinuousSearch` says when).
+        One cohort stepping every sentence costs one :meth:`advance` a step, where cohorts stepped side by side cost
+        one each."""
         if other.t or other.done:
             raise ValueError("a cohort joins another before its first step, with sentences to decode")
         t, B0, dev = self.t, len(self.finished), self.dev

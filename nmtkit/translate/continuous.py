@@ -8,8 +8,9 @@ early have left, the longest one decides when the next batch may start.  Here ev
 padded to the longest source and stacked (:func:`stack_encoder_out`), their histories padded on the left to the
 search's step, their length limits and prefixes moved on by it.  One model step and one
 :meth:`~nmtkit.translate.cohort.BeamCohort.advance` a step serve every sentence, where cohorts stepped side by side
-each cost their own advance (tests/bench/results/bench_cohort.txt compares the two).  A cohort is done when its sentences are, so a short sentence's answer does
-not wait for the longest one of its batch, and new sentences fill the room that finished ones leave.
+each cost their own advance (tests/bench/results/bench_cohort.txt compares the two).  A cohort is done when its
+sentences are, so a short sentence's answer does not wait for the longest one of its batch, and new sentences fill
+the room that finished ones leave.
 
 Each cohort's hypotheses are the ones it would find alone (``beam_search`` over the same sentences): the rows of a
 sentence only ever read its own encoder output, padding is masked out of the attention, and the left padding of a
@@ -26,6 +27,7 @@ import copy
 import torch
 
 from nmtkit.translate.cohort import BeamCohort, narrow_encoder_out, stack_encoder_out  # noqa: F401 (the helpers)
+
 
 class ContinuousSearch:
     """The cohorts being decoded together with ``models`` (the same for all; one decoding setting), as one search:

@@ -157,11 +157,10 @@ def choose(nf: SourceNumbers, states: list[State | None], begun_n: list[int | No
            cand: torch.Tensor, top_scores: torch.Tensor, top_idx: torch.Tensor, last: list[int] | None
            ) -> dict[int, list[tuple[float, int, int]]]:
     """The batched search's allocation at one step: ``states`` of the A·K rows (:meth:`SourceNumbers.states`) and
-    their numbers ``begun_n`` (:func:`begun`),
-    ``sentences`` the A sentences' ids, cand (A, K·V) the expansions' scores (masked, ``</s>`` banned where
-    :func:`must_end_later`), top_scores/top_idx (A, 2K) its ``2K`` best, ``last`` the rows' last tokens (None at
-    the first step) → for each row a of a sentence with numbers to write, its K continuations (score, beam, token),
-    best first, padded with (−inf, 0, ``<pad>``)."""
+    their numbers begun ``begun_n`` (:func:`begun`), ``sentences`` the A sentences' ids, cand (A, K·V) the
+    expansions' scores (masked, ``</s>`` banned while a row has numbers not begun), top_scores/top_idx (A, 2K) its
+    ``2K`` best, ``last`` the rows' last tokens (None at the first step) → for each row a of a sentence with numbers
+    to write, its K continuations (score, beam, token), best first, padded with (−inf, 0, ``<pad>``)."""
     A, KV = cand.shape
     V = KV // K
     todo = [a for a in range(A) if nf.required[sentences[a]] > 0]

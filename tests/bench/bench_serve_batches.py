@@ -7,7 +7,8 @@ Starts ``bin/nmt-serve`` of ``--tree`` (a checkout; default this one: give an ol
 to compare) with its request log, sends the bench's lines (tests/bench/bench_serve.py: the Hansards test sittings
 and news-test-2014, alternating; beam 12) from each number of clients in ``--requests``, each client its own lines one
 request at a time, and prints the sentences a second and how many requests were decoded in a batch of each size
-(the server's log line: "batch of N").  Run it alone.
+(the server's log line: "batch of N"); with ``--empty N``, also what the HTTP side costs the server a request.
+Run it alone.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -36,6 +38,9 @@ def main(argv=None) -> None:
     p.add_argument("--requests", default="1:60,16:30", help="clients:requests each, comma-separated")
     p.add_argument("--threads", default="2")
     p.add_argument("--workers", default="1")
+    p.add_argument("--empty", type=int, default=0,
+                   help="then this many requests of no line ({\"src\": []}, nothing decoded), one at a time, each "
+                        "on a new connection: the server's CPU time per request (its HTTP side)")
     a = p.parse_args(argv)
     hansards = (DATA / "hansards" / "test.en").read_text(encoding="utf-8").splitlines()[:500]
     news = (DATA / "wmt14" / "newstest2014.en").read_text(encoding="utf-8").splitlines()[:500]
@@ -72,6 +77,22 @@ def main(argv=None) -> None:
                                         if (m := re.search(r"POST /translate 200 .*batch of (\d+)", x)))
             print(f"{clients:3d} client(s) x {each} requests: {rate:6.2f} sentences/s; requests by the size of their "
                   f"batch: {', '.join(f'{n} x {size}' for size, n in sorted(sizes.items()))}", flush=True)
+        if a.empty:
+            clock = os.sysconf("SC_CLK_TCK")
+
+            def cpu() -> float:  # (the server's user + system time, seconds)
+                fields = open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()
+                return (int(fields[11]) + int(fields[12])) / clock
+
+            body = b'{"src": [], "beam": 12}'
+            before, start = cpu(), time.perf_counter()
+            for _ in range(a.empty):
+                request = urllib.request.Request(url + "translate", data=body,
+                                                 headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=60) as r:
+                    r.read()
+            print(f"{a.empty} requests of no line: {1000 * (cpu() - before) / a.empty:.2f} ms of the server's CPU "
+                  f"each, {1000 * (time.perf_counter() - start) / a.empty:.2f} ms each on the wall clock")
     finally:
         server.terminate()
         server.wait(timeout=120)
