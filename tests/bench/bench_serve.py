@@ -59,6 +59,13 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
+def bench_lines(count: int = 500) -> list[str]:
+    """The first ``count`` lines of the Hansards test sittings and of news-test-2014, alternating (empty ones out)."""
+    hansards = (DATA / "hansards" / "test.en").read_text(encoding="utf-8").splitlines()[:count]
+    news = (DATA / "wmt14" / "newstest2014.en").read_text(encoding="utf-8").splitlines()[:count]
+    return [x for pair in zip(hansards, news) for x in pair if x.strip()]
+
+
 def wait_healthy(url: str) -> None:
     """Until the server at ``url`` answers /health with 200."""
     while True:
@@ -91,9 +98,7 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     join = ["--join-wait-ms", a.join_wait_ms] if a.join_wait_ms is not None else []
 
-    hansards = (DATA / "hansards" / "test.en").read_text(encoding="utf-8").splitlines()[: a.lines]
-    news = (DATA / "wmt14" / "newstest2014.en").read_text(encoding="utf-8").splitlines()[: a.lines]
-    lines = [x for pair in zip(hansards, news) for x in pair if x.strip()]
+    lines = bench_lines(a.lines)
     print(f"bench_serve (tests/bench/bench_serve.py), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, git "
           f"{subprocess.run(['git', '-C', REPO, 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}; "
           f"load average {os.getloadavg()[0]:.2f}")

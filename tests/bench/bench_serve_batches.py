@@ -25,10 +25,9 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench_serve import post, wait_healthy  # (the same requests as the bench's: one line, beam 12)
+from bench_serve import bench_lines, post, wait_healthy  # (the bench's lines and requests: one line, beam 12)
 
 REPO = Path(__file__).resolve().parents[2]
-DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
 
 
 def main(argv=None) -> None:
@@ -42,9 +41,7 @@ def main(argv=None) -> None:
                    help="then this many requests of no line ({\"src\": []}, nothing decoded), one at a time, each "
                         "on a new connection: the server's CPU time per request (its HTTP side)")
     a = p.parse_args(argv)
-    hansards = (DATA / "hansards" / "test.en").read_text(encoding="utf-8").splitlines()[:500]
-    news = (DATA / "wmt14" / "newstest2014.en").read_text(encoding="utf-8").splitlines()[:500]
-    lines = [x for pair in zip(hansards, news) for x in pair if x.strip()]
+    lines = bench_lines()
     tree = Path(a.tree).resolve()
     commit = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     print(f"bench_serve_batches, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: nmt-serve of {tree} (git "

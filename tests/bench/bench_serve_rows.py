@@ -16,9 +16,7 @@ Run it alone.
 from __future__ import annotations
 
 import argparse
-import os
 import time
-from pathlib import Path
 
 import torch
 
@@ -27,8 +25,7 @@ from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.continuous import ContinuousSearch
 from nmtkit.translate.translator import Translator
 
-REPO = Path(__file__).resolve().parents[2]
-DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
+from bench_serve import bench_lines  # (the bench's lines)
 
 
 def main(argv=None) -> None:
@@ -40,9 +37,7 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=2)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
-    hansards = (DATA / "hansards" / "test.en").read_text(encoding="utf-8").splitlines()[:500]
-    news = (DATA / "wmt14" / "newstest2014.en").read_text(encoding="utf-8").splitlines()[:500]
-    lines = [x for pair in zip(hansards, news) for x in pair if x.strip()]
+    lines = bench_lines()
     t = Translator([a.model], DecodeConfig(beam=12))
     t.translate_lines(lines[:16])  # (warm-up)
     C, R = a.clients, a.each
