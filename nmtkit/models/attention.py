@@ -53,3 +53,11 @@ def alignment_for_beams(query: Tensor, keys: Tensor, v_a: Tensor, src_mask: Tens
     x = torch.add(keys.unsqueeze(1), query.unsqueeze(2)).mul_(2.0).sigmoid_()  # (A, K, Tx, n')
     e = x @ (2.0 * v_a)  # (A, K, Tx)   e_ij + v_aᵀ1
     return torch.softmax(e.masked_fill_(~src_mask.unsqueeze(1), float("-inf")), dim=-1)  # (A, K, Tx)
+
+
+def attention_cross_entropy(alpha: torch.Tensor, guide: torch.Tensor) -> torch.Tensor:
+    """Σ −Ã_ij log α_ij: α (B, Ty, Tx) the attention, Ã the same shape, 0 where unguided (a scalar of α's dtype,
+    float32 for a lower one, with α's graph).  α is floored at 1e-30 inside the log (a weight the softmax underflowed
+    to 0; where Ã is 0 the term is 0)."""
+    a = alpha if alpha.dtype in (torch.float32, torch.float64) else alpha.float()
+    return -(guide.to(a.dtype) * a.clamp_min(1e-30).log()).sum()

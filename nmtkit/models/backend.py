@@ -45,9 +45,10 @@ class Backend:
         raise NotImplementedError
 
     def training_loss(self, model, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor,
-                      eps: float) -> tuple[Tensor, Tensor]:
+                      eps: float, guide: Tensor | None = None) -> tuple[Tensor, ...]:
         """(the summed cross-entropy against (1 − ε) onehot(y_i) + ε/V over the real positions of tgt_out (B, Ty);
-        the summed −log p(y_i | y_<i, x), detached): float32 scalars (float64 for a float64 model)."""
+        the summed −log p(y_i | y_<i, x), detached): float32 scalars (float64 for a float64 model); with ``guide``
+        (B, Ty, Tx) a third, the attention's cross-entropy against it (guided alignment; RNNsearch only)."""
         raise NotImplementedError
 
     def nll(self, model, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:

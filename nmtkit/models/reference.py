@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from nmtkit.models.attention import attention_cross_entropy
 from nmtkit.models.backend import Backend, EncoderOut
 from nmtkit.models.params import paper_weights
 from nmtkit.data.vocab import BOS, PAD
@@ -185,13 +186,15 @@ class ReferenceBackend(Backend):
         return teacher_forced(paper_weights(model), src, src_lens.to(src.device), tgt_in, model.attentive,
                               model.dropout, model.config.state_word)
 
-    def training_loss(self, model, src, src_lens, tgt_in, tgt_out, eps):
-        logits = self.forward(model, src, src_lens, tgt_in)[0].flatten(0, 1)  # (B·Ty, V)
+    def training_loss(self, model, src, src_lens, tgt_in, tgt_out, eps, guide=None):
+        logits, alpha = self.forward(model, src, src_lens, tgt_in)
+        logits = logits.flatten(0, 1)  # (B·Ty, V)
         if logits.dtype not in (torch.float32, torch.float64):  # (bf16 autocast: the loss in float32, as fast)
             logits = logits.float()
         y = tgt_out.flatten()
         loss = F.cross_entropy(logits, y, ignore_index=PAD, reduction="sum", label_smoothing=eps)
-        return loss, F.cross_entropy(logits.detach(), y, ignore_index=PAD, reduction="sum")
+        nll = F.cross_entropy(logits.detach(), y, ignore_index=PAD, reduction="sum")
+        return (loss, nll) if guide is None else (loss, nll, attention_cross_entropy(alpha, guide))
 
     def encode(self, model, src, src_lens):
         """The annotations (B, Tx, ctx), no keys (U_a h_j is computed at every step, as the equations read), the

@@ -38,8 +38,9 @@ so training and search -- all run on it, with the same values; tests/test_refere
 API (used by training, search and alignment):
     forward(src, src_lens, tgt_in[, return_attention]) -> logits (B, Ty, V) [, α (B, Ty, Tx) or None]
     nll(src, src_lens, tgt_in, tgt_out) -> summed −log p of the real targets (the training loss; output.py)
-    training_loss(src, src_lens, tgt_in, tgt_out[, label_smoothing]) -> (the loss to backpropagate, label-smoothed
-        when label_smoothing > 0; the detached summed −log p, as nll gives it)
+    training_loss(src, src_lens, tgt_in, tgt_out[, label_smoothing][, guide]) -> (the loss to backpropagate,
+        label-smoothed when label_smoothing > 0; the detached summed −log p, as nll gives it[; with guide, the
+        attention's cross-entropy against it: guided alignment])
     encode(src, src_lens) -> EncoderOut;  init_decoder(enc) -> the first state, s_0 (B, n)
     decode_step(y_prev, state, enc) -> logits (B·K, V), new state (B·K, n), α (B·K, Tx) or None, for K states per
         sentence of enc (beam search); prepare_decoding(enc) precomputes what every step reads of the source.
@@ -180,12 +181,23 @@ class _RNNTranslator(nn.Module):
         return self._backend.nll(self, src, src_lens, tgt_in, tgt_out)
 
     def training_loss(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor,
-                      label_smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
+                      label_smoothing: float = 0.0, guide: Tensor | None = None) -> tuple[Tensor, ...]:
         """(the loss to backpropagate, summed over the real positions of tgt_out (B, Ty): the cross-entropy against
         (1 − ε) onehot(y_i) + ε/V with ε = ``label_smoothing`` in [0, 1), ``nll``'s for ε = 0; the summed
         −log p(y_i | y_<i, x), detached, as ``nll`` gives it, for perplexity): two float32 scalars (float64 for a
-        float64 model), from one pass of the output layer.  A ValueError for ε outside [0, 1)."""
+        float64 model), from one pass of the output layer.  A ValueError for ε outside [0, 1).
+
+        ``guide`` (B, Ty, Tx), RNNsearch only: what each target position's attention is trained towards (guided
+        alignment, nmtkit/train/guided.py; rows summing to 1, or 0 where unguided): a third scalar, Σ −guide·log α
+        over the guided rows, with its graph (``attention_cross_entropy`` in attention.py)."""
         eps = check_label_smoothing(label_smoothing)  # (before any work)
+        if guide is not None:
+            if not self.attentive:
+                raise ValueError(f"guided alignment trains attention; {self.arch} has none")
+            if guide.shape != (*tgt_out.shape, src.shape[1]):
+                raise ValueError(f"guide of shape {tuple(guide.shape)} for {tuple(tgt_out.shape)} targets and "
+                                 f"{tuple(src.shape)} sources: want (B, Ty, Tx)")
+            return self._backend.training_loss(self, src, src_lens, tgt_in, tgt_out, eps, guide)
         return self._backend.training_loss(self, src, src_lens, tgt_in, tgt_out, eps)
 
     def encode(self, src: Tensor, src_lens: Tensor) -> EncoderOut:

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nmtkit.data.vocab import BOS, PAD
-from nmtkit.models.attention import alignment_for_beams
+from nmtkit.models.attention import alignment_for_beams, attention_cross_entropy
 from nmtkit.models.backend import Backend, EncoderOut
 from nmtkit.models.fast.fused import attentive_decoder, by_source_length, gru_sequence
 from nmtkit.models.fast.matmul import aligned_linear
@@ -55,20 +55,23 @@ class FastBackend(Backend):
         return model.deep_output(s_prev, Ey, F.linear(ctx, model.C_o)), alpha  # (B, Ty, V), (B, Ty, Tx) or None
 
     def nll(self, model, src, src_lens, tgt_in, tgt_out):
-        t, y = self._real_maxout(model, src, src_lens, tgt_in, tgt_out)  # (N, l), (N,)
+        t, y, _, _ = self._real_maxout(model, src, src_lens, tgt_in, tgt_out)  # (N, l), (N,)
         return linear_cross_entropy(t, model.W_o, model.b_y, y)
 
-    def training_loss(self, model, src, src_lens, tgt_in, tgt_out, eps):
-        t, y = self._real_maxout(model, src, src_lens, tgt_in, tgt_out)  # (N, l), (N,)
-        return linear_cross_entropy_with_nll(t, model.W_o, model.b_y, y, eps)
+    def training_loss(self, model, src, src_lens, tgt_in, tgt_out, eps, guide=None):
+        t, y, alpha, guide = self._real_maxout(model, src, src_lens, tgt_in, tgt_out, guide)  # (N, l), (N,)
+        losses = linear_cross_entropy_with_nll(t, model.W_o, model.b_y, y, eps)
+        return losses if guide is None else (*losses, attention_cross_entropy(alpha, guide))
 
-    def _real_maxout(self, model, src: Tensor, src_lens: Tensor, tgt_in: Tensor,
-                     tgt_out: Tensor) -> tuple[Tensor, Tensor]:
+    def _real_maxout(self, model, src: Tensor, src_lens: Tensor, tgt_in: Tensor, tgt_out: Tensor,
+                     guide: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
         """What the output layer reads at the real (non-``<pad>``) positions of tgt_out (B, Ty), for the fused loss:
-        t_i (N, l) and y_i (N,).  The sentences are taken longest source first (the fused attention then works in
-        groups of similar source length)."""
-        src, src_lens, tgt_in, tgt_out = by_source_length(src, src_lens, tgt_in, tgt_out)
-        s_prev, Ey, ctx, _ = self.teacher_forced(model, src, src_lens, tgt_in)
+        t_i (N, l) and y_i (N,); and α (B, Ty, Tx) with ``guide`` (B, Ty, Tx), in the same order of sentences
+        (else None, None).  The sentences are taken longest source first (the fused attention then works in groups
+        of similar source length)."""
+        src, src_lens, tgt_in, tgt_out, *rest = by_source_length(src, src_lens, tgt_in, tgt_out,
+                                                                 *([] if guide is None else [guide]))
+        s_prev, Ey, ctx, alpha = self.teacher_forced(model, src, src_lens, tgt_in)
         real = (tgt_out != PAD).flatten().nonzero().squeeze(1)  # (N,)   flat indices of real targets
         pick = lambda x: x.flatten(0, 1).index_select(0, real)  # noqa: E731   (B, Ty, d) -> (N, d)
         if ctx.shape[1] != s_prev.shape[1]:  # the RNNencdec's c, one per sentence: C_o c once per sentence
@@ -76,7 +79,7 @@ class FastBackend(Backend):
         else:  # RNNsearch: C_o c_i at the real targets only
             Cc = F.linear(pick(ctx), model.C_o)  # (N, 2l)
         t = model.maxout(pick(s_prev), pick(Ey), Cc)  # (N, l)
-        return t, tgt_out.flatten().index_select(0, real)
+        return t, tgt_out.flatten().index_select(0, real), alpha if rest else None, rest[0] if rest else None
 
     def teacher_forced(self, model, src: Tensor, src_lens: Tensor, tgt_in: Tensor):
         """The deep output's inputs for tgt_in = <s> y_1 … (B, Ty): s_{i-1} (B, Ty, n), E y_{i-1} (B, Ty, m), and
