@@ -104,6 +104,15 @@ def _list_archs(ctx, param, value):
               help="BPE-dropout: segment the training pairs anew in every epoch, skipping each merge with "
                    "probability P (Provilkov et al. 2020; 0.1 is usual; needs BPE data; 0 = off). Translation "
                    "keeps the deterministic segmentation. [the prepared corpus's nmt-prepare --bpe-dropout]")
+@click.option("--guided-alignment", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+              help="Guided alignment (Chen et al. 2016): also train the attention towards these word links, a "
+                   "Pharaoh file with one line per line of the prepared train.tok.* (e.g. eflomal's on them; "
+                   "examples/guide_links.py). RNNsearch only.")
+@click.option("--guided-alignment-order", type=click.Choice(["src-tgt", "tgt-src"]), default="src-tgt",
+              show_default=True, help="Which side the links of --guided-alignment name first.")
+@click.option("--guided-alignment-weight", default=0.1, show_default=True,
+              help="λ: the weight of the attention's cross-entropy against the links, per guided target unit, "
+                   "beside each target unit's translation loss (Marian's default scale).")
 @click.option("--clip-norm", default=1.0, show_default=True, help="Rescale gradients to this L2 norm; 0 = off.")
 @click.option("--max-updates", default=0, show_default=True, help="Stop after this many updates (0 = no limit).")
 @click.option("--max-epochs", default=0, show_default=True, help="Stop after this many epochs (0 = no limit).")

@@ -115,7 +115,7 @@ def sentence_rng(seed: int, epoch: int, sentence: int, side: int) -> random.Rand
     return random.Random(f"bpe-dropout:{seed}:{epoch}:{sentence}:{side}")
 
 
-class _Lines:
+class TokenLines:
     """Random access to the lines of a prepared ``<split>.tok.<lang>`` file (memory-mapped)."""
 
     def __init__(self, path: str):
@@ -132,6 +132,12 @@ class _Lines:
         line = bytes(self.buf[self.starts[i]: self.ends[i]]).decode("utf-8")
         return line.split(" ") if line else []
 
+    def word_counts(self) -> np.ndarray:
+        """The number of words of every line (nmt-prepare writes them separated by single spaces)."""
+        spaces = np.zeros(len(self.ends) + 1, dtype=np.int64)
+        np.add.at(spaces, np.searchsorted(self.ends, np.flatnonzero(self.buf == 32)), 1)
+        return np.where(self.ends > self.starts, spaces[:-1] + 1, 0)
+
 
 class DropoutCorpus:
     """A training split of one language as ids, each sentence segmented anew with BPE-dropout in every epoch.
@@ -142,7 +148,7 @@ class DropoutCorpus:
 
     def __init__(self, directory: str, lang: str, side: int, codes: str, p: float, vocab: Vocabulary, seed: int,
                  size: int):
-        self.words = _Lines(os.path.join(directory, f"train.tok.{lang}"))
+        self.words = TokenLines(os.path.join(directory, f"train.tok.{lang}"))
         kept_path = os.path.join(directory, "train.kept")
         try:
             self.line_of = np.loadtxt(kept_path, dtype=np.int64, ndmin=1) - 1
@@ -173,6 +179,12 @@ class DropoutCorpus:
         rng = sentence_rng(self.seed, self._epoch, int(k), self.side)
         units = self.bpe.words(self.words.words(int(self.line_of[k])), rng)
         return self.vocab.encode(units)
+
+    def units_per_word(self, k: int) -> list[int]:
+        """How many units each word of sentence ``k`` has in this epoch's segmentation (the same draws as its ids:
+        guided alignment carries word links to units with it)."""
+        rng = sentence_rng(self.seed, self._epoch, int(k), self.side)
+        return [len(self.bpe.word(w, rng)) for w in self.words.words(int(self.line_of[k])) if w]
 
     def __getitem__(self, k: int) -> np.ndarray:
         made = self._made.get(int(k))

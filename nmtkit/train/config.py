@@ -28,6 +28,10 @@ class TrainConfig:
     label_smoothing: float = 0.0  # ε: train on the cross-entropy against (1 − ε)·onehot(y) + ε/V; 0 = the paper's
     bpe_dropout: float | None = None  # skip each BPE merge of the training pairs with this probability
     #   (nmtkit.data.bpedropout); None = the prepared corpus's (nmt-prepare --bpe-dropout), 0 when it has none
+    guided_alignment: str | None = None  # a Pharaoh file of word links, one line per line of train.tok.*: train the
+    #   attention towards them (nmtkit.train.guided)
+    guided_alignment_order: str = "src-tgt"  # which side its links name first
+    guided_alignment_weight: float = 0.1  # λ: the weight of the attention's cross-entropy (per guided row) in the loss
     seed: int = 1
     batch_size: int = 80
     pool_batches: int = 20  # minibatches per length-sorted pool (the paper: 20, i.e. 1,600 pairs)
@@ -107,6 +111,8 @@ class TrainConfig:
                                ("ema_decay", 0 <= self.ema_decay < 1, "in [0, 1)"),
                                ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1)"),
                                ("bpe_dropout", self.bpe_dropout is None or 0 <= self.bpe_dropout < 1, "in [0, 1)"),
+                               ("guided_alignment_weight", 0 < self.guided_alignment_weight < math.inf,
+                                "a finite number above 0"),
                                ("lr", 0 <= self.lr < math.inf, "finite and at least 0"),
                                ("rho", 0 < self.rho < 1, "in (0, 1)"),
                                ("eps", 0 < self.eps < math.inf, "a finite number above 0"),
@@ -127,6 +133,8 @@ class TrainConfig:
             raise InputError(f"--lr-scheduler {self.lr_scheduler} decays to --min-lr at the end of the run: it needs "
                              f"--schedule-updates or --max-updates above --warmup-updates (got {self.horizon} and "
                              f"{self.warmup_updates}), or a time budget (--max-time)")
+        if self.guided_alignment_order not in ("src-tgt", "tgt-src"):
+            raise InputError(f"unknown --guided-alignment-order '{self.guided_alignment_order}' (src-tgt or tgt-src)")
         if self.ema_decay and self.average_last:
             raise InputError("--ema-decay and --average-last exclude each other (choose one averaging)")
         if self.keep_last < self.average_last:
@@ -149,6 +157,9 @@ def check_given(cfg: TrainConfig, given: set[str]) -> None:
                 readers = [n for n in registry.names() if setting in registry[n].settings]
                 raise InputError(f"--{setting.replace('_', '-')} is read by {registry.option} "
                                  f"{' or '.join(readers)} only; this run's is {chosen}")
+    for setting in sorted(given & {"guided_alignment_order", "guided_alignment_weight"}):
+        if not cfg.guided_alignment:
+            raise InputError(f"--{setting.replace('_', '-')} is read with --guided-alignment only, which is not given")
 
 
 # the settings of the updates themselves: a resumed run that changes one is warned (a checkpoint from before one of
@@ -156,7 +167,8 @@ def check_given(cfg: TrainConfig, given: set[str]) -> None:
 TRAINING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)
                      if f.name in ("lr", "lr_scheduler", "warmup_updates", "lr_decay", "lr_patience", "min_lr",
                                    "decay_fraction", "clip_norm", "rho", "eps",
-                                   "ema_decay", "average_last", "label_smoothing")}
+                                   "ema_decay", "average_last", "label_smoothing",
+                                   "guided_alignment_order", "guided_alignment_weight")}
 TRAINING_DEFAULTS["bpe_dropout"] = 0.0  # (recorded as resolved: a checkpoint from before it trained without)
 
 

@@ -64,7 +64,8 @@ def find_checkpoint(rundir, resume: bool, force: bool, vocabs: dict) -> dict | N
 # What LRSchedule.state_dict and the trainer's log window hold (the schedule's last three: budgeted schedules only)
 SCHEDULE_ENTRIES = {"factor": (float,), "bad": (int,), "best": (float, type(None)), "total": (int,),
                     "budget": (float,), "decay_fraction": (float,)}
-LOG_WINDOW_ENTRIES = {"nll": (float,), "tok": (int,), "time": (float,), "norm": (float,), "n": (int,)}
+LOG_WINDOW_ENTRIES = {"nll": (float,), "tok": (int,), "time": (float,), "norm": (float,), "n": (int,),
+                      "align": (float,), "rows": (int,)}  # (the last two: guided alignment's)
 _KINDS = {int: "a whole number", float: "a finite number", type(None): "None", list: "a list", bool: "true or false"}
 
 
@@ -119,6 +120,8 @@ def check_training_state(payload: dict, path: str) -> None:
         tokens = train["data"]["tokens"]
         if len(tokens) != 2 or not all(_fits(n, (int,)) for n in tokens):
             raise bad(".data.tokens", "is not two token counts")
+    if train.get("guide") is not None:
+        _check_entries(train["guide"], {"sha256": (str,), "links": (int,)}, ("sha256", "links"), ".guide", bad)
     updates = train.get("average_updates", [])
     if not isinstance(updates, list) or not all(_fits(u, (int,)) for u in updates):
         raise bad(".average_updates", "is not a list of update numbers")

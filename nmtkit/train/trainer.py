@@ -48,8 +48,9 @@ from nmtkit.device import resolve_device, warn_if_slow_bf16
 from nmtkit.errors import DivergedError, InputError
 from nmtkit.data.manifest import PreparedData
 from nmtkit.progress import Progress
-from nmtkit.models import build_from_checkpoint, build_model, set_backend
+from nmtkit.models import build_from_checkpoint, build_model, resolve, set_backend
 from nmtkit.train.registry import INITS
+from nmtkit.train.guided import GuidedAlignment
 from nmtkit.train.schedule import make_schedule
 from nmtkit.train.config import TRAINING_DEFAULTS, TrainConfig, TrainState  # (TrainConfig: re-exported)
 from nmtkit.train.validation import describe as describe_validation
@@ -82,6 +83,19 @@ class Trainer:
             cfg.bpe_dropout = float((self.data.manifest.get("bpe") or {}).get("dropout", 0.0))
         if cfg.bpe_dropout:
             self.train_views = self._dropout_views()
+        self.guide = None  # --guided-alignment: the links the attention is trained towards (nmtkit.train.guided)
+        if cfg.guided_alignment:
+            try:
+                arch = resolve(cfg.arch)[0]
+            except ValueError as e:
+                raise InputError(str(e)) from None
+            if arch != "rnnsearch":  # (refused before minutes of reading links)
+                raise InputError(f"--guided-alignment trains the attention; {arch} has none (use an rnnsearch "
+                                 "architecture)")
+            self.guide = GuidedAlignment(cfg.guided_alignment, self.data, cfg.guided_alignment_order)
+            if len(self.guide) != len(self.train_src):
+                raise InputError(f"train.kept names {len(self.guide)} training pairs but the corpus has "
+                                 f"{len(self.train_src)}: prepare the data again", cfg.data)
         self.valid = None
         if "valid" in self.data.splits:
             self.valid = (self.data.corpus("valid", src), self.data.corpus("valid", tgt))
@@ -153,6 +167,15 @@ class Trainer:
                 self.model = build_from_checkpoint({**payload, "model": averaging.raw_weights(payload)})
         except ValueError as e:
             raise InputError(str(e)) from None
+        if payload is not None:
+            then = payload["train"].get("guide")
+            if then is not None and self.guide is not None and then["sha256"] != self.guide.fingerprint:
+                raise InputError("the links differ from those the checkpoint's run was guided by (another file, or "
+                                 "this one changed since): resume with that run's links", cfg.guided_alignment)
+            if (then is None) != (self.guide is None):
+                log.warning("--resume: the checkpoint's run was %s, this one is %s: the updates that follow differ "
+                            "from an uninterrupted run's", "guided by links (--guided-alignment)" if then else
+                            "not guided", "not guided" if self.guide is None else "guided")
         set_backend(self.model, cfg.backend).to(self.device)
         self.rule = update_rule(cfg)  # (--optimizer: its optimizer, clipping and step)
         self.optimizer = self.rule.build(list(self.model.parameters()))
@@ -201,6 +224,8 @@ class Trainer:
                 "data": self._fingerprint,
                 "log_window": dict(self.log_window),
                 "schedule": self.schedule.state_dict(),
+                **({} if self.guide is None else {"guide": {"sha256": self.guide.fingerprint,
+                                                            "links": self.guide.total_links}}),
                 **({} if weights is None else {"raw_model": raw, **self.averager.train_entries(weights)}),
             },
         }
@@ -244,18 +269,24 @@ class Trainer:
         self.model.train()
         sentences = sum(len(ids) for ids in group)
         self.optimizer.zero_grad(set_to_none=True)
-        nll_sum = torch.zeros((), dtype=torch.float64)
+        nll_sum = align_sum = torch.zeros((), dtype=torch.float64)
         ntok = 0
         for ids in group:
             mine = ids[self.rank:: self.world]  # this process's share (all of it in one process)
             if not len(mine):
                 continue
             batch = collate(*self.train_views, mine).to(self.device)
+            guide = None if self.guide is None else self._guide(batch)
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
-                loss, nll = self.model.training_loss(batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out,
-                                                     self.cfg.label_smoothing)  # summed over tokens
+                loss, nll, *align = self.model.training_loss(batch.src, batch.src_lens, batch.tgt_in, batch.tgt_out,
+                                                             self.cfg.label_smoothing, guide)  # summed over tokens
+            if align:  # + λ Σ −Ã log α over the guided rows (the lead process's share is logged)
+                loss = loss + self.cfg.guided_alignment_weight * align[0]
+                align_sum = align_sum + align[0].detach().double().cpu()
             (loss / sentences).backward()  # mean over the update's sentences, across processes
             nll_sum, ntok = nll_sum + nll.detach().double().cpu(), ntok + batch.num_tokens
+        if self.guide is not None:
+            self.log_window["align"] = self.log_window.get("align", 0.0) + float(align_sum)
         nll_sum, ntok = self.procs.all_reduce_grads(self.model.parameters(), nll_sum, ntok)
         # with clipping off (0) an infinite threshold leaves the gradient as is
         max_norm = self.cfg.clip_norm or math.inf
@@ -269,6 +300,18 @@ class Trainer:
         if self.averager is not None:
             self.averager.after_update()
         return float(nll_sum), ntok, float(norm)
+
+    def _guide(self, batch) -> torch.Tensor:
+        """The attention targets of a batch (nmtkit.train.guided), on the batch's device; the guided rows counted
+        into the log window."""
+        before = len(self.guide.unreadable)
+        guide, rows = self.guide.targets(batch.ids, self.train_views, (batch.tgt_out.shape[1], batch.src.shape[1]))
+        if len(self.guide.unreadable) > before and self.rank == 0:
+            log.warning("guided alignment: %d training pair(s) so far left unguided: their tokens do not read back "
+                        "into the words their links count (e.g. %s)", len(self.guide.unreadable),
+                        self.guide.where(min(self.guide.unreadable)))
+        self.log_window["rows"] = self.log_window.get("rows", 0) + rows
+        return guide.to(self.device)
 
     def _check_finite(self, nll_sum, norm) -> None:
         """Stop at the first non-finite loss or gradient, before the update touches the weights (nothing is saved:

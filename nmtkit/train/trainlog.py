@@ -50,9 +50,11 @@ class TrainLog:
         loss = w["nll"] / max(w["tok"], 1)
         self.record({"type": "train", "update": update, "epoch": epoch, "loss": loss, "ppl": math.exp(min(loss, 100)),
                      "tgt_tokens_per_s": w["tok"] / max(w["time"], 1e-9), "grad_norm": w["norm"] / w["n"],
-                     "lr": lr, "elapsed": round(elapsed, 3)})
+                     "lr": lr, "elapsed": round(elapsed, 3),
+                     # guided alignment: the attention's cross-entropy per guided row (the lead process's rows)
+                     **({"align_loss": w["align"] / w["rows"]} if w.get("rows") else {})})
         for k in w:
-            w[k] = 0 if k in ("tok", "n") else 0.0
+            w[k] = 0 if k in ("tok", "n", "rows") else 0.0
 
     def close(self) -> None:
         self.file.close()
