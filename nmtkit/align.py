@@ -5,6 +5,10 @@
   mapped from model tokens to words as ``nmt-translate`` maps them (:func:`word_matrix`, :func:`hard_links`): a
   target word's row is the mean of its subwords' rows, a source word's column the sum of its subwords' columns;
   the ``</s>`` row and column are kept last (the figures show them, hard alignments leave them out).
+- **The alignment posterior** (:func:`nmtkit.posterior.forced_posterior`, ``nmt-align --method posterior``): the
+  attention reweighted by how well each source word alone predicts the target word, p(a_i = j | y_i, …) ∝
+  α_ij p(y_i | y_<i, c_i = h_j); it aligns much better than α (tests/bench/results/bench_posterior.txt), at Tx
+  times the cost.
 - **Hard alignments** (:func:`hard_links`): for every target word the source word with the most attention
   (``argmax``), or every source word with α ≥ a threshold together with the argmax (``threshold``, a union rule that
   never leaves a target word unaligned). Written in Pharaoh format: ``i-j``, 0-based, source-target.
@@ -242,6 +246,9 @@ def forced_attention(model, src_ids: Sequence[np.ndarray], tgt_ids: Sequence[np.
     return out
 
 
+SOFT_ALIGNMENTS = ("attention", "posterior")  # what nmt-align reads links from (Aligner's ``method``)
+
+
 class Aligner:
     """A checkpoint's RNNsearch and its preprocessing: sentence pairs → word-level :class:`SoftAlignment`.
 
@@ -250,9 +257,13 @@ class Aligner:
     """
 
     def __init__(self, checkpoint_path: str, device: str = "cpu", tokenized: bool = False, batch_size: int = 32,
-                 decode: DecodeConfig | None = None, backend: str | None = None):
+                 decode: DecodeConfig | None = None, backend: str | None = None, method: str = "attention"):
         """``decode``: how the model's own translations are searched for when no target is given (None: the
-        defaults of :class:`nmtkit.translate.config.DecodeConfig`)."""
+        defaults of :class:`nmtkit.translate.config.DecodeConfig`); ``method``: the soft alignment given, the
+        attention α (:func:`forced_attention`, the paper's Figure 3) or the posterior (:func:`forced_posterior`)."""
+        if method not in SOFT_ALIGNMENTS:
+            raise InputError(f"unknown alignment method '{method}' (choose from {', '.join(SOFT_ALIGNMENTS)})")
+        self.method = method
         from nmtkit.data import checkpoint
         from nmtkit.models import model_for_inference
         from nmtkit.data.text import Preprocessor, TextConfig
@@ -293,7 +304,10 @@ class Aligner:
         else:
             tgt_tokens = [self.tgt_pre.subwords(w) for w in tgt_words]
             tgt_ids = [self.tgt_vocab.encode(t) for t in tgt_tokens]
-        alphas = forced_attention(self.model, src_ids, tgt_ids, self.batch_size, self.device)
+        from nmtkit.posterior import forced_posterior
+
+        soft = forced_posterior if self.method == "posterior" else forced_attention
+        alphas = soft(self.model, src_ids, tgt_ids, self.batch_size, self.device)
         out = []
         for s, t, a in zip(src_tokens, tgt_tokens, alphas):
             out.append(SoftAlignment(self.src_pre.merge_subwords(s), self.tgt_pre.merge_subwords(t),

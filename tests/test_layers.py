@@ -29,7 +29,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     # (the fast backend lives with the fast paths it composes, but as a Backend of the models it is of their layer)
     ("models", ["nmtkit.models", "nmtkit.models.*", "nmtkit.models.fast.backend"]),
     ("tools", ["nmtkit.prepare", "nmtkit.prepare.*", "nmtkit.select", "nmtkit.select.*", "nmtkit.train", "nmtkit.train.*",
-               "nmtkit.translate", "nmtkit.translate.*", "nmtkit.align", "nmtkit.symmetrize", "nmtkit.score",
+               "nmtkit.translate", "nmtkit.translate.*", "nmtkit.align", "nmtkit.posterior", "nmtkit.symmetrize",
+               "nmtkit.score",
                "nmtkit.score.*", "nmtkit.plots",
                "nmtkit.serve", "nmtkit.serve.*"]),
     ("cli", ["nmtkit.cli", "nmtkit.cli.*", "nmtkit.*.__main__"]),  # (a package's __main__ is a launcher, as bin/)

@@ -55,6 +55,11 @@ def render_methods(by_method, chosen: str) -> str:
                    "model's lowercasing and BPE are applied.")
 @click.option("--pharaoh", type=click.Path(dir_okay=False, allow_dash=True),
               help="Write hard alignments here, 'i-j' 0-based source-target [stdout when nothing else is asked].")
+@click.option("--method", default="attention", show_default=True, type=click.Choice(["attention", "posterior"]),
+              help="What links are read from: the attention α (the paper's Figure 3), or the posterior α_ij p(y_i | "
+                   "c_i = h_j), normalised over j: the attention reweighted by how well each source word alone "
+                   "predicts the target word (nmtkit/posterior.py; Tx times the computation, and it "
+                   "aligns better: tests/bench/results/bench_posterior.txt).")
 @click.option("--rule", default="argmax", show_default=True, type=click.Choice(["argmax", "threshold"]),
               help="Hard links: the most attended source word per target word, or also every α >= --threshold.")
 @click.option("--threshold", default=0.5, show_default=True, help="α threshold of --rule threshold.")
@@ -83,9 +88,9 @@ def render_methods(by_method, chosen: str) -> str:
 @backend_option("alignments")
 @click.option("--json", "as_json", is_flag=True, help="Print the AER report as JSON.")
 @click.option("--quiet", "-q", is_flag=True)
-def main(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir, plot_format, plot_sentences, force,
-         gold, gold_format, gold_order, reverse_model, symmetrization, beam, batch_size, device, backend, as_json,
-         quiet):
+def main(model, source, target, tokenized, pharaoh, method, rule, threshold, plot_dir, plot_format, plot_sentences,
+         force, gold, gold_format, gold_order, reverse_model, symmetrization, beam, batch_size, device, backend,
+         as_json, quiet):
     """Soft and hard word alignments of an RNNsearch model, by forced decoding of given sentence pairs.
 
     Lines wrapped as '<s snum=N> ... </s>' (the NAACL 2003 Hansards gold sets) are unwrapped. The report (AER,
@@ -95,13 +100,14 @@ def main(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir, p
       nmt-align -m model.pt -s test.en -t test.fr --plot-dir plots --plot-sentences 1-4 --pharaoh test.align
       nmt-align -m model.pt -s trial.e -t trial.f --tokenized --gold trial.align --gold-order tgt-src
       nmt-align -m en-fr.pt --reverse-model fr-en.pt -s trial.e -t trial.f --tokenized --gold trial.align
+      nmt-align -m model.pt -s trial.e -t trial.f --tokenized --gold trial.align --method posterior
     """
     args = dict(locals())
     setup_logging(quiet)
     run("nmt-align", lambda: _align(**args))
 
 
-def _align(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir, plot_format, plot_sentences,
+def _align(model, source, target, tokenized, pharaoh, method, rule, threshold, plot_dir, plot_format, plot_sentences,
            force, gold, gold_format, gold_order, reverse_model, symmetrization, beam, batch_size, device, backend,
            as_json, quiet):
     from nmtkit.align import Aligner, align_files, check_reverse
@@ -118,10 +124,11 @@ def _align(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir,
                    {"--model": model, "--source": source, "--target": target, "--gold": gold,
                     "--reverse-model": reverse_model})
     aligner = Aligner(model, device=device, tokenized=tokenized, batch_size=batch_size, decode=DecodeConfig(beam=beam),
-                      backend=backend)
+                      backend=backend, method=method)
     reverse = None
     if reverse_model is not None:
-        reverse = Aligner(reverse_model, device=device, tokenized=tokenized, batch_size=batch_size, backend=backend)
+        reverse = Aligner(reverse_model, device=device, tokenized=tokenized, batch_size=batch_size, backend=backend,
+                          method=method)
         check_reverse(aligner, reverse, reverse_model)
     if plot_dir is not None:  # check the directory and the line numbers before the model runs
         from nmtkit.align import read_text
@@ -151,7 +158,7 @@ def _align(model, source, target, tokenized, pharaoh, rule, threshold, plot_dir,
     if result.scores is not None:
         out = sys.stderr if pharaoh == "-" else sys.stdout
         if as_json:
-            report = {"gold": gold, "sentences": len(result.sentences), **result.scores.to_dict()}
+            report = {"gold": gold, "sentences": len(result.sentences), "method": method, **result.scores.to_dict()}
             if result.by_method is not None:
                 report.update(symmetrization=symmetrization,
                               by_method={k: v.to_dict() for k, v in result.by_method.items()})
