@@ -20,7 +20,7 @@ CPU = REPO / "examples" / "cpu-scale" / "run.sh"
 SETTINGS = ("SUBSET", "NEWS_OLDER", "DEV_SAMPLE", "TEST_LINES", "VOCAB", "TRAIN_MINUTES", "UPDATES", "CALIB_UPDATES",
             "VALIDATIONS", "SIDE_BY_SIDE", "THREADS", "BEAM", "BOOTSTRAP", "SEED", "RESULTS", "IN_DOMAIN",
             "SELECT_WORDS", "MODELS", "TRAIN_HOURS", "STAR_HOURS", "PATIENCE", "VALID_EVERY", "DEVICE", "BF16",
-            "WORKERS", "STAR_FACTOR", "DECODE")
+            "WORKERS", "STAR_FACTOR", "DECODE", "GUIDE_UPDATES", "GUIDE_WEIGHT")
 
 
 def clean_env(**extra) -> dict:
@@ -113,7 +113,7 @@ def test_cpu_scale_dry_run(tmp_path):
     assert [(value(c, "--source-lang"), value(c, "--target-lang")) for c in prepares] == [("en", "fr"), ("fr", "en")]
     assert value(prepares[1], "--train") == value(prepare, "--train") and "--test" not in prepares[1]
 
-    trains = tool(cmds, "nmt-train")
+    trains = [c for c in tool(cmds, "nmt-train") if "--guided-alignment" not in c]
     calibration, final = trains[:4], trains[4:]  # calibration (thrown away), then the six trainings
     assert all("/calibration/" in value(c, "--save-dir") for c in calibration)
     assert {(value(c, "--arch"), value(c, "--max-len")) for c in calibration} == {
@@ -131,6 +131,18 @@ def test_cpu_scale_dry_run(tmp_path):
         assert value(c, "--max-updates") == "$(U)"  # (the plan: known once the calibration has run)
         assert c[1].endswith("data-bin-fr-en" if name.endswith("fr-en") else "data-bin")
 
+    # stage guide: eflomal's links of the training pairs, and RNNsearch-50 and the French->English model trained on
+    # towards them (for the alignment section only)
+    (links,) = [c for c in cmds if c[1:2] == [str(REPO / "examples" / "guide_links.py")]]
+    assert links[2].endswith("/data-bin") and value(links, "-o").endswith("/data-bin/train.align")
+    guided = {value(c, "--save-dir").rsplit("/", 1)[1]: c for c in tool(cmds, "nmt-train") if "--guided-alignment" in c}
+    assert sorted(guided) == ["rnnsearch-50-fr-en-guided", "rnnsearch-50-guided"]
+    for name, c in guided.items():
+        start = name.removesuffix("-guided")
+        assert value(c, "--init-from").endswith(f"/runs/{start}/checkpoint_last.pt") and c[1] == runs[start][1]
+        assert value(c, "--guided-alignment") == value(links, "-o") and value(c, "--max-updates") == "300"
+        assert value(c, "--guided-alignment-order") == ("tgt-src" if "fr-en" in name else "src-tgt")
+
     translates = tool(cmds, "nmt-translate")
     assert len(translates) == 15 and all(value(c, "--beam") == "12" for c in translates)
     assert [value(c, "-i").endswith("newstest2014-nounk.en") for c in translates if "--no-unk" in c] == [True] * 5
@@ -146,8 +158,13 @@ def test_cpu_scale_dry_run(tmp_path):
     gold = [c for c in aligns if "--gold" in c]
     assert gold and all("--tokenized" in c and value(c, "--gold-order") == "tgt-src"
                         and value(c, "--gold").endswith("hansards-trial/trial.align") for c in gold)
-    (sym,) = [c for c in gold if "--reverse-model" in c]
-    assert "rnnsearch-50-fr-en/" in value(sym, "--reverse-model") and "rnnsearch-50/" in value(sym, "-m")
+    sym, sym_posterior, guided_sym = [c for c in gold if "--reverse-model" in c]
+    for c in (sym, sym_posterior):
+        assert "rnnsearch-50-fr-en/" in value(c, "--reverse-model") and "rnnsearch-50/" in value(c, "-m")
+    assert "--method" not in sym and value(sym_posterior, "--method") == "posterior"
+    assert "rnnsearch-50-fr-en-guided/" in value(guided_sym, "--reverse-model")
+    assert "rnnsearch-50-guided/" in value(guided_sym, "-m") and value(guided_sym, "--method") == "posterior"
+    assert [value(c, "--method") for c in gold if "--method" in c and "--reverse-model" not in c] == ["posterior"]
     assert any("--plot-dir" in c for c in aligns)
     assert any(c[1:2] == [str(REPO / "examples" / "eflomal_aer.py")] and "--gold" in c for c in cmds)
     assert any(c[1:2] == [str(REPO / "examples" / "cpu_scale_report.py")] for c in cmds)
@@ -160,6 +177,28 @@ def test_one_stage_at_a_time(tmp_path):
     assert [c[0] for c in cmds] == ["mkdir", "nmt-select"]
     cmds = commands(CPU, "--stage", "prepare", "--tiny", work=tmp_path / "w")
     assert [c[0] for c in cmds] == ["nmt-prepare", "nmt-prepare"] and value(cmds[1], "--src-vocab-size") == "2000"
+
+
+def test_cpu_scale_takes_up_the_settings_of_stages_added_since_a_run_began(tmp_path, data_dir):
+    """A run begun before a stage existed goes on with that stage's settings recorded (the guide stage's, here);
+    a setting it recorded, changed, is still refused."""
+    work = tmp_path / "w"
+    env = clean_env(WORK=str(work), NMTKIT_DATA=str(data_dir))
+    first = subprocess.run(["bash", str(CPU), "--tiny", "--stage", "data"], capture_output=True, text=True,
+                           timeout=300, env=env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    settings = json.loads((work / "settings.json").read_text())
+    assert settings["GUIDE_UPDATES"] == "4" and settings["GUIDE_WEIGHT"] == "1.0"
+    older = {k: v for k, v in settings.items() if not k.startswith("GUIDE_")}  # as a run begun earlier wrote it
+    (work / "settings.json").write_text(json.dumps(older))
+    again = subprocess.run(["bash", str(CPU), "--tiny", "--stage", "data"], capture_output=True, text=True,
+                           timeout=300, env=env)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "settings of stages added since this run began, recorded" in again.stderr
+    assert json.loads((work / "settings.json").read_text()) == settings
+    changed = subprocess.run(["bash", str(CPU), "--tiny", "--stage", "data"], capture_output=True, text=True,
+                             timeout=300, env={**env, "GUIDE_WEIGHT": "0.5"})
+    assert changed.returncode != 0 and "GUIDE_WEIGHT='0.5' (was '1.0')" in changed.stderr
 
 
 @pytest.mark.slow
@@ -208,7 +247,8 @@ def test_cpu_scale_tiny_end_to_end_through_a_kill(tmp_path, data_dir):
     assert aer["sentences"] == 37 and aer["sure"] == 338 and 0 <= aer["aer"] <= 1
     from nmtkit.symmetrize import HEURISTICS, METHODS
 
-    for name, methods in (("aer-symmetrized.json", METHODS), ("aer-eflomal.json", HEURISTICS)):
+    for name, methods in (("aer-symmetrized.json", METHODS), ("aer-eflomal.json", HEURISTICS),
+                          ("aer-guided-symmetrized.json", METHODS), ("aer-symmetrized-posterior.json", METHODS)):
         report = json.loads((work / "eval" / name).read_text())
         assert set(report["by_method"]) == {"forward", "backward", *methods} and report["sentences"] == 37, name
     report = json.loads((work / "eval" / "newstest2014.json").read_text())
@@ -219,14 +259,23 @@ def test_cpu_scale_tiny_end_to_end_through_a_kill(tmp_path, data_dir):
     index = (work / "eval" / "alignments" / "index.tsv").read_text().splitlines()
     assert len(index) == 5 and "European Economic Area" in index[1]  # the paper's sentence, then three at random
     stages = [line.split("\t")[0] for line in (work / "timings.tsv").read_text().splitlines()]
-    assert stages == ["data", "prepare", "train", "translate", "score", "align", "report"]
+    assert stages == ["data", "prepare", "train", "guide", "translate", "score", "align", "report"]
+    # stage guide: links for every line of train.tok, and the two guided runs trained on them for their updates
+    links = (work / "data-bin" / "train.align").read_text().split("\n")[:-1]
+    assert len(links) == len((work / "data-bin" / "train.tok.en").read_text().splitlines())
+    for m in ("rnnsearch-50-guided", "rnnsearch-50-fr-en-guided"):
+        records = [json.loads(line) for line in open(work / "runs" / m / "train.jsonl", encoding="utf-8")]
+        assert max(r["update"] for r in records) == 4
+        assert all("align_loss" in r for r in records if r["type"] == "train")
+    assert "RNNsearch-50 after guided alignment" in results and "its alignment posterior" in results
+    assert "the symmetrised alignment posterior of the same two models" in results
     # one stage again: it and the stages after it are to be done again, and the next plain run does just those
     align = subprocess.run(["bash", str(CPU), "--tiny", "--stage", "align"], capture_output=True, text=True,
                            timeout=300, env=env)
     assert align.returncode == 0, align.stderr[-3000:]
     assert (work / "done" / "align").exists() and not (work / "done" / "report").exists()
     last = subprocess.run(["bash", str(CPU), "--tiny"], capture_output=True, text=True, timeout=120, env=env)
-    assert last.returncode == 0 and last.stdout.count(": done already") == 6 and "# === stage report ===" in last.stdout
+    assert last.returncode == 0 and last.stdout.count(": done already") == 7 and "# === stage report ===" in last.stdout
     sessions = (work / "sessions.tsv").read_text().splitlines()
     assert [line.split("\t")[2] for line in sessions] == ["all", "all", "align", "all"]
     assert "All from one commit" in (work / "RESULTS.md").read_text()

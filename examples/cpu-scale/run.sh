@@ -5,13 +5,15 @@
 # news sets, and a French->English RNNsearch-50 whose attention symmetrised with the English->French one's is held
 # against eflomal's alignment of the same pairs. Evaluated on news-test-2014 and the Hansards test sittings:
 # Table 1 (all sentences, no-UNK subset), Figure 2 (BLEU by length), Figure 3 (alignments), AER on the Hansards
-# trial set. About five hours of background time on 2 CPU cores; see README.md. Stopped (SIGTERM, Ctrl-C) and run
+# trial set, and the same two RNNsearch-50 fine-tuned with guided alignment towards eflomal's links of the training
+# pairs (beyond the paper: how well this attention can align when taught). About five hours of background time on 2
+# CPU cores; see README.md. Stopped (SIGTERM, Ctrl-C) and run
 # again, it goes on: each stage that finished is not run again, the trainings resume from the checkpoints they saved
 # when stopped.
 #
 #   examples/cpu-scale/run.sh                   every stage not yet done, writing examples/cpu-scale/RESULTS.md
 #   examples/cpu-scale/run.sh --stage NAME      one stage (again; the later ones are then to be done again):
-#                                               data prepare train translate score align report
+#                                               data prepare train guide translate score align report
 #   examples/cpu-scale/run.sh --dry-run         print the commands instead of running them
 #   examples/cpu-scale/run.sh --tiny            the whole pipeline on a few hundred pairs with the tiny presets
 #                                               (a smoke test of a few minutes; writes $WORK/RESULTS.md)
@@ -35,12 +37,14 @@
 #   BEAM           beam size                                      [12]
 #   DECODE         more nmt-translate options (the one-hour recipe's) [--no-repeat-ngram 4]
 #   BOOTSTRAP      paired bootstrap resamples                     [1000]
+#   GUIDE_UPDATES  updates of the guided-alignment fine-tuning of RNNsearch-50 and its French->English twin [300]
+#   GUIDE_WEIGHT   its --guided-alignment-weight                  [1.0]
 #   SEED           [1]      PYTHON  [python3]
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-STAGES="data prepare train translate score align report"
+STAGES="data prepare train guide translate score align report"
 
 stage=all dry=0 tiny=0
 while [ $# -gt 0 ]; do
@@ -64,7 +68,7 @@ if [ "$tiny" = 1 ]; then  # a smoke run: every step, tiny sizes
     SUBSET="${SUBSET:-400}" NEWS_OLDER="${NEWS_OLDER-}" DEV_SAMPLE="${DEV_SAMPLE:-30}" TEST_LINES="${TEST_LINES:-40}"
     VOCAB="${VOCAB:-2000}" TRAIN_MINUTES="${TRAIN_MINUTES:-0.15}" CALIB_UPDATES="${CALIB_UPDATES:-4}"
     VALIDATIONS="${VALIDATIONS:-1}" BOOTSTRAP="${BOOTSTRAP:-100}" VALID_BLEU=10 PICK_ARGS="--allow-unk --min 3 --max 40"
-    NOUNK_ARGS="--at-least 5" EFLOMAL_TRAIN=2000 LOG_EVERY=2
+    NOUNK_ARGS="--at-least 5" EFLOMAL_TRAIN=2000 LOG_EVERY=2 GUIDE_UPDATES="${GUIDE_UPDATES:-4}"
     SEARCH=rnnsearch-tiny ENCDEC=rnnencdec-tiny
 else
     WORK="${WORK:-$repo/runs/cpu-scale}" RESULTS="${RESULTS:-$here}"
@@ -72,13 +76,13 @@ else
     NEWS_OLDER="${NEWS_OLDER-news-test2008 newssyscomb2009 newstest2009 newstest2010 newstest2011 newsdiscusstest2015}"
     VOCAB="${VOCAB:-30000}" TRAIN_MINUTES="${TRAIN_MINUTES:-240}" CALIB_UPDATES="${CALIB_UPDATES:-60}"
     VALIDATIONS="${VALIDATIONS:-3}" BOOTSTRAP="${BOOTSTRAP:-1000}" VALID_BLEU=200 PICK_ARGS="--min 10 --max 20"
-    NOUNK_ARGS="" EFLOMAL_TRAIN=0 LOG_EVERY=50
+    NOUNK_ARGS="" EFLOMAL_TRAIN=0 LOG_EVERY=50 GUIDE_UPDATES="${GUIDE_UPDATES:-300}"
     SEARCH=rnnsearch-small ENCDEC=rnnencdec-small
 fi
 SIDE_BY_SIDE="${SIDE_BY_SIDE:-1}"
 if [ "$SIDE_BY_SIDE" = 1 ]; then THREADS="${THREADS:-1}" SLOTS=2; else THREADS="${THREADS:-2}" SLOTS=1; fi
 UPDATES="${UPDATES:-}" STAR_FACTOR="${STAR_FACTOR:-2.3}" BEAM="${BEAM:-12}" SEED="${SEED:-1}"
-DECODE="${DECODE---no-repeat-ngram 4}"
+DECODE="${DECODE---no-repeat-ngram 4}" GUIDE_WEIGHT="${GUIDE_WEIGHT:-1.0}"
 RAW="$WORK/raw" BIN="$WORK/data-bin" BIN_FREN="$WORK/data-bin-fr-en" RUNS="$WORK/runs" OUT="$WORK/translations"
 EVAL="$WORK/eval" LOGS="$WORK/logs" DONE="$WORK/done" STOPPING="$WORK/stopping.$$"
 TRIAL="$DATA/hansards-trial"
@@ -238,6 +242,30 @@ stage_train() {  # six trainings, at most $SLOTS at a time, longest first
     join_slots
 }
 
+guide_model() {  # guide_model NAME ORDER: NAME's last checkpoint trained on with guided alignment, GUIDE_UPDATES
+    local m="$1" dir="$RUNS/$1-guided" start=(--init-from "$RUNS/$1/checkpoint_last.pt" --force)  # updates
+    # a killed run goes on where it stopped -- unless what it started from is newer (trained or aligned again)
+    if [ -f "$dir/checkpoint_last.pt" ] && [ "$dir/checkpoint_last.pt" -nt "$RUNS/$1/checkpoint_last.pt" ] \
+        && [ "$dir/checkpoint_last.pt" -nt "$BIN/train.align" ]; then start=(--resume); fi
+    run nmt-train "$(data_of "$m")" --arch "$SEARCH" --max-len 50 --save-dir "$dir" --recipe budget \
+        --max-updates "$GUIDE_UPDATES" --valid-every "$GUIDE_UPDATES" --threads "$THREADS" --seed "$SEED" \
+        --valid-bleu-sentences "$VALID_BLEU" --log-every "$LOG_EVERY" --keep-last 1 \
+        --guided-alignment "$BIN/train.align" --guided-alignment-order "$2" --guided-alignment-weight "$GUIDE_WEIGHT" \
+        "${start[@]}"
+}
+
+stage_guide() {  # beyond the paper: eflomal's links of the training pairs (no trial or test pair among them), and
+    # RNNsearch-50 and its French->English twin trained on towards them (nmt-train --guided-alignment), for the
+    # alignment section only: Table 1's models stay unguided, as the paper's
+    run mkdir -p "$RUNS" "$LOGS"
+    if [ "$dry" = 1 ] || [ ! -f "$BIN/train.align" ] || [ "$BIN/manifest.json" -nt "$BIN/train.align" ]; then
+        run "$PY" "$repo/examples/guide_links.py" "$BIN" -o "$BIN/train.align" --seed "$SEED"
+    fi
+    in_slot "$LOGS/train-rnnsearch-50-guided.log" guide_model rnnsearch-50 src-tgt
+    in_slot "$LOGS/train-$REVERSE-guided.log" guide_model "$REVERSE" tgt-src  # (the same pairs, sides swapped)
+    join_slots
+}
+
 translate_to() {  # translate_to OUT MODEL ARGS...: nmt-translate, unless OUT is there and newer than MODEL (an
     local dest="$1" ckpt="$2"; shift 2  # output is written whole or not at all, so one there is complete)
     if [ "$dry" = 0 ] && [ "$dest" -nt "$ckpt" ]; then echo "# $dest: there already"; return 0; fi
@@ -310,6 +338,19 @@ stage_align() {
         --pharaoh "$EVAL/trial-symmetrized.links" --json
     run_to "$EVAL/aer-lowercased.json" nmt-align -m "$ckpt" -s "$TRIAL/trial.e" -t "$TRIAL/trial.f" --tokenized \
         "${gold[@]}" --json --pharaoh "$EVAL/trial-lowercased.links"
+    # the alignment posterior of the same models (nmt-align --method posterior: the attention times how well each
+    # source word alone predicts the target word), one direction and symmetrised
+    run_to "$EVAL/aer-posterior.json" nmt-align -m "$ckpt" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized \
+        "${gold[@]}" --method posterior --pharaoh "$EVAL/trial-posterior.links" --json
+    run_to "$EVAL/aer-symmetrized-posterior.json" nmt-align -m "$ckpt" --reverse-model \
+        "$RUNS/$REVERSE/checkpoint_last.pt" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" \
+        --method posterior --symmetrize soft --pharaoh "$EVAL/trial-symmetrized-posterior.links" --json
+    # the two models after guided alignment (stage guide): the attention of one direction, the posterior symmetrised
+    run_to "$EVAL/aer-guided.json" nmt-align -m "$RUNS/rnnsearch-50-guided/checkpoint_last.pt" -s "$RAW/trial.e" \
+        -t "$RAW/trial.f" --tokenized "${gold[@]}" --pharaoh "$EVAL/trial-guided.links" --json
+    run_to "$EVAL/aer-guided-symmetrized.json" nmt-align -m "$RUNS/rnnsearch-50-guided/checkpoint_last.pt" \
+        --reverse-model "$RUNS/$REVERSE-guided/checkpoint_last.pt" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized \
+        "${gold[@]}" --method posterior --symmetrize soft --pharaoh "$EVAL/trial-guided-symmetrized.links" --json
     run_to "$EVAL/aer-diagonal.json" "$PY" "$STEPS" diagonal-aer -s "$TRIAL/trial.e" -t "$TRIAL/trial.f" "${gold[@]}"
     # a statistical aligner on the same training pairs (plus the trial pairs: it aligns the text it is trained on)
     run "$PY" "$repo/examples/eflomal_aer.py" --train-src "$BIN/train.tok.en" --train-tgt "$BIN/train.tok.fr" \
@@ -346,16 +387,23 @@ if [ "$dry" = 0 ]; then
  \"TEST_LINES\": \"$TEST_LINES\", \"VOCAB\": \"$VOCAB\", \"TRAIN_MINUTES\": \"$TRAIN_MINUTES\", \"UPDATES\": \"$UPDATES\",
  \"STAR_FACTOR\": \"$STAR_FACTOR\", \"CALIB_UPDATES\": \"$CALIB_UPDATES\", \"VALIDATIONS\": \"$VALIDATIONS\",
  \"THREADS\": \"$THREADS\", \"BEAM\": \"$BEAM\", \"DECODE\": \"$DECODE\", \"SEED\": \"$SEED\",
- \"SIDE_BY_SIDE\": \"$SIDE_BY_SIDE\", \"BOOTSTRAP\": \"$BOOTSTRAP\", \"presets\": \"$SEARCH, $ENCDEC\"}"
+ \"SIDE_BY_SIDE\": \"$SIDE_BY_SIDE\", \"BOOTSTRAP\": \"$BOOTSTRAP\", \"presets\": \"$SEARCH, $ENCDEC\",
+ \"GUIDE_UPDATES\": \"$GUIDE_UPDATES\", \"GUIDE_WEIGHT\": \"$GUIDE_WEIGHT\"}"
     if [ -f "$WORK/settings.json" ]; then  # picking up an earlier run: only with the same settings
         "$PY" - "$WORK/settings.json" "$settings" <<'EOF'
-import json, sys
+import json, os, sys
 path, now = sys.argv[1], json.loads(sys.argv[2])
 was = json.load(open(path, encoding="utf-8"))
-diff = [f"{k}={now[k]!r} (was {was.get(k)!r})" for k in now if was.get(k) != now[k]]
+diff = [f"{k}={now[k]!r} (was {was.get(k)!r})" for k in now if k in was and was[k] != now[k]]
 if diff:
     sys.exit(f"run.sh: {path}: an earlier run with other settings: {', '.join(diff)}; set them back to pick it "
              "up, or choose another WORK")
+new = {k: now[k] for k in now if k not in was}  # settings of stages added since that run began: taken up now
+if new:
+    print(f"run.sh: {path}: settings of stages added since this run began, recorded: {new}", file=sys.stderr)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump({**was, **new}, f, indent=1)
+    os.replace(path + ".tmp", path)
 EOF
     else
         cat > "$WORK/settings.json.tmp" <<EOF
@@ -384,5 +432,9 @@ for s in $STAGES; do
     stage_now=$s stage_start=$SECONDS
     "stage_$s"
     [ "$dry" = 1 ] || { record_time "$s" "$((SECONDS - stage_start))"; touch "$DONE/$s"; }
+    if [ "$dry" = 0 ] && [ "$stage" = all ]; then  # what it wrote changes what the later stages read (a stage added
+        later=0  # to the recipe after they were done: they are done again)
+        for t in $STAGES; do [ "$later" = 1 ] && rm -f "$DONE/$t"; [ "$t" = "$s" ] && later=1; done
+    fi
     stage_now=""
 done
