@@ -126,13 +126,17 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=None, help="recorded; eflomal 2.0.0 cannot be seeded")
     p.add_argument("-o", "--out", required=True, metavar="JSON", help="the report, written atomically")
     p.add_argument("--pharaoh", metavar="FILE", help="the chosen symmetrisation's links, i-j source-target")
-    a = p.parse_args(argv)
+    run_script("eflomal_aer", run, p.parse_args(argv))
+
+
+def run_script(name: str, run, a) -> None:
+    """``run(a)``; an InputError becomes one line, ``NAME: error: ...``, and a non-zero exit."""
     from nmtkit.errors import InputError
 
     try:
         run(a)
     except InputError as e:
-        raise SystemExit(f"eflomal_aer: error: {e}") from None
+        raise SystemExit(f"{name}: error: {e}") from None
 
 
 def run(a) -> None:

@@ -29,6 +29,9 @@ import os
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (eflomal_aer.py, beside this script)
+from eflomal_aer import run_script  # noqa: E402
+
 
 def say(msg: str) -> None:
     print(f"guide_links: {msg}", file=sys.stderr)
@@ -53,17 +56,10 @@ def main(argv=None) -> None:
     p.add_argument("--symmetrize", default="grow-diag-final-and", choices=HEURISTICS,
                    help="how eflomal's two directions are combined [grow-diag-final-and]")
     p.add_argument("--seed", type=int, default=None, help="passed on to an eflomal that takes one (2.0.0 does not)")
-    a = p.parse_args(argv)
-    from nmtkit.errors import InputError
-
-    try:
-        run(a)
-    except InputError as e:
-        raise SystemExit(f"guide_links: error: {e}") from None
+    run_script("guide_links", run, p.parse_args(argv))
 
 
 def run(a) -> None:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from eflomal_aer import parse_links, run_eflomal
 
     from nmtkit.data.manifest import PreparedData

@@ -229,21 +229,12 @@ def forced_attention(model, src_ids: Sequence[np.ndarray], tgt_ids: Sequence[np.
                      device: str = "cpu") -> list[np.ndarray]:
     """Teacher-forced α of an attention model: for each pair an array (len(tgt) + 1, len(src) + 1), the rows for
     the target tokens and ``</s>``, the columns for the source tokens and ``</s>``. Batched by length."""
-    import torch
+    from nmtkit.data.batching import forced_blocks
 
-    from nmtkit.data.batching import collate, eval_batches
+    def alpha(b):
+        return model(b.src, b.src_lens, b.tgt_in, return_attention=True)[1].float().cpu().numpy()  # (B, Ty, Tx)
 
-    out: list[np.ndarray] = [None] * len(src_ids)  # type: ignore[list-item]
-    src_sizes = np.array([len(s) for s in src_ids], dtype=np.int64)
-    tgt_sizes = np.array([len(t) for t in tgt_ids], dtype=np.int64)
-    with torch.no_grad():
-        for ids in eval_batches(src_sizes, tgt_sizes, batch_size):
-            b = collate(src_ids, tgt_ids, ids).to(device)
-            _, alpha = model(b.src, b.src_lens, b.tgt_in, return_attention=True)  # (B, Ty, Tx)
-            alpha = alpha.float().cpu().numpy()
-            for k, i in enumerate(ids):
-                out[i] = alpha[k, : tgt_sizes[i] + 1, : src_sizes[i] + 1]
-    return out
+    return forced_blocks(src_ids, tgt_ids, batch_size, device, alpha)
 
 
 SOFT_ALIGNMENTS = ("attention", "posterior")  # what nmt-align reads links from (Aligner's ``method``)

@@ -37,34 +37,28 @@ def forced_posterior(model, src_ids: Sequence[np.ndarray], tgt_ids: Sequence[np.
     teacher forcing's."""
     import torch
 
-    from nmtkit.data.batching import collate, eval_batches
+    from nmtkit.data.batching import forced_blocks
     from nmtkit.models.backend import EncoderOut
 
-    out: list[np.ndarray] = [None] * len(src_ids)  # type: ignore[list-item]
-    src_sizes = np.array([len(s) for s in src_ids], dtype=np.int64)
-    tgt_sizes = np.array([len(t) for t in tgt_ids], dtype=np.int64)
-    with torch.no_grad():
-        for ids in eval_batches(src_sizes, tgt_sizes, batch_size):
-            b = collate(src_ids, tgt_ids, ids).to(device)
-            enc = model.encode(b.src, b.src_lens)
-            B, Tx = b.src.shape
-            # each source position alone, as a sentence of one (B·Tx "sentences"): attention over it is 1, c_i = h_j
-            alone = EncoderOut(enc.annotations.reshape(B * Tx, 1, -1),
-                               None if enc.keys is None else enc.keys.reshape(B * Tx, 1, -1),
-                               torch.ones(B * Tx, 1, dtype=torch.bool, device=b.src.device),
-                               enc.init_state.repeat_interleave(Tx, 0), None)
-            enc, alone = model.prepare_decoding(enc), model.prepare_decoding(alone)
-            state = model.init_decoder(enc)
-            post = torch.zeros(B, b.tgt_in.shape[1], Tx)
-            for i in range(b.tgt_in.shape[1]):
-                y_prev, y = b.tgt_in[:, i], b.tgt_out[:, i]  # (B,)   y_{i-1}, y_i
-                _, next_state, alpha = model.decode_step(y_prev, state, enc)  # α_i (B, Tx)
-                logits, _, _ = model.decode_step(y_prev.repeat_interleave(Tx), state.repeat_interleave(Tx, 0), alone)
-                emit = torch.log_softmax(logits.float(), -1).gather(1, y.repeat_interleave(Tx).unsqueeze(1))
-                score = alpha.float().clamp_min(1e-30).log() + emit.view(B, Tx)  # log α_ij + log p(y_i | h_j)
-                post[:, i] = torch.softmax(score.masked_fill(~enc.src_mask, float("-inf")), -1).cpu()
-                state = next_state
-            post = post.numpy()
-            for k, i in enumerate(ids):
-                out[i] = post[k, : tgt_sizes[i] + 1, : src_sizes[i] + 1]
-    return out
+    def posterior(b):
+        enc = model.encode(b.src, b.src_lens)
+        B, Tx = b.src.shape
+        # each source position alone, as a sentence of one (B·Tx "sentences"): attention over it is 1, c_i = h_j
+        alone = EncoderOut(enc.annotations.reshape(B * Tx, 1, -1),
+                           None if enc.keys is None else enc.keys.reshape(B * Tx, 1, -1),
+                           torch.ones(B * Tx, 1, dtype=torch.bool, device=b.src.device),
+                           enc.init_state.repeat_interleave(Tx, 0), None)
+        enc, alone = model.prepare_decoding(enc), model.prepare_decoding(alone)
+        state = model.init_decoder(enc)
+        post = torch.zeros(B, b.tgt_in.shape[1], Tx)
+        for i in range(b.tgt_in.shape[1]):
+            y_prev, y = b.tgt_in[:, i], b.tgt_out[:, i]  # (B,)   y_{i-1}, y_i
+            _, next_state, alpha = model.decode_step(y_prev, state, enc)  # α_i (B, Tx)
+            logits, _, _ = model.decode_step(y_prev.repeat_interleave(Tx), state.repeat_interleave(Tx, 0), alone)
+            emit = torch.log_softmax(logits.float(), -1).gather(1, y.repeat_interleave(Tx).unsqueeze(1))
+            score = alpha.float().clamp_min(1e-30).log() + emit.view(B, Tx)  # log α_ij + log p(y_i | h_j)
+            post[:, i] = torch.softmax(score.masked_fill(~enc.src_mask, float("-inf")), -1).cpu()
+            state = next_state
+        return post.numpy()
+
+    return forced_blocks(src_ids, tgt_ids, batch_size, device, posterior)

@@ -127,3 +127,18 @@ def eval_batches(src_sizes: np.ndarray, tgt_sizes: np.ndarray | None, batch_size
     order = (np.argsort(src_sizes, kind="stable") if tgt_sizes is None
              else np.lexsort((tgt_sizes, src_sizes)))
     return [order[k: k + batch_size] for k in range(0, len(order), batch_size)]
+
+
+def forced_blocks(src_ids: Sequence[np.ndarray], tgt_ids: Sequence[np.ndarray], batch_size: int, device,
+                  compute) -> list[np.ndarray]:
+    """``compute(batch)`` -> (B, Ty, Tx) array over the pairs (``src_ids``, ``tgt_ids``) batched by length, without
+    gradients: each pair's block (len(tgt) + 1, len(src) + 1) (its tokens and ``</s>``), in input order."""
+    out: list[np.ndarray] = [None] * len(src_ids)  # type: ignore[list-item]
+    src_sizes = np.array([len(s) for s in src_ids], dtype=np.int64)
+    tgt_sizes = np.array([len(t) for t in tgt_ids], dtype=np.int64)
+    with torch.no_grad():
+        for ids in eval_batches(src_sizes, tgt_sizes, batch_size):
+            values = compute(collate(src_ids, tgt_ids, ids).to(device))
+            for k, i in enumerate(ids):
+                out[i] = values[k, : tgt_sizes[i] + 1, : src_sizes[i] + 1]
+    return out
