@@ -328,7 +328,7 @@ def _timings(work: Path) -> str:
         return "(missing)"
     rows = ["| stage | minutes |", "|---|---:|"]
     total = 0
-    order = ["data", "prepare", "train", "guide", "translate", "score", "align", "report"]
+    order = ["data", "prepare", "train", "translate", "score", "guide", "align", "report"]
     lines = [line.split("\t") for line in path.read_text().splitlines() if line.strip()]
     for stage, seconds in sorted(lines, key=lambda x: order.index(x[0]) if x[0] in order else len(order)):
         total += int(seconds)

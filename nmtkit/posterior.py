@@ -11,7 +11,7 @@ of which the soft attention is the expectation), the model gives a posterior tha
 the attention as the prior, and as the likelihood how well source position j's annotation alone, given to the
 decoder as its context, predicts the word that came -- a lexical factor, as a statistical aligner's translation
 table is, taken from the model itself.  It has no parameter.  On the Hansards trial set it cut the AER of every
-model tried by 0.14-0.21 (tests/bench/results/bench_posterior.txt).
+model tried, by 0.14 to 0.21 for one direction or the soft symmetrisation (tests/bench/results/bench_posterior.txt).
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
+
+ROW_ELEMENTS = 1 << 22  # logits made at once (4M: 16 MB in float32), whatever the batch and sentence lengths
 
 
 def forced_posterior(model, src_ids: Sequence[np.ndarray], tgt_ids: Sequence[np.ndarray], batch_size: int = 32,
@@ -33,32 +36,47 @@ def forced_posterior(model, src_ids: Sequence[np.ndarray], tgt_ids: Sequence[np.
     as if its attention chose one position (hard attention: Xu et al. 2015, Deng et al. 2018), which its soft
     attention approximates.  α_i is computed before y_i is known; the posterior also reads y_i, as a statistical
     aligner's posterior does.  Both factors come from the model's own steps (``decode_step`` on the sentence, then
-    on each source position alone), so every backend computes it; it costs an output layer per (i, j), Tx times
-    teacher forcing's."""
+    on each source position alone), so every backend computes it; it costs an output layer per target token and
+    source token (``</s>`` included), about Tx times teacher forcing's, made :data:`ROW_ELEMENTS` logits at a time.
+    The model must be in eval mode (the two calls must see the same weights: no dropout)."""
     import torch
 
     from nmtkit.data.batching import forced_blocks
     from nmtkit.models.backend import EncoderOut
 
+    if not model.attentive:
+        raise ValueError(f"the alignment posterior reads the attention; {model.arch} has none")
+    vocab = model.W_o.shape[0]
+    rows_per_chunk = max(1, ROW_ELEMENTS // vocab)  # single-position rows whose logits are made at once
+
     def posterior(b):
         enc = model.encode(b.src, b.src_lens)
         B, Tx = b.src.shape
-        # each source position alone, as a sentence of one (B·Tx "sentences"): attention over it is 1, c_i = h_j
+        # each source position alone, as a sentence of one (B·Tx "sentences"): attention over it is 1, c_i = h_j;
+        # only the real positions (flat b·Tx + j), in chunks (logits of a chunk: rows_per_chunk × V)
+        real = enc.src_mask.flatten().nonzero().squeeze(1)  # (N,)
         alone = EncoderOut(enc.annotations.reshape(B * Tx, 1, -1),
                            None if enc.keys is None else enc.keys.reshape(B * Tx, 1, -1),
                            torch.ones(B * Tx, 1, dtype=torch.bool, device=b.src.device),
                            enc.init_state.repeat_interleave(Tx, 0), None)
-        enc, alone = model.prepare_decoding(enc), model.prepare_decoding(alone)
+        alone = model.prepare_decoding(model.reorder_encoder_out(alone, real))
+        sentence = torch.div(real, Tx, rounding_mode="floor")  # (N,)   each real position's sentence
+        enc = model.prepare_decoding(enc)
         state = model.init_decoder(enc)
-        post = torch.zeros(B, b.tgt_in.shape[1], Tx)
+        post = torch.zeros(B, b.tgt_in.shape[1], Tx, device=b.src.device)
+        emit = torch.full((B * Tx,), float("-inf"), device=b.src.device)  # log p(y_i | c_i = h_j), b·Tx + j
         for i in range(b.tgt_in.shape[1]):
             y_prev, y = b.tgt_in[:, i], b.tgt_out[:, i]  # (B,)   y_{i-1}, y_i
             _, next_state, alpha = model.decode_step(y_prev, state, enc)  # α_i (B, Tx)
-            logits, _, _ = model.decode_step(y_prev.repeat_interleave(Tx), state.repeat_interleave(Tx, 0), alone)
-            emit = torch.log_softmax(logits.float(), -1).gather(1, y.repeat_interleave(Tx).unsqueeze(1))
+            for c in range(0, len(real), rows_per_chunk):
+                rows = sentence[c: c + rows_per_chunk]
+                part = model.reorder_encoder_out(alone, torch.arange(c, c + len(rows), device=rows.device))
+                logits, _, _ = model.decode_step(y_prev[rows], state[rows], part)  # (rows, V)
+                emit[real[c: c + len(rows)]] = torch.log_softmax(logits.float(), -1).gather(
+                    1, y[rows].unsqueeze(1)).squeeze(1)
             score = alpha.float().clamp_min(1e-30).log() + emit.view(B, Tx)  # log α_ij + log p(y_i | h_j)
-            post[:, i] = torch.softmax(score.masked_fill(~enc.src_mask, float("-inf")), -1).cpu()
+            post[:, i] = torch.softmax(score.masked_fill(~enc.src_mask, float("-inf")), -1)
             state = next_state
-        return post.numpy()
+        return post.cpu().numpy()
 
     return forced_blocks(src_ids, tgt_ids, batch_size, device, posterior)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from nmtkit.align import Aligner
+from nmtkit.data.vocab import BOS, EOS
 from nmtkit.posterior import forced_posterior
 from nmtkit.models import reference
 from nmtkit.models.params import paper_weights
@@ -31,8 +32,8 @@ def _by_the_equations(m, src_ids, tgt_ids) -> list[np.ndarray]:
     n = P["dec.U"].shape[0]
     out = []
     for x, y in zip(src_ids, tgt_ids):
-        src = torch.tensor([x + [3]])  # </s> = 3
-        tgt_in, tgt_out = torch.tensor([[2] + y]), torch.tensor([y + [3]])  # <s> = 2
+        src = torch.tensor([x + [EOS]])
+        tgt_in, tgt_out = torch.tensor([[BOS] + y]), torch.tensor([y + [EOS]])
         H, mask, summary = reference.encode(P, src, torch.tensor([len(x) + 1]), bidirectional=True)
         state = reference.initial_carried(reference.initial_state(P, summary), H.shape[-1], m.config.state_word)
         rows = []
@@ -52,9 +53,14 @@ def _by_the_equations(m, src_ids, tgt_ids) -> list[np.ndarray]:
     return out
 
 
+@pytest.mark.parametrize("chunked", [False, True])
 @pytest.mark.parametrize("state_word", ["previous", "current"])
 @pytest.mark.parametrize("backend", ["fast", "reference"])
-def test_the_posterior_is_the_papers_equations_written_out(state_word, backend):
+def test_the_posterior_is_the_papers_equations_written_out(state_word, backend, chunked, monkeypatch):
+    import nmtkit.posterior
+
+    if chunked:  # the single-position rows' logits two rows at a time (the tiny vocabulary has 29 words)
+        monkeypatch.setattr(nmtkit.posterior, "ROW_ELEMENTS", 2 * 29 + 5)
     m = randomize_(tiny("rnnsearch", state_word=state_word)).eval()  # (float32: the search's step weights are)
     m.backend = backend
     got = forced_posterior(m, [np.array(x) for x in SRC], [np.array(y) for y in TGT], batch_size=2)
@@ -95,8 +101,10 @@ def test_nmt_align_method_posterior_writes_its_links_and_names_it(model, data_di
         assert pharaoh(hard_links(soft.alpha)) == reports["posterior"]["links"][k]
 
 
-def test_an_unknown_method_is_refused(model):  # noqa: F811
+def test_an_unknown_method_or_a_model_without_attention_is_refused(model):  # noqa: F811
     from nmtkit.errors import InputError
 
     with pytest.raises(InputError, match="unknown alignment method 'viterbi'"):
         Aligner(model, tokenized=True, method="viterbi")
+    with pytest.raises(ValueError, match="rnnencdec has none"):
+        forced_posterior(tiny("rnnencdec").eval(), [np.array(SRC[0])], [np.array(TGT[0])])

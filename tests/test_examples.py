@@ -259,7 +259,7 @@ def test_cpu_scale_tiny_end_to_end_through_a_kill(tmp_path, data_dir):
     index = (work / "eval" / "alignments" / "index.tsv").read_text().splitlines()
     assert len(index) == 5 and "European Economic Area" in index[1]  # the paper's sentence, then three at random
     stages = [line.split("\t")[0] for line in (work / "timings.tsv").read_text().splitlines()]
-    assert stages == ["data", "prepare", "train", "guide", "translate", "score", "align", "report"]
+    assert stages == ["data", "prepare", "train", "translate", "score", "guide", "align", "report"]
     # stage guide: links for every line of train.tok, and the two guided runs trained on them for their updates
     links = (work / "data-bin" / "train.align").read_text().split("\n")[:-1]
     assert len(links) == len((work / "data-bin" / "train.tok.en").read_text().splitlines())

@@ -62,7 +62,8 @@ def render_methods(by_method, chosen: str) -> str:
                    "aligns better: tests/bench/results/bench_posterior.txt).")
 @click.option("--rule", default="argmax", show_default=True, type=click.Choice(["argmax", "threshold"]),
               help="Hard links: the most attended source word per target word, or also every α >= --threshold.")
-@click.option("--threshold", default=0.5, show_default=True, help="α threshold of --rule threshold.")
+@click.option("--threshold", default=0.5, show_default=True,
+              help="Weight threshold of --rule threshold (of α, or of the posterior with --method posterior).")
 @click.option("--plot-dir", type=click.Path(file_okay=False),
               help="Draw each sentence's α here, one image per sentence (with an index.tsv).")
 @click.option("--plot-format", default="png", show_default=True, type=click.Choice(["png", "pdf", "svg"]))
@@ -164,6 +165,7 @@ def _align(model, source, target, tokenized, pharaoh, method, rule, threshold, p
                               by_method={k: v.to_dict() for k, v in result.by_method.items()})
             out.write(json.dumps(report, indent=2) + "\n")
         else:
+            out.write(f"links from the {method}" + (" (--method posterior)" if method == "posterior" else "") + ": ")
             out.write(render_scores(result.scores, gold))
             if result.by_method is not None:
                 out.write(render_methods(result.by_method, symmetrization))
