@@ -165,7 +165,7 @@ def _align(model, source, target, tokenized, pharaoh, method, rule, threshold, p
                               by_method={k: v.to_dict() for k, v in result.by_method.items()})
             out.write(json.dumps(report, indent=2) + "\n")
         else:
-            out.write(f"links from the {method}" + (" (--method posterior)" if method == "posterior" else "") + ": ")
+            out.write(f"links from the {method}: ")
             out.write(render_scores(result.scores, gold))
             if result.by_method is not None:
                 out.write(render_methods(result.by_method, symmetrization))
