@@ -6,7 +6,8 @@
 # A run that spans sessions may go on under other commits ($WORK/sessions.tsv lists them; the report says so).
 # This resumes CHECKPOINT for UPDATES more updates under each COMMIT (a git worktree of each, its own bin/ and
 # library; the same nmt-train options, those the run trained with, e.g. from its log) and compares what each
-# reached: the model's weights and the optimizer's state, tensor by tensor, bit for bit.  It prints one line per
+# reached: the model's weights, the optimizer's state and the run state, bit for bit
+# (nmtkit.data.checkpoint.differences, the check the resume soak makes).  It prints one line per
 # commit and exits 0 if every commit reached exactly what the first did, 1 if not.
 #
 # Example (the model's options as run.sh gives them; --schedule-updates keeps the learning-rate schedule of the
@@ -71,51 +72,28 @@ for c in "${commits[@]}"; do
     outs+=("$c=$save/checkpoint_last.pt")
 done
 
-"$PY" - "$stop" "${outs[@]}" <<'EOF'
-"""Compare the checkpoints reached: the model's weights and the optimizer's state, bit for bit."""
+PYTHONPATH="$repo" "$PY" - "$stop" "${outs[@]}" <<'EOF'
+"""Compare the checkpoints reached: weights, optimizer state and run state, bit for bit (nmtkit's own check)."""
 import sys
 
-import torch
-
-
-def tensors(obj, prefix=""):
-    """Every tensor inside nested dicts / lists, by a dotted path."""
-    if torch.is_tensor(obj):
-        yield prefix, obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from tensors(v, f"{prefix}.{k}" if prefix else str(k))
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            yield from tensors(v, f"{prefix}.{i}" if prefix else str(i))
-
+from nmtkit.data import checkpoint
 
 stop = int(sys.argv[1])
 reached = []
 for arg in sys.argv[2:]:
     name, path = arg.split("=", 1)
-    c = torch.load(path, map_location="cpu", weights_only=True)
-    update = c["train"]["state"]["update"]
-    if update != stop:
-        sys.exit(f"{name}: stopped at update {update}, not {stop}")
-    reached.append((name, dict(tensors({"model": c["model"], "optimizer": c["train"]["optimizer"]}))))
+    c = checkpoint.load(path)
+    if c["train"]["state"]["update"] != stop:
+        sys.exit(f"{name}: stopped at update {c['train']['state']['update']}, not {stop}")
+    reached.append((name, c))
 first_name, first = reached[0]
-n = sum(t.numel() for k, t in first.items() if k.startswith("model."))
-print(f"{first_name}: update {stop}, {len(first)} tensors ({n:,} weights)")
+n = sum(t.numel() for t in first["model"].values())
+print(f"{first_name}: update {stop}, {len(first['model'])} weight tensors ({n:,} weights)")
 same = True
 for name, got in reached[1:]:
-    if got.keys() != first.keys():
-        print(f"{name}: DIFFERENT tensors from {first_name}: {sorted(got.keys() ^ first.keys())[:5]}")
-        same = False
-        continue
-    differ = [k for k in first if first[k].shape != got[k].shape or not torch.equal(first[k], got[k])]
-    if differ:
-        worst = max((first[k].double() - got[k].double()).abs().max().item() for k in differ
-                    if first[k].shape == got[k].shape and first[k].is_floating_point()) if differ else 0.0
-        print(f"{name}: DIFFERENT from {first_name} in {len(differ)} of {len(first)} tensors "
-              f"(largest difference {worst:.3g}; first {differ[0]})")
-        same = False
-    else:
-        print(f"{name}: bit-identical to {first_name} (weights and optimizer state)")
+    diffs = checkpoint.differences(first, got)
+    same = same and not diffs
+    print(f"{name}: bit-identical to {first_name} (weights and optimizer state)" if not diffs else
+          f"{name}: DIFFERENT from {first_name} in {len(diffs)} places (first: {diffs[0][:200]})")
 sys.exit(0 if same else 1)
 EOF

@@ -135,6 +135,37 @@ def load(path: str | os.PathLike, map_location="cpu") -> dict:
     return payload
 
 
+def differences(a: dict, b: dict) -> list[str]:
+    """What differs between two loaded checkpoints (empty: the same run state): each weight whose tensor is not bit
+    for bit the same, then "optimizer state" and the run state (update, epoch, best... but not the time taken or
+    the validation history) where a training checkpoint's differ.  Used to check that a resumed or re-run training
+    reached exactly what another did."""
+    diffs = sorted(a["model"].keys() ^ b["model"].keys())
+    diffs += [k for k in a["model"] if k in b["model"] and not _same(a["model"][k], b["model"][k])]
+    if "train" in a or "train" in b:
+        ta, tb = a.get("train", {}), b.get("train", {})
+        if not _same(ta.get("optimizer"), tb.get("optimizer")):
+            diffs.append("optimizer state")
+        state_a, state_b = ({k: v for k, v in t.get("state", {}).items() if k not in ("elapsed", "history")}
+                            for t in (ta, tb))
+        if state_a != state_b:
+            diffs.append(f"run state {state_a} != {state_b}")
+    return diffs
+
+
+def _same(x, y) -> bool:
+    """Deep equality; tensors bit for bit (dtype and shape included)."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return isinstance(y, torch.Tensor) and x.dtype == y.dtype and torch.equal(x, y)
+    if isinstance(x, dict):
+        return isinstance(y, dict) and x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
+    if isinstance(x, (list, tuple)):
+        return isinstance(y, (list, tuple)) and len(x) == len(y) and all(_same(p, q) for p, q in zip(x, y))
+    return x == y
+
+
 def _check_structure(payload: dict, path: str) -> None:
     """Every field a tool reads, of the type it expects: a malformed body is one line naming the field."""
     import torch

@@ -62,30 +62,9 @@ def _env() -> dict:
 
 def _compare(a_path: Path, b_path: Path) -> list[str]:
     """What differs between two checkpoints: weights, optimizer state, run state (empty: identical)."""
-    import torch
-
     from nmtkit.data import checkpoint
 
-    a, b = checkpoint.load(a_path), checkpoint.load(b_path)
-    diffs = [k for k in a["model"] if not torch.equal(a["model"][k], b["model"][k])]
-
-    def same(x, y) -> bool:
-        if isinstance(x, torch.Tensor):
-            return isinstance(y, torch.Tensor) and torch.equal(x, y)
-        if isinstance(x, dict):
-            return isinstance(y, dict) and x.keys() == y.keys() and all(same(x[k], y[k]) for k in x)
-        if isinstance(x, (list, tuple)):
-            return len(x) == len(y) and all(same(p, q) for p, q in zip(x, y))
-        return x == y
-
-    if "train" in a:
-        if not same(a["train"]["optimizer"], b["train"]["optimizer"]):
-            diffs.append("optimizer state")
-        state_a = {k: v for k, v in a["train"]["state"].items() if k not in ("elapsed", "history")}
-        state_b = {k: v for k, v in b["train"]["state"].items() if k not in ("elapsed", "history")}
-        if state_a != state_b:
-            diffs.append(f"run state {state_a} != {state_b}")
-    return diffs
+    return checkpoint.differences(checkpoint.load(a_path), checkpoint.load(b_path))
 
 
 def main(argv=None) -> None:
