@@ -223,3 +223,26 @@ def test_loading_never_runs_code_from_the_file(tmp_path):
         checkpoint.load(path)
     _assert_one_line(e.value, str(path))
     assert not marker.exists()
+
+
+def test_differences_names_what_two_real_checkpoints_do_not_share(finished_run):
+    """checkpoint.differences (check_commits.sh, the resume soak): nothing for a checkpoint and its copy; each
+    weight, the optimizer state and the run state where they differ -- a dtype or one bit included."""
+    a = checkpoint.load(finished_run / "checkpoint_last.pt")
+    assert checkpoint.differences(a, copy.deepcopy(a)) == []
+    b = copy.deepcopy(a)
+    name = next(iter(b["model"]))
+    w = b["model"][name].view(-1)
+    w[0] = torch.nextafter(w[0], torch.tensor(float("inf"), dtype=w.dtype))  # one bit
+    b["model"]["extra"] = torch.zeros(1)
+    b["train"]["state"]["update"] += 1
+    b["train"]["state"]["elapsed"] += 5.0  # (the time taken is not the run's state)
+    found = checkpoint.differences(a, b)
+    assert found[:2] == ["extra", name]
+    assert found[2].startswith("run state ") and len(found) == 3
+    c = copy.deepcopy(a)
+    opt = c["train"]["optimizer"]["state"]
+    first = next(iter(opt.values()))
+    key = next(k for k, v in first.items() if torch.is_tensor(v) and v.is_floating_point() and v.numel() > 1)
+    first[key] = first[key].double()
+    assert checkpoint.differences(a, c) == ["optimizer state"]
