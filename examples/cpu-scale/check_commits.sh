@@ -62,7 +62,8 @@ outs=()
 for c in "${commits[@]}"; do
     sha="$(git -C "$repo" rev-parse --short "$c^{commit}")" || { echo "$0: $c: not a commit here" >&2; exit 2; }
     wt="$tmp/wt-$sha" save="$tmp/run-$sha"
-    [ -d "$wt" ] || git -C "$repo" worktree add --detach --force "$wt" "$sha" >/dev/null 2>&1
+    [ -d "$wt" ] || git -C "$repo" worktree add --detach --force "$wt" "$sha" > "$tmp/git.log" 2>&1 \
+        || { cat "$tmp/git.log" >&2; echo "$0: could not check out $c in a worktree (above)" >&2; exit 2; }
     mkdir -p "$save"
     cp "$ckpt" "$save/checkpoint_last.pt"
     echo "# $c ($sha): training updates $((at + 1))..$stop" >&2
