@@ -31,8 +31,10 @@ def test_every_field_is_an_option_of_nmt_translate_with_its_default_and_help():
         if field_kind(f.name) is bool:
             assert p.is_flag and p.default is False
         else:
-            assert p.default == f.default and p.type.name == {int: "integer", float: "float", str: "text"}[
-                field_kind(f.name)]
+            kind = "choice" if f.metadata["choices"] else {int: "integer", float: "float", str: "text"}[field_kind(f.name)]
+            assert p.default == f.default and p.type.name == kind
+            if f.metadata["choices"]:
+                assert tuple(p.type.choices) == f.metadata["choices"]
     assert params["beam"].opts == ["--beam", "-b"]
 
 

@@ -142,6 +142,7 @@ def test_health_is_503_until_loaded_then_models_and_the_schema(server, ckpt):
     assert status == 200 and schema["openapi"].startswith("3.1")
     assert {f.name for f in fields(DecodeConfig)} | {"src", "prefix", "alignment", "attention"} == set(props)
     assert props["beam"]["default"] == 12 and props["beam"]["type"] == "integer"
+    assert props["alignment_method"]["enum"] == ["attention", "posterior"]
     status, body, _ = server.call("/nope")
     assert (status, body) == (404, {"error": "no route /nope"})
     status, body, _ = server.call("/translate")
@@ -164,6 +165,13 @@ def test_translations_are_nmt_translates(server, ckpt, lines, tmp_path):
     assert [r["tgt"] for r in got] == [r["nbest"][0]["tgt"] for r in got]
     assert [r["alignment"] for r in got] == files["alignments"].splitlines()
     assert any(len(r["nbest"]) == 3 for r in got)
+    # the links from the alignment posterior (continuous batching's path): nmt-translate's, the same translations
+    posterior = server.translate(lines, beam=5, alignment=True, alignment_method="posterior")
+    files = nmt_translate(ckpt, tmp_path, lines, "--beam", "5", "--alignments", str(tmp_path / "out.align"),
+                          "--alignment-method", "posterior")
+    assert [r["alignment"] for r in posterior] == files["alignments"].splitlines()
+    assert [r["tgt"] for r in posterior] == [r["tgt"] for r in got]
+    assert [r["alignment"] for r in posterior] != [r["alignment"] for r in got]
 
 
 def test_prefixes_attention_and_sampling_are_nmt_translates(server, ckpt, lines, tmp_path):
@@ -322,6 +330,8 @@ def test_lines_that_arrive_together_are_shared_among_the_free_worker_processes(c
     (b'{"src": ["A dog."], "prefix": ["Un"]}', 200, None),
     (b'{"src": ["A dog."], "prefix": []}', 400, "\"prefix\" must have one entry per line"),
     (b'{"src": ["A dog."], "alignment": 1}', 400, "\"alignment\" must be true or false"),
+    (b'{"src": ["A dog."], "alignment": true, "alignment_method": "viterbi"}', 400,
+     "--alignment-method must be attention or posterior (got 'viterbi')"),
     (b'{"src": ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s", '
      b'"t", "u"]}', 413, "21 lines: at most 20 a request (--max-lines)"),
     (b'{"src": ["' + b"x" * 301 + b'"]}', 413, "301 characters: at most 300 a request (--max-chars)"),

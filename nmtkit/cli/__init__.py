@@ -37,7 +37,8 @@ def decode_options(command):
         if field_kind(f.name) is bool:
             option = click.option(*names, is_flag=True, default=False, help=f.metadata["help"])
         else:
-            option = click.option(*names, type=field_kind(f.name), default=f.default,
+            kind = click.Choice(f.metadata["choices"]) if f.metadata["choices"] else field_kind(f.name)
+            option = click.option(*names, type=kind, default=f.default,
                                   show_default=f.default is not None, metavar=f.metadata["metavar"],
                                   help=f.metadata["help"])
         command = option(command)

@@ -105,6 +105,9 @@ def _translate(models, input_path, output_path, prefix_path, unk_dict, nbest_fil
     if threads:
         torch.set_num_threads(threads)
     decode = DecodeConfig.from_dict(decoding)  # (checked before any file is opened)
+    if decode.alignment_method != "attention" and not alignments:
+        raise InputError(f"--alignment-method {decode.alignment_method} says how --alignments are made: give "
+                         "--alignments FILE")
     if decode.nbest > 1 and nbest_file is None and output_path in (None, "-"):
         nbest_file = "-"
     check_distinct({"--output": None if nbest_file == "-" else output_path, "--nbest-file": nbest_file,

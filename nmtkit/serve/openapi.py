@@ -24,6 +24,8 @@ def schema(cfg: ServeConfig) -> dict:
         kind = _TYPES[field_kind(f.name)]
         options[f.name] = {"type": [kind, "null"] if f.default is None else kind, "default": f.default,
                            "description": f.metadata["help"]}
+        if f.metadata["choices"]:
+            options[f.name]["enum"] = list(f.metadata["choices"])
     request = {
         "type": "object", "required": ["src"], "additionalProperties": False,
         "properties": {

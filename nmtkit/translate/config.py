@@ -21,12 +21,15 @@ from typing import Any
 
 from nmtkit.errors import InputError
 
+ALIGNMENT_METHODS = ("attention", "posterior")  # how --alignments are read (nmtkit.translate.decoding.add_posteriors)
 MAX_COVERAGE_PENALTY = 10.0  # (Wu et al. use 0.2; far above, the penalty alone ranks and its sums overflow)
 
 
-def _setting(default, help: str, metavar: str | None = None, short: str | None = None):
-    """A field with what its command-line option shows (``help``, ``metavar``, a ``short`` flag)."""
-    return field(default=default, metadata={"help": help, "metavar": metavar, "short": short})
+def _setting(default, help: str, metavar: str | None = None, short: str | None = None,
+             choices: tuple[str, ...] | None = None):
+    """A field with what its command-line option shows (``help``, ``metavar``, a ``short`` flag) and, for text, the
+    values it may take (``choices``)."""
+    return field(default=default, metadata={"help": help, "metavar": metavar, "short": short, "choices": choices})
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,13 @@ class DecodeConfig:
     no_unk: bool = _setting(False, "Never generate the unknown-word token.")
     replace_unk: bool = _setting(
         False, "Replace each generated <unk> by the most attended source word (or its --unk-dict entry).")
+    alignment_method: str = _setting(
+        "attention", "How --alignments (and nmt-serve's \"alignment\") link words: 'attention', each target word to "
+                     "its most attended source word (as fairseq and Marian print them), or 'posterior', to the source "
+                     "word of the largest alignment posterior (nmt-align --method posterior: the attention times how "
+                     "well that source word alone predicts the word written; on the Hansards gold links about half the "
+                     "attention's error), which costs an output layer per source word and target token of the best "
+                     "translation.  The translations are the same.", choices=ALIGNMENT_METHODS)
     sampling: str | None = _setting(
         None, "Sample instead of searching: topk:K, topp:P, temperature:T or several joined by commas (e.g. "
               "topk:10,temperature:0.8); --nbest N draws N samples per line.", metavar="SPEC")
@@ -80,6 +90,8 @@ class DecodeConfig:
                 raise InputError(f"{_flag(f.name)} must be {_KIND_NAMES[kind]} (got {value!r})")
             if kind is float:
                 object.__setattr__(self, f.name, float(value))  # (2 and 2.0 are one setting)
+            if f.metadata["choices"] and value not in f.metadata["choices"]:
+                raise InputError(f"{_flag(f.name)} must be {' or '.join(f.metadata['choices'])} (got {value!r})")
         if self.sampling is None and (self.beam < 1 or not 1 <= self.nbest <= self.beam):
             raise InputError(f"need beam >= 1 and 1 <= nbest <= beam (got beam {self.beam}, nbest {self.nbest})")
         if self.sampling is not None and self.nbest < 1:
@@ -186,5 +198,5 @@ def _flag(name: str) -> str:
 
 _KIND_NAMES = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}
 # each field's type, from its annotation ("str | None": text or nothing)
-_KINDS = {f.name: {"int": int, "float": float, "bool": bool, "str | None": str}[f.type]
+_KINDS = {f.name: {"int": int, "float": float, "bool": bool, "str": str, "str | None": str}[f.type]
           for f in dataclasses.fields(DecodeConfig)}

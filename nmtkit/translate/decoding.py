@@ -4,7 +4,8 @@
 :func:`load_checkpoints` and :func:`build_models` turn checkpoint files into models in eval mode (an ensemble's
 vocabularies and preprocessing must match); :func:`decode_batch` runs beam search (:mod:`nmtkit.translate.search`) or
 sampling (:mod:`nmtkit.translate.sampling`) over one batch as a :class:`nmtkit.translate.config.DecodeConfig` says,
-optionally forced through target prefixes.
+optionally forced through target prefixes; with ``decode.alignment_method`` ``posterior`` and the attention asked
+for, :func:`add_posteriors` gives each sentence's best hypothesis its alignment posterior.
 """
 
 from __future__ import annotations
@@ -94,7 +95,10 @@ def decode_batch(models: list, sources: list[np.ndarray], device, decode: Decode
         else:
             hyps = beam_search(models, src.to(device), lens.to(device), decode, need_attention=need_attention,
                                prefix=prefix, prefix_lens=prefix_lens, numbers=numbers, numbers_from=numbers_from)
-    return finish_hypotheses(hyps)
+    hyps = finish_hypotheses(hyps)
+    if need_attention and decode.alignment_method == "posterior":
+        add_posteriors(models, sources, hyps, device)
+    return hyps
 
 
 def start_cohort(models: list, sources: list[np.ndarray], device, decode: DecodeConfig,
@@ -113,6 +117,26 @@ def start_cohort(models: list, sources: list[np.ndarray], device, decode: Decode
     with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         return BeamCohort(models, src.to(device), lens.to(device), decode, need_attention, prefix, prefix_lens,
                           numbers, numbers_from)
+
+
+def add_posteriors(models: list, sources: list[np.ndarray], hyps: list[list[Hypothesis]], device) -> None:
+    """In place: each sentence's best hypothesis gets its alignment posterior (:attr:`Hypothesis.posterior`,
+    :func:`nmtkit.posterior.forced_posterior` on the source and the hypothesis' tokens; an ensemble's is the mean of
+    its models'), which ``--alignment-method posterior`` reads the alignment from.  In float32, whatever ``--bf16``
+    decoded with."""
+    from nmtkit.posterior import forced_posterior
+
+    best = [(k, sentence[0]) for k, sentence in enumerate(hyps) if sentence]
+    if not best:
+        return
+    src = [sources[k] for k, _ in best]
+    tgt = [np.asarray(h.tokens, dtype=np.int64) for _, h in best]
+    total = None
+    for model in models:
+        post = forced_posterior(model, src, tgt, batch_size=max(1, len(best)), device=device)
+        total = post if total is None else [a + b for a, b in zip(total, post)]
+    for (_, h), p in zip(best, total):
+        h.posterior = (p / len(models)).astype(np.float32)
 
 
 def finish_hypotheses(hyps: list[list[Hypothesis]]) -> list[list[Hypothesis]]:

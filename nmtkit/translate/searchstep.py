@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from nmtkit.data.vocab import BOS, EOS, PAD, UNK
@@ -26,6 +27,7 @@ class Hypothesis:
     norm_score: float  # score / (len(tokens) + 1) ** lenpen, what ranks hypotheses
     attention: torch.Tensor | None = None  # (len(tokens) + 1, Tx) α for each output token and </s>, or None
     unmet: int = 0  # with decode.all_numbers: the numbers it was to write and did not (ended at its length limit)
+    posterior: np.ndarray | None = None  # (len(tokens) + 1, len(source) + 1) alignment posterior (add_posteriors)
 
     def rank(self) -> tuple[int, float]:
         """What orders finished hypotheses, best first: those that wrote all their numbers, then by norm_score."""

@@ -28,7 +28,8 @@ but a warning: this process, which kept its models, decodes the windows they did
 Alignments (Pharaoh ``i-j``, source-target, 0-based) are on Moses-tokenised words, computed as ``nmt-align``
 computes them (:func:`nmtkit.translate.wordalign.word_matrix`, :func:`nmtkit.translate.wordalign.hard_links`): a target
 word's attention is the mean over its subwords' rows, a source word's the sum over its subwords' columns, argmax per
-target word.
+target word; with ``DecodeConfig.alignment_method`` ``posterior``, of the alignment posterior
+(:func:`nmtkit.translate.decoding.add_posteriors`) instead of the attention (``attention`` stays the attention).
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ import torch
 
 # (also the library's names here)
 from nmtkit.translate import linetext, search
-from nmtkit.translate.decoding import (build_models, decode_batch, finish_hypotheses,  # noqa: F401
-                                       load_checkpoints, start_cohort)
+from nmtkit.translate.decoding import (add_posteriors, build_models, decode_batch,  # noqa: F401
+                                       finish_hypotheses, load_checkpoints, start_cohort)
 from nmtkit.errors import InputError, WorkerError
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.search import Hypothesis
@@ -318,7 +319,11 @@ class Translator:
             raise ValueError("end() needs every cohort of begin() done")
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bool(self._options["bf16"])):
             hyps = [search.results(c) for c in cohorts]  # (with --all-numbers' second pass)
-        return self._assemble(w, [finish_hypotheses(h) for h in hyps])
+        hyps = [finish_hypotheses(h) for h in hyps]
+        if self.need_attention and self.decode.alignment_method == "posterior":
+            for batch, h in zip(w.batches, hyps):
+                add_posteriors(self.models, [p.ids for p in batch], h, self.device)
+        return self._assemble(w, hyps)
 
     def translate_lines(self, texts: Iterable[str]) -> list[str]:
         """Convenience: a list of raw lines → a list of translations."""
@@ -401,7 +406,7 @@ class Translator:
                                if self.need_attention else None)
         best_tokens: list[str] = []
         src_tokens: list[str] = []
-        alphas = []
+        alphas, posteriors = [], []
         for piece, hyps in parts:
             h = hyps[0]
             toks = self._target_tokens(h, piece)
@@ -409,6 +414,7 @@ class Translator:
             src_tokens += piece.tokens
             if self.need_attention:
                 alphas.append((piece.tokens, toks, h.attention))
+                posteriors.append((piece.tokens, toks, h.posterior))
         target_words = self.tgt_pre.merge_subwords(best_tokens)
         score = sum(hyps[0].score for _, hyps in parts)
         nbest = []
@@ -428,7 +434,12 @@ class Translator:
             t.attention = block_attention(alphas)
             words = word_matrix(src_tokens, best_tokens, np.asarray(t.attention["alpha"]), self.src_pre.words_of,
                                 self.tgt_pre.words_of)
-            t.alignment = hard_links(words)
+            if self.decode.alignment_method == "posterior":  # the links from the posterior, the attention as it is
+                t.alignment = hard_links(word_matrix(src_tokens, best_tokens,
+                                                     np.asarray(block_attention(posteriors)["alpha"]),
+                                                     self.src_pre.words_of, self.tgt_pre.words_of))
+            else:
+                t.alignment = hard_links(words)
             t.word_attention = {"source": self.src_pre.words_of(src_tokens)[0] + ["</s>"],
                                 "target": self.tgt_pre.words_of(best_tokens)[0] + ["</s>"], "alpha": words.tolist()}
         return t

@@ -1,0 +1,102 @@
+"""nmt-translate --alignments --alignment-method posterior: the links of each translation read from the alignment
+posterior of the model's own translation (nmtkit.posterior.forced_posterior, as ``nmt-align --method posterior``
+computes it), in every decoding path -- this process, worker processes -- with the translation, its n-best list, its
+scores and its attention file unchanged; an option that would change nothing is refused in one line.  The server's
+``"alignment_method"`` is tested beside nmt-translate in tests/test_serve.py.  A small model trained here on real
+Multi30K pairs (the ``trained`` fixture)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO, lines_of
+
+TRANSLATE = [sys.executable, str(REPO / "bin" / "nmt-translate")]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+FILES = ("out", "nbest", "scores", "attention", "align")
+
+
+def _translate(ckpt, src, d, *options, check=True):
+    d.mkdir(exist_ok=True)
+    proc = subprocess.run([*TRANSLATE, "-m", ckpt, "-i", str(src), "-o", str(d / "out"), "--beam", "4", "--nbest",
+                           "2", "--nbest-file", str(d / "nbest"), "--scores", str(d / "scores"), "--attention",
+                           str(d / "attention"), "--alignments", str(d / "align"), "--batch-size", "4", *options],
+                          capture_output=True, text=True, env=ENV, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+        return {f: (d / f).read_text(encoding="utf-8") for f in FILES}
+    return proc
+
+
+@pytest.fixture(scope="module")
+def source(trained, data_dir, tmp_path_factory):
+    lines = lines_of(data_dir / "multi30k" / "val.en", 24)
+    lines[4:4] = [""]  # (an empty line gets an empty alignment line)
+    path = tmp_path_factory.mktemp("posterior") / "in.en"
+    path.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    return path, lines
+
+
+def test_posterior_links_are_the_posterior_of_the_translation_in_every_decoding_path(trained, source, tmp_path):
+    import torch
+
+    from nmtkit.data import checkpoint
+    from nmtkit.data.text import Preprocessor, TextConfig
+    from nmtkit.data.vocab import Vocabulary
+    from nmtkit.models import build_from_checkpoint
+    from nmtkit.posterior import forced_posterior
+    from nmtkit.translate.wordalign import hard_links, pharaoh, word_matrix
+
+    _, ckpt = trained
+    src, lines = source
+    attention = _translate(ckpt, src, tmp_path / "attention")
+    posterior = _translate(ckpt, src, tmp_path / "posterior", "--alignment-method", "posterior")
+    workers = _translate(ckpt, src, tmp_path / "workers", "--alignment-method", "posterior", "--workers", "2",
+                         "--threads", "2")
+    assert workers == posterior  # the worker processes compute it as this process does
+    for f in ("out", "nbest", "scores", "attention"):  # the links alone change
+        assert posterior[f] == attention[f], f
+    out, links = posterior["out"].splitlines(), posterior["align"].splitlines()
+    assert len(out) == len(links) == len(lines) and links[4] == "" and out[4] == ""
+    changed = sum(a != p for a, p in zip(attention["align"].splitlines(), links))
+    assert changed >= 2, "the posterior links every line as the attention does: is it read at all?"
+
+    # what each line's links must be: the posterior of the model's own translation, computed here from the tokens
+    # the attention file records (model tokens, </s> last), merged into the words the links count
+    payload = checkpoint.load(ckpt)
+    model = build_from_checkpoint(payload).eval()
+    torch.set_num_threads(1)
+    vocab = {side: Vocabulary(payload["vocab"][side]) for side in ("src", "tgt")}
+    pre = {side: Preprocessor(TextConfig.from_dict(payload["preprocessing"][side])) for side in ("src", "tgt")}
+    records = [json.loads(x) for x in posterior["attention"].splitlines()]
+    for k, (line, record) in enumerate(zip(lines, records)):
+        if not line:
+            continue
+        s_tok, t_tok = record["source"][:-1], record["target"][:-1]
+        (p,) = forced_posterior(model, [vocab["src"].encode(s_tok)], [vocab["tgt"].encode(t_tok)])
+        np.testing.assert_allclose(p.sum(1), 1.0, atol=1e-5)
+        words = word_matrix(s_tok, t_tok, p, pre["src"].words_of, pre["tgt"].words_of)
+        assert pharaoh(hard_links(words)) == links[k], (k, line, out[k])
+        # one link per target word of the translation's tokenised words, within both sentences
+        n_src, n_tgt = len(pre["src"].words_of(s_tok)[0]), len(pre["tgt"].words_of(t_tok)[0])
+        got = [tuple(map(int, x.split("-"))) for x in links[k].split()]
+        assert [j for _, j in got] == list(range(n_tgt)) and all(0 <= i < n_src for i, _ in got)
+
+
+def test_an_alignment_method_without_alignments_or_unknown_is_one_line(trained, source, tmp_path):
+    _, ckpt = trained
+    src, _ = source
+    proc = subprocess.run([*TRANSLATE, "-m", ckpt, "-i", str(src), "-o", str(tmp_path / "out"),
+                           "--alignment-method", "posterior"], capture_output=True, text=True, env=ENV, timeout=300)
+    assert proc.returncode == 1 and not (tmp_path / "out").exists()
+    assert proc.stderr.strip().splitlines() == [
+        "nmt-translate: error: --alignment-method posterior says how --alignments are made: give --alignments FILE"]
+    proc = _translate(ckpt, src, tmp_path / "bad", "--alignment-method", "viterbi", check=False)
+    assert proc.returncode == 2 and "'viterbi' is not one of 'attention', 'posterior'" in proc.stderr
+    assert not (tmp_path / "bad" / "out").exists()
