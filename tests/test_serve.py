@@ -332,6 +332,8 @@ def test_lines_that_arrive_together_are_shared_among_the_free_worker_processes(c
     (b'{"src": ["A dog."], "alignment": 1}', 400, "\"alignment\" must be true or false"),
     (b'{"src": ["A dog."], "alignment": true, "alignment_method": "viterbi"}', 400,
      "--alignment-method must be attention or posterior (got 'viterbi')"),
+    (b'{"src": ["A dog."], "attention": true, "alignment_method": "posterior"}', 400,
+     "\"alignment_method\": \"posterior\" says how the alignment is made: ask for it with \"alignment\": true"),
     (b'{"src": ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s", '
      b'"t", "u"]}', 413, "21 lines: at most 20 a request (--max-lines)"),
     (b'{"src": ["' + b"x" * 301 + b'"]}', 413, "301 characters: at most 300 a request (--max-chars)"),

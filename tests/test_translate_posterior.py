@@ -89,6 +89,42 @@ def test_posterior_links_are_the_posterior_of_the_translation_in_every_decoding_
         assert [j for _, j in got] == list(range(n_tgt)) and all(0 <= i < n_src for i, _ in got)
 
 
+def test_posterior_links_of_lines_cut_into_pieces_and_of_prefixed_lines(trained, source, tmp_path):
+    """Lines longer than --max-source-len are translated in pieces, each piece's posterior its own block: every
+    target word links to a source word of its own piece (where the block-diagonal attention is not zero); prefixed
+    lines link the prefix's words too; worker processes give the same links."""
+    from nmtkit.data import checkpoint
+    from nmtkit.data.text import Preprocessor, TextConfig
+    from nmtkit.translate.wordalign import word_matrix
+
+    _, ckpt = trained
+    src, lines = source
+    prefixes = tmp_path / "prefix.fr"
+    prefixes.write_text("".join(("Un homme" if k % 3 == 0 and line else "") + "\n" for k, line in enumerate(lines)),
+                        encoding="utf-8")
+    options = ("--alignment-method", "posterior", "--max-source-len", "6", "--prefix", str(prefixes))
+    got = _translate(ckpt, src, tmp_path / "one", *options)
+    assert _translate(ckpt, src, tmp_path / "two", *options, "--workers", "2", "--threads", "2") == got
+    payload = checkpoint.load(ckpt)
+    pre = {side: Preprocessor(TextConfig.from_dict(payload["preprocessing"][side])) for side in ("src", "tgt")}
+    records = [json.loads(x) for x in got["attention"].splitlines()]
+    out, links = got["out"].splitlines(), got["align"].splitlines()
+    pieced = 0
+    for k, (line, record) in enumerate(zip(lines, records)):
+        if not line:
+            continue
+        if k % 3 == 0:
+            assert out[k].startswith("Un homme"), out[k]
+        s_tok, t_tok = record["source"][:-1], record["target"][:-1]
+        words = word_matrix(s_tok, t_tok, np.asarray(record["alpha"]), pre["src"].words_of, pre["tgt"].words_of)
+        n_src, n_tgt = words.shape[1] - 1, words.shape[0] - 1
+        pieced += bool((words[:-1, :-1] == 0).any())  # (a block-diagonal attention: the line was cut)
+        got_links = [tuple(map(int, x.split("-"))) for x in links[k].split()]
+        assert [j for _, j in got_links] == list(range(n_tgt)) and all(0 <= i < n_src for i, _ in got_links)
+        assert all(words[j, i] > 0 for i, j in got_links), (k, line, links[k])  # within the word's own piece
+    assert pieced >= 5
+
+
 def test_an_alignment_method_without_alignments_or_unknown_is_one_line(trained, source, tmp_path):
     _, ckpt = trained
     src, _ = source

@@ -63,6 +63,9 @@ def read_request(body: Any) -> Request:
             raise InputError(f"\"{name}\" must be true or false (got {value!r})")
         flags[name] = value
     decode = DecodeConfig.from_dict({k: v for k, v in body.items() if k not in REQUEST_KEYS})
+    if decode.alignment_method != "attention" and not flags["alignment"]:  # (as nmt-translate refuses it)
+        raise InputError(f"\"alignment_method\": \"{decode.alignment_method}\" says how the alignment is made: "
+                         "ask for it with \"alignment\": true")
     return Request(lines, decode, prefixes, **flags)
 
 

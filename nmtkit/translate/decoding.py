@@ -132,9 +132,10 @@ def add_posteriors(models: list, sources: list[np.ndarray], hyps: list[list[Hypo
     src = [sources[k] for k, _ in best]
     tgt = [np.asarray(h.tokens, dtype=np.int64) for _, h in best]
     total = None
-    for model in models:
-        post = forced_posterior(model, src, tgt, batch_size=max(1, len(best)), device=device)
-        total = post if total is None else [a + b for a, b in zip(total, post)]
+    with torch.autocast(torch.device(device).type, enabled=False):  # (float32 under a caller's bf16 autocast too)
+        for model in models:
+            post = forced_posterior(model, src, tgt, batch_size=max(1, len(best)), device=device)
+            total = post if total is None else [a + b for a, b in zip(total, post)]
     for (_, h), p in zip(best, total):
         h.posterior = (p / len(models)).astype(np.float32)
 

@@ -57,7 +57,7 @@ from nmtkit.data.text import Preprocessor, TextConfig
 from nmtkit.data.vocab import SPECIALS, UNK, Vocabulary
 from nmtkit.translate.outputs import Translation
 from nmtkit.translate.unkreplace import replace_unks
-from nmtkit.translate.wordalign import block_attention, hard_links, word_matrix
+from nmtkit.translate.wordalign import block_attention, block_matrix, hard_links, word_matrix
 
 log = logging.getLogger("nmtkit.translate")
 MAX_AUTO_WORKERS = 4  # workers=0 starts min(threads, this) processes on a CPU
@@ -407,6 +407,7 @@ class Translator:
         best_tokens: list[str] = []
         src_tokens: list[str] = []
         alphas, posteriors = [], []
+        by_posterior = self.need_attention and self.decode.alignment_method == "posterior"
         for piece, hyps in parts:
             h = hyps[0]
             toks = self._target_tokens(h, piece)
@@ -414,6 +415,7 @@ class Translator:
             src_tokens += piece.tokens
             if self.need_attention:
                 alphas.append((piece.tokens, toks, h.attention))
+            if by_posterior:
                 posteriors.append((piece.tokens, toks, h.posterior))
         target_words = self.tgt_pre.merge_subwords(best_tokens)
         score = sum(hyps[0].score for _, hyps in parts)
@@ -434,9 +436,8 @@ class Translator:
             t.attention = block_attention(alphas)
             words = word_matrix(src_tokens, best_tokens, np.asarray(t.attention["alpha"]), self.src_pre.words_of,
                                 self.tgt_pre.words_of)
-            if self.decode.alignment_method == "posterior":  # the links from the posterior, the attention as it is
-                t.alignment = hard_links(word_matrix(src_tokens, best_tokens,
-                                                     np.asarray(block_attention(posteriors)["alpha"]),
+            if by_posterior:  # the links from the posterior (as nmt-align reads them), the attention as it is
+                t.alignment = hard_links(word_matrix(src_tokens, best_tokens, block_matrix(posteriors),
                                                      self.src_pre.words_of, self.tgt_pre.words_of))
             else:
                 t.alignment = hard_links(words)

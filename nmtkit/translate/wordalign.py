@@ -55,15 +55,21 @@ def pharaoh(links: list[tuple[int, int]]) -> str:
     return " ".join(f"{i}-{j}" for i, j in links)
 
 
-def block_attention(parts: list[tuple[list[str], list[str], np.ndarray]]) -> dict:
-    """Join the attention of a line's pieces into one block-diagonal matrix (inner </s> rows and columns dropped)."""
-    src = [t for s, _, _ in parts for t in s] + ["</s>"]
-    tgt = [t for _, y, _ in parts for t in y] + ["</s>"]
-    alpha = np.zeros((len(tgt), len(src)), dtype=np.float32)
+def block_matrix(parts: list[tuple[list[str], list[str], np.ndarray]]) -> np.ndarray:
+    """The matrices of a line's pieces (source tokens, target tokens, (target + 1, source + 1 or more)) joined into one
+    block-diagonal matrix (len(all target) + 1, len(all source) + 1): inner </s> rows and columns dropped."""
+    alpha = np.zeros((sum(len(y) for _, y, _ in parts) + 1, sum(len(s) for s, _, _ in parts) + 1), dtype=np.float32)
     r = c = 0
     for k, (s, y, a) in enumerate(parts):
         last = k == len(parts) - 1
         rows, cols = len(y) + (1 if last else 0), len(s) + (1 if last else 0)
         alpha[r: r + rows, c: c + cols] = a[:rows, :cols]
         r, c = r + len(y), c + len(s)
-    return {"source": src, "target": tgt, "alpha": alpha.round(6).tolist()}
+    return alpha
+
+
+def block_attention(parts: list[tuple[list[str], list[str], np.ndarray]]) -> dict:
+    """Join the attention of a line's pieces into one block-diagonal matrix (:func:`block_matrix`), with its tokens."""
+    src = [t for s, _, _ in parts for t in s] + ["</s>"]
+    tgt = [t for _, y, _ in parts for t in y] + ["</s>"]
+    return {"source": src, "target": tgt, "alpha": block_matrix(parts).round(6).tolist()}
