@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The CPU-scale recipe's report: fill ``examples/cpu-scale/RESULTS.md.in`` into ``RESULTS.md`` from the run's
 outputs (the nmt-score and nmt-align JSON reports, the training logs, the prepared data's manifest), copy the plots
-beside it, and check the paper's claims one by one with plain rules::
+beside it and the evidence into ``results/eval`` (:data:`EVIDENCE`: the JSON reports, links and the run's records,
+so that every number of the report can be traced without the work directory), and check the paper's claims one by
+one with plain rules::
 
     python examples/cpu_scale_report.py --work runs/cpu-scale --template examples/cpu-scale/RESULTS.md.in \
         -o examples/cpu-scale/RESULTS.md
@@ -19,6 +21,62 @@ import shutil
 from pathlib import Path
 
 from steps import _fmt, _scores, _valid_records, say, table1, write_lines  # (this folder's steps.py)
+
+
+# what is copied into the report's evidence folder: (folder of the work directory, file patterns)
+EVIDENCE = (("eval", ("*.json", "*.links", "table1.md", "figure3*.en", "figure3*.fr", "figure3*.lines")),
+            (".", ("settings.json", "sessions.tsv", "timings.tsv")), ("runs", ("budget.json", "plan.txt")))
+
+
+SETTING_NAMES = {"git": "git (the first session's)"}  # (settings.json written before run.sh named it so)
+
+
+def copy_evidence(work: Path, dest: Path) -> int:
+    """The files :data:`EVIDENCE` names, from ``work`` into ``dest`` (emptied of earlier files first, so that a file
+    of an earlier run does not stay beside this one's); returns how many were copied.  ``dest`` may not be a folder
+    the evidence comes from, nor hold one (emptying it would lose the run's own files), and is left as it is when
+    ``work`` has no evaluation."""
+    target = dest.resolve()
+    for folder, _ in EVIDENCE:
+        source = (work / folder).resolve()
+        if target == source or target in source.parents:
+            raise SystemExit(f"cpu_scale_report.py: the evidence would be copied into {dest}, where the run keeps "
+                             f"its own ({source}): give -o elsewhere, or another --images")
+    if not (work / "eval").is_dir():
+        say(f"no {work / 'eval'}: the evidence in {dest} is left as it is")
+        return 0
+    if dest.is_dir():
+        for old in dest.iterdir():
+            if old.is_file():
+                old.unlink()
+    dest.mkdir(parents=True, exist_ok=True)
+    copied = 0
+    for folder, patterns in EVIDENCE:
+        for pattern in patterns:
+            for src in sorted((work / folder).glob(pattern)):
+                if src.is_file():
+                    shutil.copyfile(src, dest / src.name)
+                    copied += 1
+    return copied
+
+
+DISCUSSION = "\n## Discussion\n"
+
+
+def keep_discussion(text: str, out: Path, run: str | None) -> str:
+    """``text`` with its Discussion section (the last, which a person writes after reading the numbers) replaced by
+    the one ``out`` already has, if it has one and is a report of the same run (``run``, the first line of its
+    sessions table, is in both): the report is made again without losing what was written about it."""
+    if not out.is_file() or DISCUSSION not in text:
+        return text
+    old = out.read_text(encoding="utf-8")
+    if DISCUSSION not in old:
+        return text
+    if run is None or run not in old or run not in text:
+        say(f"{out} was written for another run: its Discussion is not kept")
+        return text
+    say(f"kept the Discussion {out} has: read it again against the new numbers")
+    return text[: text.index(DISCUSSION)] + old[old.index(DISCUSSION):]
 
 
 def _load(path: Path) -> dict | None:
@@ -190,6 +248,8 @@ def _findings(sets: list[tuple[str, dict, dict]], by_length: list[tuple[str, dic
                    f"{'yes' if aer['aer'] < diag['aer'] else 'no'} |")
     for key, who in (("symmetrized", "the symmetrised attention of RNNsearch-50 and RNNsearch-50-fr-en"),
                      ("symmetrized-posterior", "the symmetrised alignment posterior of the same two models"),
+                     ("guided-symmetrized-attention", "the symmetrised attention of RNNsearch-50 and "
+                                                      "RNNsearch-50-fr-en after guided alignment (beyond the paper)"),
                      ("guided-symmetrized", "the symmetrised posterior of RNNsearch-50 and RNNsearch-50-fr-en after "
                                             "guided alignment (beyond the paper)")):
         sym = aers.get(key)
@@ -217,6 +277,7 @@ def report(a) -> None:
                                           ("diagonal", "aer-diagonal.json"), ("symmetrized", "aer-symmetrized.json"),
                                           ("eflomal", "aer-eflomal.json"), ("guided", "aer-guided.json"),
                                           ("guided-symmetrized", "aer-guided-symmetrized.json"),
+                                          ("guided-symmetrized-attention", "aer-guided-symmetrized-attention.json"),
                                           ("posterior", "aer-posterior.json"),
                                           ("symmetrized-posterior", "aer-symmetrized-posterior.json"))}
     recase = _load(ev / "recase-en.json"), _load(ev / "recase-fr.json")
@@ -245,7 +306,7 @@ def report(a) -> None:
         sets.append(("Hansards test", hans, _scores(hans)))
     by_length = [(label, r) for label, r in (("news-test-2014", news_len), ("Hansards test", hans_len)) if r]
     fields = {
-        "settings": "\n".join(f"| {k} | {v} |" for k, v in settings.items()),
+        "settings": "\n".join(f"| {SETTING_NAMES.get(k, k)} | {v} |" for k, v in settings.items()),
         "sessions": _sessions(w),
         "data": _data_summary(w, manifest),
         "timings": _timings(w),
@@ -268,8 +329,12 @@ def report(a) -> None:
     }
     template = Path(a.template).read_text(encoding="utf-8")
     text = re.sub(r"\{\{(\w+)\}\}", lambda m: str(fields.get(m.group(1), m.group(0))), template)
+    sessions = fields["sessions"].split("\n")
+    first = "|".join(sessions[4].split("|")[:4]) + "|" if len(sessions) > 4 else None  # (started, commit, asked)
+    text = keep_discussion(text, Path(a.out), first)
     write_lines(a.out, text.rstrip("\n").split("\n"))
-    say(f"wrote {a.out} (images in {images})")
+    copied = copy_evidence(w, images / "eval")
+    say(f"wrote {a.out} (images in {images}, {copied} files of evidence in {images / 'eval'})")
 
 
 def _sessions(work: Path) -> str:
@@ -277,11 +342,18 @@ def _sessions(work: Path) -> str:
     path = work / "sessions.tsv"
     if not path.is_file():
         return "(no record)"
-    rows = [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():  # (started, commit, what was asked[, the stages it ran]; a line cut short padded)
+            cols = line.split("\t")
+            rows.append((cols + ["?"] * 3)[:3] + [cols[3] or "(none)" if len(cols) > 3 else "(not recorded)"])
     commits = sorted({r[1] for r in rows})
     head = (f"All from one commit, {commits[0]}." if len(commits) == 1 else
             f"**From {len(commits)} commits** ({', '.join(commits)}): the run went on under other code.")
-    return head + "\n\n| started | commit | stage |\n|---|---|---|\n" + "\n".join(f"| {' | '.join(r)} |" for r in rows)
+    # (lines written before run.sh recorded the stages each session ran lack the fourth column)
+    table = [f"| {' | '.join(r)} |" for r in rows]
+    return (head + "\n\n| started | commit | asked | stages it ran |\n|---|---|---|---|\n"
+            + "\n".join(table))
 
 
 def _budget(budget: dict | None) -> str:
@@ -364,6 +436,7 @@ def _aer_table(aers: dict) -> str:
         row("RNNsearch-50 after guided alignment (stage guide), its attention, recased", aers["guided"])
     for who, key in (("RNNsearch-50 with RNNsearch-50-fr-en, attention, recased", "symmetrized"),
                      ("the same two, alignment posterior, recased", "symmetrized-posterior"),
+                     ("the same two after guided alignment, attention, recased", "guided-symmetrized-attention"),
                      ("the same two after guided alignment, alignment posterior, recased", "guided-symmetrized"),
                      (f"eflomal on the training pairs ({efl.get('train_pairs', '?')} and the trial's, lowercased)",
                       "eflomal")):

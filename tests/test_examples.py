@@ -158,12 +158,13 @@ def test_cpu_scale_dry_run(tmp_path):
     gold = [c for c in aligns if "--gold" in c]
     assert gold and all("--tokenized" in c and value(c, "--gold-order") == "tgt-src"
                         and value(c, "--gold").endswith("hansards-trial/trial.align") for c in gold)
-    sym, sym_posterior, guided_sym = [c for c in gold if "--reverse-model" in c]
+    sym, sym_posterior, guided_sym_attention, guided_sym = [c for c in gold if "--reverse-model" in c]
     for c in (sym, sym_posterior):
         assert "rnnsearch-50-fr-en/" in value(c, "--reverse-model") and "rnnsearch-50/" in value(c, "-m")
     assert "--method" not in sym and value(sym_posterior, "--method") == "posterior"
-    assert "rnnsearch-50-fr-en-guided/" in value(guided_sym, "--reverse-model")
-    assert "rnnsearch-50-guided/" in value(guided_sym, "-m") and value(guided_sym, "--method") == "posterior"
+    for c in (guided_sym_attention, guided_sym):
+        assert "rnnsearch-50-fr-en-guided/" in value(c, "--reverse-model") and "rnnsearch-50-guided/" in value(c, "-m")
+    assert "--method" not in guided_sym_attention and value(guided_sym, "--method") == "posterior"
     assert [value(c, "--method") for c in gold if "--method" in c and "--reverse-model" not in c] == ["posterior"]
     assert any("--plot-dir" in c for c in aligns)
     assert any(c[1:2] == [str(REPO / "examples" / "eflomal_aer.py")] and "--gold" in c for c in cmds)
@@ -248,7 +249,8 @@ def test_cpu_scale_tiny_end_to_end_through_a_kill(tmp_path, data_dir):
     from nmtkit.symmetrize import HEURISTICS, METHODS
 
     for name, methods in (("aer-symmetrized.json", METHODS), ("aer-eflomal.json", HEURISTICS),
-                          ("aer-guided-symmetrized.json", METHODS), ("aer-symmetrized-posterior.json", METHODS)):
+                          ("aer-guided-symmetrized.json", METHODS), ("aer-symmetrized-posterior.json", METHODS),
+                          ("aer-guided-symmetrized-attention.json", METHODS)):
         report = json.loads((work / "eval" / name).read_text())
         assert set(report["by_method"]) == {"forward", "backward", *methods} and report["sentences"] == 37, name
     report = json.loads((work / "eval" / "newstest2014.json").read_text())
@@ -269,16 +271,41 @@ def test_cpu_scale_tiny_end_to_end_through_a_kill(tmp_path, data_dir):
         assert all("align_loss" in r for r in records if r["type"] == "train")
     assert "RNNsearch-50 after guided alignment" in results and "its alignment posterior" in results
     assert "the symmetrised alignment posterior of the same two models" in results
-    # one stage again: it and the stages after it are to be done again, and the next plain run does just those
+    assert "the same two after guided alignment, attention, recased: soft (chosen)" in results
+    # the evidence beside the report: the JSON reports, links and the run's records, as the run wrote them
+    evidence = work / "results" / "eval"
+    for src in [*(work / "eval").glob("*.json"), *(work / "eval").glob("*.links"), work / "eval" / "table1.md",
+                work / "settings.json", work / "runs" / "budget.json", work / "runs" / "plan.txt"]:
+        assert (evidence / src.name).read_bytes() == src.read_bytes(), src.name
+    timings = (work / "timings.tsv").read_text().splitlines()  # (the report's own time is recorded after it)
+    assert (evidence / "timings.tsv").read_text().splitlines() == [t for t in timings if not t.startswith("report\t")]
+    assert len(list(evidence.glob("aer*.json"))) == 10
+    # the Discussion, written by a person after reading the numbers, survives the report being made again
+    with open(work / "RESULTS.md", "a", encoding="utf-8") as f:
+        f.write("\nRNNsearch aligns; a person wrote this.\n")
+    # one stage again: it and the stages after it are to be done again, and the next plain run does just those;
+    # the stage's time is that of its new run, not added to the old one's
+    seconds = {line.split("\t")[0]: int(line.split("\t")[1]) for line in (work / "timings.tsv").read_text().split("\n")
+               if line}
+    assert seconds["align"] >= 2
+    began = time.monotonic()
     align = subprocess.run(["bash", str(CPU), "--tiny", "--stage", "align"], capture_output=True, text=True,
                            timeout=300, env=env)
+    took = time.monotonic() - began
     assert align.returncode == 0, align.stderr[-3000:]
+    again_seconds = dict(line.split("\t") for line in (work / "timings.tsv").read_text().split("\n") if line)
+    assert int(again_seconds["align"]) <= took + 1 and "report" not in again_seconds
     assert (work / "done" / "align").exists() and not (work / "done" / "report").exists()
     last = subprocess.run(["bash", str(CPU), "--tiny"], capture_output=True, text=True, timeout=120, env=env)
     assert last.returncode == 0 and last.stdout.count(": done already") == 7 and "# === stage report ===" in last.stdout
     sessions = (work / "sessions.tsv").read_text().splitlines()
     assert [line.split("\t")[2] for line in sessions] == ["all", "all", "align", "all"]
-    assert "All from one commit" in (work / "RESULTS.md").read_text()
+    assert [line.split("\t")[3] for line in sessions] == ["data prepare train",
+                                                          "train translate score guide align report", "align", "report"]
+    final = (work / "RESULTS.md").read_text()
+    assert "All from one commit" in final and "| all | train translate score guide align report |" in final
+    assert final.endswith("\nRNNsearch aligns; a person wrote this.\n") and final.count("## Discussion") == 1
+    assert (work / "results" / "eval" / "sessions.tsv").read_text() == (work / "sessions.tsv").read_text()
     print(f"tiny CPU-scale run, killed once: {time.monotonic() - start:.0f} s")
 
 

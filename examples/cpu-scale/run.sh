@@ -345,9 +345,13 @@ stage_align() {
     run_to "$EVAL/aer-symmetrized-posterior.json" nmt-align -m "$ckpt" --reverse-model \
         "$RUNS/$REVERSE/checkpoint_last.pt" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" \
         --method posterior --symmetrize soft --pharaoh "$EVAL/trial-symmetrized-posterior.links" --json
-    # the two models after guided alignment (stage guide): the attention of one direction, the posterior symmetrised
+    # the two models after guided alignment (stage guide): the attention of one direction, the attention and the
+    # posterior symmetrised
     run_to "$EVAL/aer-guided.json" nmt-align -m "$RUNS/rnnsearch-50-guided/checkpoint_last.pt" -s "$RAW/trial.e" \
         -t "$RAW/trial.f" --tokenized "${gold[@]}" --pharaoh "$EVAL/trial-guided.links" --json
+    run_to "$EVAL/aer-guided-symmetrized-attention.json" nmt-align -m "$RUNS/rnnsearch-50-guided/checkpoint_last.pt" \
+        --reverse-model "$RUNS/$REVERSE-guided/checkpoint_last.pt" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized \
+        "${gold[@]}" --symmetrize soft --pharaoh "$EVAL/trial-guided-symmetrized-attention.links" --json
     run_to "$EVAL/aer-guided-symmetrized.json" nmt-align -m "$RUNS/rnnsearch-50-guided/checkpoint_last.pt" \
         --reverse-model "$RUNS/$REVERSE-guided/checkpoint_last.pt" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized \
         "${gold[@]}" --method posterior --symmetrize soft --pharaoh "$EVAL/trial-guided-symmetrized.links" --json
@@ -374,11 +378,26 @@ stage_report() {
 # -- main -------------------------------------------------------------------------------------------------------
 
 record_time() {  # record_time STAGE SECONDS: one line per stage in $WORK/timings.tsv, the seconds of every run
-    local f="$WORK/timings.tsv" was  # of it added (a stage stopped and gone on with counts both parts)
+    local f="$WORK/timings.tsv" was  # of it since it was last undone (a stage stopped and gone on counts both parts;
+    # one done again counts from 0: undo)
     touch "$f"
     was=$(awk -F'\t' -v s="$1" '$1 == s { print $2 }' "$f")
     { grep -v "^$1"$'\t' "$f" || true; printf '%s\t%s\n' "$1" "$(( ${was:-0} + $2 ))"; } > "$f.tmp"
     mv "$f.tmp" "$f"
+}
+undo() {  # undo STAGE: the stage is to be done again, its time counted from 0
+    rm -f "$DONE/$1"
+    if [ -f "$WORK/timings.tsv" ]; then
+        { grep -v "^$1"$'\t' "$WORK/timings.tsv" || true; } > "$WORK/timings.tsv.tmp"
+        mv "$WORK/timings.tsv.tmp" "$WORK/timings.tsv"
+    fi
+}
+ran=""  # the stages this session ran (begun), for its line of sessions.tsv
+session_ran() {  # session_ran STAGE: its name added to the last line of sessions.tsv, this session's
+    ran="${ran:+$ran }$1"
+    local f="$WORK/sessions.tsv"
+    sed '$d' "$f" > "$f.tmp" && printf '%s\t%s\n' "$session" "$ran" >> "$f.tmp" && mv "$f.tmp" "$f" \
+        || { echo "run.sh: cannot record the stage in $f" >&2; exit 1; }
 }
 
 if [ "$dry" = 0 ]; then
@@ -418,11 +437,13 @@ EOF
 fi
 if [ "$dry" = 0 ]; then
     # each session's commit, so that a run gone on under other code says so (the report lists them)
-    printf '%s\t%s\t%s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')" \
-        "$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)" "$stage" >> "$WORK/sessions.tsv"
+    # (started, commit, what was asked; then the stages it ran, added as each begins)
+    session="$(date -u '+%Y-%m-%d %H:%M UTC')"$'\t'"$(git -C "$repo" describe --always --dirty 2>/dev/null \
+        || echo unknown)"$'\t'"$stage"
+    printf '%s\t\n' "$session" >> "$WORK/sessions.tsv"
     if [ "$stage" != all ]; then  # one stage again: it and the stages after it are not done (what they read changes)
         later=0
-        for s in $STAGES; do [ "$s" = "$stage" ] && later=1; [ "$later" = 1 ] && rm -f "$DONE/$s"; done
+        for s in $STAGES; do [ "$s" = "$stage" ] && later=1; [ "$later" = 1 ] && undo "$s"; done
     fi
 fi
 stage_now=""
@@ -431,11 +452,13 @@ for s in $STAGES; do
     if [ "$stage" = all ] && [ -f "$DONE/$s" ]; then echo "# === stage $s: done already ($DONE/$s) ==="; continue; fi
     echo "# === stage $s ==="
     stage_now=$s stage_start=$SECONDS
+    [ "$dry" = 1 ] || session_ran "$s"
     "stage_$s"
-    [ "$dry" = 1 ] || { record_time "$s" "$((SECONDS - stage_start))"; touch "$DONE/$s"; }
+    took=$((SECONDS - stage_start)) stage_now=""  # (a stop from here on does not count the stage's time again)
+    [ "$dry" = 1 ] || { record_time "$s" "$took"; touch "$DONE/$s"; }
     if [ "$dry" = 0 ] && [ "$stage" = all ]; then  # what it wrote changes what the later stages read (a stage added
         later=0  # to the recipe after they were done: they are done again)
-        for t in $STAGES; do [ "$later" = 1 ] && rm -f "$DONE/$t"; [ "$t" = "$s" ] && later=1; done
+        for t in $STAGES; do [ "$later" = 1 ] && [ -f "$DONE/$t" ] && undo "$t"; [ "$t" = "$s" ] && later=1; done
     fi
     stage_now=""
 done
