@@ -28,7 +28,7 @@ EVIDENCE = (("eval", ("*.json", "*.links", "table1.md", "figure3*.en", "figure3*
             (".", ("settings.json", "sessions.tsv", "timings.tsv")), ("runs", ("budget.json", "plan.txt")))
 
 
-SETTING_NAMES = {"git": "git (the first session's)"}  # (settings.json written before run.sh named it so)
+SETTING_NAMES = {"git": "git (the first session's)"}  # (run.sh records the commit once, when the run begins)
 
 
 def copy_evidence(work: Path, dest: Path) -> int:
@@ -329,31 +329,41 @@ def report(a) -> None:
     }
     template = Path(a.template).read_text(encoding="utf-8")
     text = re.sub(r"\{\{(\w+)\}\}", lambda m: str(fields.get(m.group(1), m.group(0))), template)
-    sessions = fields["sessions"].split("\n")
-    first = "|".join(sessions[4].split("|")[:4]) + "|" if len(sessions) > 4 else None  # (started, commit, asked)
-    text = keep_discussion(text, Path(a.out), first)
+    rows = _session_rows(w)  # (the run: its first session's start, commit and what it was asked)
+    text = keep_discussion(text, Path(a.out), _row(rows[0][:3]) if rows else None)
     write_lines(a.out, text.rstrip("\n").split("\n"))
     copied = copy_evidence(w, images / "eval")
     say(f"wrote {a.out} (images in {images}, {copied} files of evidence in {images / 'eval'})")
 
 
-def _sessions(work: Path) -> str:
-    """The sessions the run took (run.sh writes a line each time it starts) and the commit of each."""
+def _session_rows(work: Path) -> list[list[str]]:
+    """The lines of ``sessions.tsv`` (run.sh writes one each time it starts): started, commit, what was asked, the
+    stages it ran -- "(none)" if it ran none, "(not recorded)" on lines written before run.sh recorded them; a line
+    cut short is padded with "?"."""
     path = work / "sessions.tsv"
-    if not path.is_file():
-        return "(no record)"
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():  # (started, commit, what was asked[, the stages it ran]; a line cut short padded)
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        if line.strip():
             cols = line.split("\t")
-            rows.append((cols + ["?"] * 3)[:3] + [cols[3] or "(none)" if len(cols) > 3 else "(not recorded)"])
+            ran = (cols[3] or "(none)") if len(cols) > 3 else "(not recorded)"
+            rows.append((cols + ["?"] * 3)[:3] + [ran])
+    return rows
+
+
+def _row(cells: list[str]) -> str:
+    return f"| {' | '.join(cells)} |"
+
+
+def _sessions(work: Path) -> str:
+    """The sessions the run took and the commit of each."""
+    rows = _session_rows(work)
+    if not rows:
+        return "(no record)"
     commits = sorted({r[1] for r in rows})
     head = (f"All from one commit, {commits[0]}." if len(commits) == 1 else
             f"**From {len(commits)} commits** ({', '.join(commits)}): the run went on under other code.")
-    # (lines written before run.sh recorded the stages each session ran lack the fourth column)
-    table = [f"| {' | '.join(r)} |" for r in rows]
     return (head + "\n\n| started | commit | asked | stages it ran |\n|---|---|---|---|\n"
-            + "\n".join(table))
+            + "\n".join(_row(r) for r in rows))
 
 
 def _budget(budget: dict | None) -> str:

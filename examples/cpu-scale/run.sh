@@ -382,15 +382,18 @@ record_time() {  # record_time STAGE SECONDS: one line per stage in $WORK/timing
     # one done again counts from 0: undo)
     touch "$f"
     was=$(awk -F'\t' -v s="$1" '$1 == s { print $2 }' "$f")
-    { grep -v "^$1"$'\t' "$f" || true; printf '%s\t%s\n' "$1" "$(( ${was:-0} + $2 ))"; } > "$f.tmp"
+    drop_time "$1"
+    printf '%s\t%s\n' "$1" "$(( ${was:-0} + $2 ))" >> "$f"
+}
+drop_time() {  # drop_time STAGE: its line of $WORK/timings.tsv removed
+    local f="$WORK/timings.tsv"
+    [ -f "$f" ] || return 0
+    { grep -v "^$1"$'\t' "$f" || true; } > "$f.tmp"
     mv "$f.tmp" "$f"
 }
 undo() {  # undo STAGE: the stage is to be done again, its time counted from 0
     rm -f "$DONE/$1"
-    if [ -f "$WORK/timings.tsv" ]; then
-        { grep -v "^$1"$'\t' "$WORK/timings.tsv" || true; } > "$WORK/timings.tsv.tmp"
-        mv "$WORK/timings.tsv.tmp" "$WORK/timings.tsv"
-    fi
+    drop_time "$1"
 }
 ran=""  # the stages this session ran (begun), for its line of sessions.tsv
 session_ran() {  # session_ran STAGE: its name added to the last line of sessions.tsv, this session's

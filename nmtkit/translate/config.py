@@ -73,7 +73,8 @@ class DecodeConfig:
                      "word of the largest alignment posterior (nmt-align --method posterior: the attention times how "
                      "well that source word alone predicts the word written; on the Hansards gold links about half the "
                      "attention's error), which costs an output layer per source word and target token of the best "
-                     "translation (several times the decoding's time).  The translations are the same.", choices=ALIGNMENT_METHODS)
+                     "translation (several times the decoding's time).  The translations are the same.",
+        choices=ALIGNMENT_METHODS)
     sampling: str | None = _setting(
         None, "Sample instead of searching: topk:K, topp:P, temperature:T or several joined by commas (e.g. "
               "topk:10,temperature:0.8); --nbest N draws N samples per line.", metavar="SPEC")
