@@ -114,7 +114,8 @@ def test_cpu_scale_dry_run(tmp_path):
     assert value(prepares[1], "--train") == value(prepare, "--train") and "--test" not in prepares[1]
 
     trains = [c for c in tool(cmds, "nmt-train") if "--guided-alignment" not in c]
-    calibration, final = trains[:4], trains[4:]  # calibration (thrown away), then the six trainings
+    # calibration (thrown away), the six trainings, stage twin's
+    calibration, final, (twin,) = trains[:4], trains[4:-1], trains[-1:]
     assert all("/calibration/" in value(c, "--save-dir") for c in calibration)
     assert {(value(c, "--arch"), value(c, "--max-len")) for c in calibration} == {
         ("rnnsearch-small", "50"), ("rnnencdec-small", "50"), ("rnnsearch-small", "30"), ("rnnencdec-small", "30")}
@@ -130,6 +131,14 @@ def test_cpu_scale_dry_run(tmp_path):
         assert value(c, "--recipe") == "budget" and value(c, "--threads") == "1"
         assert value(c, "--max-updates") == "$(U)"  # (the plan: known once the calibration has run)
         assert c[1].endswith("data-bin-fr-en" if name.endswith("fr-en") else "data-bin")
+    # stage twin: RNNsearch-50*'s French->English twin, as long (its planned updates), alone on both threads
+    assert value(twin, "--save-dir").endswith("/runs/rnnsearch-50star-fr-en") and twin[1].endswith("data-bin-fr-en")
+    assert value(twin, "--max-updates") == "$(U*)" and value(twin, "--threads") == "2"
+    same = {"$(U)": "$(U*)", "$(EVERY)": "$(EVERY*)"}  # otherwise trained as the first twin
+    expected = [same.get(a, a.replace("/rnnsearch-50-fr-en", "/rnnsearch-50star-fr-en"))
+                for a in runs["rnnsearch-50-fr-en"]]
+    expected[expected.index("--threads") + 1] = "2"
+    assert twin == expected
 
     # stage guide: eflomal's links of the training pairs, and RNNsearch-50 and the French->English model trained on
     # towards them (for the alignment section only)
@@ -158,13 +167,18 @@ def test_cpu_scale_dry_run(tmp_path):
     gold = [c for c in aligns if "--gold" in c]
     assert gold and all("--tokenized" in c and value(c, "--gold-order") == "tgt-src"
                         and value(c, "--gold").endswith("hansards-trial/trial.align") for c in gold)
-    sym, sym_posterior, guided_sym_attention, guided_sym = [c for c in gold if "--reverse-model" in c]
+    sym, sym_posterior, guided_sym_attention, guided_sym, star_sym, star_sym_posterior = [
+        c for c in gold if "--reverse-model" in c]
     for c in (sym, sym_posterior):
         assert "rnnsearch-50-fr-en/" in value(c, "--reverse-model") and "rnnsearch-50/" in value(c, "-m")
     assert "--method" not in sym and value(sym_posterior, "--method") == "posterior"
     for c in (guided_sym_attention, guided_sym):
         assert "rnnsearch-50-fr-en-guided/" in value(c, "--reverse-model") and "rnnsearch-50-guided/" in value(c, "-m")
     assert "--method" not in guided_sym_attention and value(guided_sym, "--method") == "posterior"
+    for c in (star_sym, star_sym_posterior):
+        assert "rnnsearch-50star-fr-en/" in value(c, "--reverse-model") and "rnnsearch-50star/" in value(c, "-m")
+    assert "--method" not in star_sym and value(star_sym_posterior, "--method") == "posterior"
+    assert any("rnnsearch-50star/" in value(c, "-m") and "--reverse-model" not in c for c in gold)
     assert [value(c, "--method") for c in gold if "--method" in c and "--reverse-model" not in c] == ["posterior"]
     assert any("--plot-dir" in c for c in aligns)
     assert any(c[1:2] == [str(REPO / "examples" / "eflomal_aer.py")] and "--gold" in c for c in cmds)
@@ -237,6 +251,9 @@ def test_cpu_scale_tiny_end_to_end_through_a_kill(tmp_path, data_dir):
         records = [json.loads(line) for line in open(work / "runs" / m / "train.jsonl", encoding="utf-8")]
         assert max(r["update"] for r in records if "update" in r) == int(updates), m
     assert "resumed from update" in (work / "logs" / "train-rnnsearch-50star.log").read_text()
+    # stage twin: RNNsearch-50*'s French->English twin, trained for the updates the plan gave RNNsearch-50*
+    records = [json.loads(line) for line in open(work / "runs" / "rnnsearch-50star-fr-en" / "train.jsonl")]
+    assert max(r["update"] for r in records if "update" in r) == int(plan["rnnsearch-50star"])
 
     results = (work / "RESULTS.md").read_text()
     for heading in ("## Table 1", "## Figure 2", "## Alignments", "## The paper's findings"):
@@ -250,7 +267,8 @@ def test_cpu_scale_tiny_end_to_end_through_a_kill(tmp_path, data_dir):
 
     for name, methods in (("aer-symmetrized.json", METHODS), ("aer-eflomal.json", HEURISTICS),
                           ("aer-guided-symmetrized.json", METHODS), ("aer-symmetrized-posterior.json", METHODS),
-                          ("aer-guided-symmetrized-attention.json", METHODS)):
+                          ("aer-guided-symmetrized-attention.json", METHODS), ("aer-star-symmetrized.json", METHODS),
+                          ("aer-star-symmetrized-posterior.json", METHODS)):
         report = json.loads((work / "eval" / name).read_text())
         assert set(report["by_method"]) == {"forward", "backward", *methods} and report["sentences"] == 37, name
     report = json.loads((work / "eval" / "newstest2014.json").read_text())
@@ -261,7 +279,7 @@ def test_cpu_scale_tiny_end_to_end_through_a_kill(tmp_path, data_dir):
     index = (work / "eval" / "alignments" / "index.tsv").read_text().splitlines()
     assert len(index) == 5 and "European Economic Area" in index[1]  # the paper's sentence, then three at random
     stages = [line.split("\t")[0] for line in (work / "timings.tsv").read_text().splitlines()]
-    assert stages == ["data", "prepare", "train", "translate", "score", "guide", "align", "report"]
+    assert stages == ["data", "prepare", "train", "translate", "score", "guide", "twin", "align", "report"]
     # stage guide: links for every line of train.tok, and the two guided runs trained on them for their updates
     links = (work / "data-bin" / "train.align").read_text().split("\n")[:-1]
     assert len(links) == len((work / "data-bin" / "train.tok.en").read_text().splitlines())
@@ -279,7 +297,7 @@ def test_cpu_scale_tiny_end_to_end_through_a_kill(tmp_path, data_dir):
         assert (evidence / src.name).read_bytes() == src.read_bytes(), src.name
     timings = (work / "timings.tsv").read_text().splitlines()  # (the report's own time is recorded after it)
     assert (evidence / "timings.tsv").read_text().splitlines() == [t for t in timings if not t.startswith("report\t")]
-    assert len(list(evidence.glob("aer*.json"))) == 10
+    assert len(list(evidence.glob("aer*.json"))) == 13
     # the Discussion, written by a person after reading the numbers, survives the report being made again
     with open(work / "RESULTS.md", "a", encoding="utf-8") as f:
         f.write("\nRNNsearch aligns; a person wrote this.\n")
@@ -297,13 +315,13 @@ def test_cpu_scale_tiny_end_to_end_through_a_kill(tmp_path, data_dir):
     assert int(again_seconds["align"]) <= took + 1 and "report" not in again_seconds
     assert (work / "done" / "align").exists() and not (work / "done" / "report").exists()
     last = subprocess.run(["bash", str(CPU), "--tiny"], capture_output=True, text=True, timeout=120, env=env)
-    assert last.returncode == 0 and last.stdout.count(": done already") == 7 and "# === stage report ===" in last.stdout
+    assert last.returncode == 0 and last.stdout.count(": done already") == 8 and "# === stage report ===" in last.stdout
     sessions = (work / "sessions.tsv").read_text().splitlines()
     assert [line.split("\t")[2] for line in sessions] == ["all", "all", "align", "all"]
-    assert [line.split("\t")[3] for line in sessions] == ["data prepare train",
-                                                          "train translate score guide align report", "align", "report"]
+    assert [line.split("\t")[3] for line in sessions] == [
+        "data prepare train", "train translate score guide twin align report", "align", "report"]
     final = (work / "RESULTS.md").read_text()
-    assert "All from one commit" in final and "| all | train translate score guide align report |" in final
+    assert "All from one commit" in final and "| all | train translate score guide twin align report |" in final
     assert final.endswith("\nRNNsearch aligns; a person wrote this.\n") and final.count("## Discussion") == 1
     assert (work / "results" / "eval" / "sessions.tsv").read_text() == (work / "sessions.tsv").read_text()
     print(f"tiny CPU-scale run, killed once: {time.monotonic() - start:.0f} s")

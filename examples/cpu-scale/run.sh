@@ -6,14 +6,15 @@
 # against eflomal's alignment of the same pairs. Evaluated on news-test-2014 and the Hansards test sittings:
 # Table 1 (all sentences, no-UNK subset), Figure 2 (BLEU by length), Figure 3 (alignments), AER on the Hansards
 # trial set, and the same two RNNsearch-50 fine-tuned with guided alignment towards eflomal's links of the training
-# pairs (beyond the paper: how well this attention can align when taught). About five hours of background time on 2
-# CPU cores; see README.md. Stopped (SIGTERM, Ctrl-C) and run
-# again, it goes on: each stage that finished is not run again, the trainings resume from the checkpoints they saved
-# when stopped.
+# pairs (beyond the paper: how well this attention can align when taught), and RNNsearch-50*'s own French->English
+# twin (stage twin, trained as long) for the symmetrised attention of the longer-trained pair. About five hours of
+# background time on 2 CPU cores for Table 1, 80 minutes more for the twin; see README.md. Stopped (SIGTERM, Ctrl-C)
+# and run again, it goes on: each stage that finished is not run again, the trainings resume from the checkpoints
+# they saved when stopped.
 #
 #   examples/cpu-scale/run.sh                   every stage not yet done, writing examples/cpu-scale/RESULTS.md
 #   examples/cpu-scale/run.sh --stage NAME      one stage (again; the later ones are then to be done again):
-#                                               data prepare train translate score guide align report
+#                                               data prepare train translate score guide twin align report
 #   examples/cpu-scale/run.sh --dry-run         print the commands instead of running them
 #   examples/cpu-scale/run.sh --tiny            the whole pipeline on a few hundred pairs with the tiny presets
 #                                               (a smoke test of a few minutes; writes $WORK/RESULTS.md)
@@ -44,7 +45,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-STAGES="data prepare train translate score guide align report"
+STAGES="data prepare train translate score guide twin align report"
 
 stage=all dry=0 tiny=0
 while [ $# -gt 0 ]; do
@@ -89,13 +90,14 @@ TRIAL="$DATA/hansards-trial"
 # Table 1's models, the baseline first (nmt-score's bootstrap tests the others against the first), and the
 # French->English model of the symmetrised alignments
 MODELS="rnnencdec-30 rnnsearch-30 rnnencdec-50 rnnsearch-50 rnnsearch-50star"
-REVERSE=rnnsearch-50-fr-en
+REVERSE=rnnsearch-50-fr-en REVERSE_STAR=rnnsearch-50star-fr-en  # (the second: RNNsearch-50*'s twin, stage twin)
 declare -A NAME=([rnnencdec-30]=RNNencdec-30 [rnnsearch-30]=RNNsearch-30 [rnnencdec-50]=RNNencdec-50
-                 [rnnsearch-50]=RNNsearch-50 [rnnsearch-50star]=RNNsearch-50star [rnnsearch-50-fr-en]=RNNsearch-50-fr-en)
+                 [rnnsearch-50]=RNNsearch-50 [rnnsearch-50star]=RNNsearch-50star [rnnsearch-50-fr-en]=RNNsearch-50-fr-en
+                 [rnnsearch-50star-fr-en]=RNNsearch-50star-fr-en)
 FIGURE2="rnnencdec-30 rnnsearch-30 rnnencdec-50 rnnsearch-50"  # the paper's Figure 2 draws these four
 preset() { case "$1" in rnnencdec-*) echo "$ENCDEC" ;; *) echo "$SEARCH" ;; esac; }
 max_len() { case "$1" in *-30) echo 30 ;; *) echo 50 ;; esac; }
-data_of() { if [ "$1" = "$REVERSE" ]; then echo "$BIN_FREN"; else echo "$BIN"; fi; }
+data_of() { case "$1" in *-fr-en) echo "$BIN_FREN" ;; *) echo "$BIN" ;; esac; }
 
 # -- running commands: printed as they run (--dry-run: printed only) --------------------------------------------
 
@@ -196,21 +198,33 @@ stage_prepare() {  # Moses tokenisation, shortlists, training pairs of at most 5
         --src-vocab-size "$VOCAB" --tgt-vocab-size "$VOCAB" --max-len 50 --workers 2 --force --dest "$BIN_FREN"
 }
 
-train_model() {  # train_model NAME SAVE_DIR UPDATES VALID_EVERY: fresh, or on from its last checkpoint
-    local m="$1" dir="$2" resume=--force
+train_model() {  # train_model NAME SAVE_DIR UPDATES VALID_EVERY [THREADS]: fresh, or on from its last checkpoint
+    local m="$1" dir="$2" resume=--force threads="${5:-$THREADS}"
     [ -f "$dir/checkpoint_last.pt" ] && resume=--resume  # (a killed run goes on where it stopped)
     run nmt-train "$(data_of "$m")" --arch "$(preset "$m")" --max-len "$(max_len "$m")" --save-dir "$dir" \
-        --recipe budget --max-updates "$3" --valid-every "$4" --threads "$THREADS" --seed "$SEED" \
+        --recipe budget --max-updates "$3" --valid-every "$4" --threads "$threads" --seed "$SEED" \
         --valid-bleu-sentences "$VALID_BLEU" --log-every "$LOG_EVERY" --keep-last 2 "$resume"
+}
+star_plan() {  # RNNsearch-50*'s updates and validation interval, "N EVERY", as stage train plans them
+    local n
+    if [ -n "$UPDATES" ]; then
+        n=$("$PY" -c "print(round($UPDATES * $STAR_FACTOR))")
+        echo "$n $(( (n + VALIDATIONS - 1) / VALIDATIONS ))"
+    elif [ "$dry" = 1 ]; then
+        # shellcheck disable=SC2016  # (known once the calibration has run)
+        echo '$(U*) $(EVERY*)'
+    else
+        awk '$1 == "rnnsearch-50star" { print $2, $3 }' "$RUNS/plan.txt"
+    fi
 }
 
 stage_train() {  # six trainings, at most $SLOTS at a time, longest first
     local m plan=() jobs=() calib="$RUNS/calibration" n every
     run mkdir -p "$RUNS" "$LOGS"
     if [ -n "$UPDATES" ]; then
-        for m in rnnsearch-50star rnnsearch-50 $REVERSE rnnencdec-50 rnnsearch-30 rnnencdec-30; do  # longest first
-            n="$UPDATES"; [ "$m" = rnnsearch-50star ] && n=$("$PY" -c "print(round($UPDATES * $STAR_FACTOR))")
-            plan+=("$m $n $(( (n + VALIDATIONS - 1) / VALIDATIONS ))")
+        plan+=("rnnsearch-50star $(star_plan)")  # longest first
+        for m in rnnsearch-50 $REVERSE rnnencdec-50 rnnsearch-30 rnnencdec-30; do
+            plan+=("$m $UPDATES $(( (UPDATES + VALIDATIONS - 1) / VALIDATIONS ))")
         done
     else  # calibration: each kind of model's speed, here, under the same load; the runs are then thrown away
         if [ ! -f "$RUNS/plan.txt" ]; then
@@ -263,6 +277,18 @@ stage_guide() {  # beyond the paper: eflomal's links of the training pairs (no t
     fi
     in_slot "$LOGS/train-rnnsearch-50-guided.log" guide_model rnnsearch-50 src-tgt
     in_slot "$LOGS/train-$REVERSE-guided.log" guide_model "$REVERSE" tgt-src  # (the same pairs, sides swapped)
+    join_slots
+}
+
+stage_twin() {  # beyond Table 1: RNNsearch-50*'s French->English twin, trained as long as it (the same updates), for
+    # the symmetrised attention of the longer-trained pair (stage align); alone, on the threads that stage train's
+    # side-by-side trainings shared
+    local n every
+    run mkdir -p "$RUNS" "$LOGS"
+    read -r n every <<< "$(star_plan)"
+    [ -n "$n" ] || { echo "run.sh: no plan for rnnsearch-50star in $RUNS/plan.txt" >&2; exit 1; }
+    in_slot "$LOGS/train-$REVERSE_STAR.log" train_model "$REVERSE_STAR" "$RUNS/$REVERSE_STAR" "$n" "$every" \
+        "$((SLOTS * THREADS))"
     join_slots
 }
 
@@ -355,6 +381,17 @@ stage_align() {
     run_to "$EVAL/aer-guided-symmetrized.json" nmt-align -m "$RUNS/rnnsearch-50-guided/checkpoint_last.pt" \
         --reverse-model "$RUNS/$REVERSE-guided/checkpoint_last.pt" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized \
         "${gold[@]}" --method posterior --symmetrize soft --pharaoh "$EVAL/trial-guided-symmetrized.links" --json
+    # the longer-trained pair (stage twin): RNNsearch-50*'s attention, one direction and symmetrised with its twin's,
+    # and the two models' posterior symmetrised
+    local star="$RUNS/rnnsearch-50star/checkpoint_last.pt" star_twin="$RUNS/$REVERSE_STAR/checkpoint_last.pt"
+    run_to "$EVAL/aer-star.json" nmt-align -m "$star" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" \
+        --pharaoh "$EVAL/trial-star.links" --json
+    run_to "$EVAL/aer-star-symmetrized.json" nmt-align -m "$star" --reverse-model "$star_twin" -s "$RAW/trial.e" \
+        -t "$RAW/trial.f" --tokenized "${gold[@]}" --symmetrize soft --pharaoh "$EVAL/trial-star-symmetrized.links" \
+        --json
+    run_to "$EVAL/aer-star-symmetrized-posterior.json" nmt-align -m "$star" --reverse-model "$star_twin" \
+        -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" --method posterior --symmetrize soft \
+        --pharaoh "$EVAL/trial-star-symmetrized-posterior.links" --json
     run_to "$EVAL/aer-diagonal.json" "$PY" "$STEPS" diagonal-aer -s "$TRIAL/trial.e" -t "$TRIAL/trial.f" "${gold[@]}"
     # a statistical aligner on the same training pairs (plus the trial pairs: it aligns the text it is trained on)
     run "$PY" "$repo/examples/eflomal_aer.py" --train-src "$BIN/train.tok.en" --train-tgt "$BIN/train.tok.fr" \
