@@ -107,7 +107,10 @@ MODELS = ("rnnencdec-30", "rnnsearch-30", "rnnencdec-50", "rnnsearch-50", "rnnse
 NAMES = {"rnnencdec-30": "RNNencdec-30", "rnnsearch-30": "RNNsearch-30", "rnnencdec-50": "RNNencdec-50",
          "rnnsearch-50": "RNNsearch-50", "rnnsearch-50star": "RNNsearch-50star",
          "rnnsearch-50-fr-en": "RNNsearch-50-fr-en", "rnnsearch-50-guided": "RNNsearch-50 guided (stage guide)",
-         "rnnsearch-50-fr-en-guided": "RNNsearch-50-fr-en guided (stage guide)"}
+         "rnnsearch-50-fr-en-guided": "RNNsearch-50-fr-en guided (stage guide)",
+         "rnnsearch-50star-fr-en": "RNNsearch-50star-fr-en (stage twin)",
+         "rnnsearch-50star-guided": "RNNsearch-50star guided (stage guide)",
+         "rnnsearch-50star-fr-en-guided": "RNNsearch-50star-fr-en guided (stage guide)"}
 # Table 1's orderings that the paper claims (better, worse, what it shows)
 CLAIMS = (("RNNsearch-30", "RNNencdec-30", "RNNsearch beats RNNencdec (-30)"),
           ("RNNsearch-50", "RNNencdec-50", "RNNsearch beats RNNencdec (-50)"),
@@ -175,7 +178,8 @@ def _curves(runs: Path) -> str:
     the same model trained 2.3 times as long, gained over RNNsearch-50 (the last stretch of one run says less: the
     budget recipe anneals the rate there)."""
     out, last = [], {}
-    for m in (*MODELS, "rnnsearch-50-fr-en", "rnnsearch-50-guided", "rnnsearch-50-fr-en-guided"):
+    for m in (*MODELS, "rnnsearch-50-fr-en", "rnnsearch-50-guided", "rnnsearch-50-fr-en-guided",
+              "rnnsearch-50star-fr-en", "rnnsearch-50star-guided", "rnnsearch-50star-fr-en-guided"):
         log = runs / m / "train.jsonl"
         records = _valid_records(str(log)) if log.is_file() else None
         if records:
@@ -251,7 +255,15 @@ def _findings(sets: list[tuple[str, dict, dict]], by_length: list[tuple[str, dic
                      ("guided-symmetrized-attention", "the symmetrised attention of RNNsearch-50 and "
                                                       "RNNsearch-50-fr-en after guided alignment (beyond the paper)"),
                      ("guided-symmetrized", "the symmetrised posterior of RNNsearch-50 and RNNsearch-50-fr-en after "
-                                            "guided alignment (beyond the paper)")):
+                                            "guided alignment (beyond the paper)"),
+                     ("star-symmetrized", "the symmetrised attention of the longer-trained pair, RNNsearch-50star and "
+                                          "RNNsearch-50star-fr-en"),
+                     ("star-symmetrized-posterior", "the symmetrised posterior of RNNsearch-50star and "
+                                                    "RNNsearch-50star-fr-en"),
+                     ("star-guided-symmetrized-attention", "the symmetrised attention of RNNsearch-50star and "
+                                                           "RNNsearch-50star-fr-en after guided alignment"),
+                     ("star-guided-symmetrized", "the symmetrised posterior of RNNsearch-50star and "
+                                                 "RNNsearch-50star-fr-en after guided alignment")):
         sym = aers.get(key)
         if not sym:
             continue
@@ -279,7 +291,12 @@ def report(a) -> None:
                                           ("guided-symmetrized", "aer-guided-symmetrized.json"),
                                           ("guided-symmetrized-attention", "aer-guided-symmetrized-attention.json"),
                                           ("posterior", "aer-posterior.json"),
-                                          ("symmetrized-posterior", "aer-symmetrized-posterior.json"))}
+                                          ("symmetrized-posterior", "aer-symmetrized-posterior.json"),
+                                          ("star", "aer-star.json"), ("star-symmetrized", "aer-star-symmetrized.json"),
+                                          ("star-symmetrized-posterior", "aer-star-symmetrized-posterior.json"),
+                                          ("star-guided-symmetrized-attention",
+                                           "aer-star-guided-symmetrized-attention.json"),
+                                          ("star-guided-symmetrized", "aer-star-guided-symmetrized.json"))}
     recase = _load(ev / "recase-en.json"), _load(ev / "recase-fr.json")
     budget = _load(w / "runs" / "budget.json")
     manifest = _load(w / "data-bin" / "manifest.json")
@@ -444,10 +461,17 @@ def _aer_table(aers: dict) -> str:
         row("RNNsearch-50, its alignment posterior (`--method posterior`), recased", aers["posterior"])
     if aers.get("guided"):
         row("RNNsearch-50 after guided alignment (stage guide), its attention, recased", aers["guided"])
+    if aers.get("star"):
+        row("RNNsearch-50star (trained longer), its attention, recased", aers["star"])
     for who, key in (("RNNsearch-50 with RNNsearch-50-fr-en, attention, recased", "symmetrized"),
                      ("the same two, alignment posterior, recased", "symmetrized-posterior"),
                      ("the same two after guided alignment, attention, recased", "guided-symmetrized-attention"),
                      ("the same two after guided alignment, alignment posterior, recased", "guided-symmetrized"),
+                     ("RNNsearch-50star with RNNsearch-50star-fr-en (stage twin), attention, recased",
+                      "star-symmetrized"),
+                     ("the same two, alignment posterior, recased", "star-symmetrized-posterior"),
+                     ("the same two after guided alignment, attention, recased", "star-guided-symmetrized-attention"),
+                     ("the same two after guided alignment, alignment posterior, recased", "star-guided-symmetrized"),
                      (f"eflomal on the training pairs ({efl.get('train_pairs', '?')} and the trial's, lowercased)",
                       "eflomal")):
         r = aers.get(key)

@@ -145,10 +145,12 @@ def test_cpu_scale_dry_run(tmp_path):
     (links,) = [c for c in cmds if c[1:2] == [str(REPO / "examples" / "guide_links.py")]]
     assert links[2].endswith("/data-bin") and value(links, "-o").endswith("/data-bin/train.align")
     guided = {value(c, "--save-dir").rsplit("/", 1)[1]: c for c in tool(cmds, "nmt-train") if "--guided-alignment" in c}
-    assert sorted(guided) == ["rnnsearch-50-fr-en-guided", "rnnsearch-50-guided"]
+    assert sorted(guided) == ["rnnsearch-50-fr-en-guided", "rnnsearch-50-guided", "rnnsearch-50star-fr-en-guided",
+                              "rnnsearch-50star-guided"]
     for name, c in guided.items():
         start = name.removesuffix("-guided")
-        assert value(c, "--init-from").endswith(f"/runs/{start}/checkpoint_last.pt") and c[1] == runs[start][1]
+        assert value(c, "--init-from").endswith(f"/runs/{start}/checkpoint_last.pt")
+        assert c[1] == (twin[1] if start == "rnnsearch-50star-fr-en" else runs[start][1])
         assert value(c, "--guided-alignment") == value(links, "-o") and value(c, "--max-updates") == "300"
         assert value(c, "--guided-alignment-order") == ("tgt-src" if "fr-en" in name else "src-tgt")
 
@@ -167,8 +169,8 @@ def test_cpu_scale_dry_run(tmp_path):
     gold = [c for c in aligns if "--gold" in c]
     assert gold and all("--tokenized" in c and value(c, "--gold-order") == "tgt-src"
                         and value(c, "--gold").endswith("hansards-trial/trial.align") for c in gold)
-    sym, sym_posterior, guided_sym_attention, guided_sym, star_sym, star_sym_posterior = [
-        c for c in gold if "--reverse-model" in c]
+    (sym, sym_posterior, guided_sym_attention, guided_sym, star_sym, star_sym_posterior, star_guided_sym_attention,
+     star_guided_sym) = [c for c in gold if "--reverse-model" in c]
     for c in (sym, sym_posterior):
         assert "rnnsearch-50-fr-en/" in value(c, "--reverse-model") and "rnnsearch-50/" in value(c, "-m")
     assert "--method" not in sym and value(sym_posterior, "--method") == "posterior"
@@ -178,6 +180,10 @@ def test_cpu_scale_dry_run(tmp_path):
     for c in (star_sym, star_sym_posterior):
         assert "rnnsearch-50star-fr-en/" in value(c, "--reverse-model") and "rnnsearch-50star/" in value(c, "-m")
     assert "--method" not in star_sym and value(star_sym_posterior, "--method") == "posterior"
+    for c in (star_guided_sym_attention, star_guided_sym):
+        assert "rnnsearch-50star-fr-en-guided/" in value(c, "--reverse-model")
+        assert "rnnsearch-50star-guided/" in value(c, "-m")
+    assert "--method" not in star_guided_sym_attention and value(star_guided_sym, "--method") == "posterior"
     assert any("rnnsearch-50star/" in value(c, "-m") and "--reverse-model" not in c for c in gold)
     assert [value(c, "--method") for c in gold if "--method" in c and "--reverse-model" not in c] == ["posterior"]
     assert any("--plot-dir" in c for c in aligns)
@@ -268,7 +274,9 @@ def test_cpu_scale_tiny_end_to_end_through_a_kill(tmp_path, data_dir):
     for name, methods in (("aer-symmetrized.json", METHODS), ("aer-eflomal.json", HEURISTICS),
                           ("aer-guided-symmetrized.json", METHODS), ("aer-symmetrized-posterior.json", METHODS),
                           ("aer-guided-symmetrized-attention.json", METHODS), ("aer-star-symmetrized.json", METHODS),
-                          ("aer-star-symmetrized-posterior.json", METHODS)):
+                          ("aer-star-symmetrized-posterior.json", METHODS),
+                          ("aer-star-guided-symmetrized-attention.json", METHODS),
+                          ("aer-star-guided-symmetrized.json", METHODS)):
         report = json.loads((work / "eval" / name).read_text())
         assert set(report["by_method"]) == {"forward", "backward", *methods} and report["sentences"] == 37, name
     report = json.loads((work / "eval" / "newstest2014.json").read_text())
@@ -279,11 +287,12 @@ def test_cpu_scale_tiny_end_to_end_through_a_kill(tmp_path, data_dir):
     index = (work / "eval" / "alignments" / "index.tsv").read_text().splitlines()
     assert len(index) == 5 and "European Economic Area" in index[1]  # the paper's sentence, then three at random
     stages = [line.split("\t")[0] for line in (work / "timings.tsv").read_text().splitlines()]
-    assert stages == ["data", "prepare", "train", "translate", "score", "guide", "twin", "align", "report"]
+    assert stages == ["data", "prepare", "train", "translate", "score", "twin", "guide", "align", "report"]
     # stage guide: links for every line of train.tok, and the two guided runs trained on them for their updates
     links = (work / "data-bin" / "train.align").read_text().split("\n")[:-1]
     assert len(links) == len((work / "data-bin" / "train.tok.en").read_text().splitlines())
-    for m in ("rnnsearch-50-guided", "rnnsearch-50-fr-en-guided"):
+    for m in ("rnnsearch-50-guided", "rnnsearch-50-fr-en-guided", "rnnsearch-50star-guided",
+              "rnnsearch-50star-fr-en-guided"):
         records = [json.loads(line) for line in open(work / "runs" / m / "train.jsonl", encoding="utf-8")]
         assert max(r["update"] for r in records) == 4
         assert all("align_loss" in r for r in records if r["type"] == "train")
@@ -297,7 +306,7 @@ def test_cpu_scale_tiny_end_to_end_through_a_kill(tmp_path, data_dir):
         assert (evidence / src.name).read_bytes() == src.read_bytes(), src.name
     timings = (work / "timings.tsv").read_text().splitlines()  # (the report's own time is recorded after it)
     assert (evidence / "timings.tsv").read_text().splitlines() == [t for t in timings if not t.startswith("report\t")]
-    assert len(list(evidence.glob("aer*.json"))) == 13
+    assert len(list(evidence.glob("aer*.json"))) == 15
     # the Discussion, written by a person after reading the numbers, survives the report being made again
     with open(work / "RESULTS.md", "a", encoding="utf-8") as f:
         f.write("\nRNNsearch aligns; a person wrote this.\n")
@@ -319,9 +328,9 @@ def test_cpu_scale_tiny_end_to_end_through_a_kill(tmp_path, data_dir):
     sessions = (work / "sessions.tsv").read_text().splitlines()
     assert [line.split("\t")[2] for line in sessions] == ["all", "all", "align", "all"]
     assert [line.split("\t")[3] for line in sessions] == [
-        "data prepare train", "train translate score guide twin align report", "align", "report"]
+        "data prepare train", "train translate score twin guide align report", "align", "report"]
     final = (work / "RESULTS.md").read_text()
-    assert "All from one commit" in final and "| all | train translate score guide twin align report |" in final
+    assert "All from one commit" in final and "| all | train translate score twin guide align report |" in final
     assert final.endswith("\nRNNsearch aligns; a person wrote this.\n") and final.count("## Discussion") == 1
     assert (work / "results" / "eval" / "sessions.tsv").read_text() == (work / "sessions.tsv").read_text()
     print(f"tiny CPU-scale run, killed once: {time.monotonic() - start:.0f} s")

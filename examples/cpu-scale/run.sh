@@ -5,16 +5,16 @@
 # news sets, and a French->English RNNsearch-50 whose attention symmetrised with the English->French one's is held
 # against eflomal's alignment of the same pairs. Evaluated on news-test-2014 and the Hansards test sittings:
 # Table 1 (all sentences, no-UNK subset), Figure 2 (BLEU by length), Figure 3 (alignments), AER on the Hansards
-# trial set, and the same two RNNsearch-50 fine-tuned with guided alignment towards eflomal's links of the training
-# pairs (beyond the paper: how well this attention can align when taught), and RNNsearch-50*'s own French->English
-# twin (stage twin, trained as long) for the symmetrised attention of the longer-trained pair. About five hours of
-# background time on 2 CPU cores for Table 1, 80 minutes more for the twin; see README.md. Stopped (SIGTERM, Ctrl-C)
-# and run again, it goes on: each stage that finished is not run again, the trainings resume from the checkpoints
-# they saved when stopped.
+# trial set. Beyond the paper, for the alignments: RNNsearch-50*'s own French->English twin (stage twin, trained as
+# long) for the symmetrised attention of the longer-trained pair, and both pairs fine-tuned with guided alignment
+# towards eflomal's links of the training pairs (stage guide: how well this attention can align when taught). About
+# five hours of background time on 2 CPU cores for Table 1, 90 minutes more for the twin and the guided runs; see
+# README.md. Stopped (SIGTERM, Ctrl-C) and run again, it goes on: each stage that finished is not run again, the
+# trainings resume from the checkpoints they saved when stopped.
 #
 #   examples/cpu-scale/run.sh                   every stage not yet done, writing examples/cpu-scale/RESULTS.md
 #   examples/cpu-scale/run.sh --stage NAME      one stage (again; the later ones are then to be done again):
-#                                               data prepare train translate score guide twin align report
+#                                               data prepare train translate score twin guide align report
 #   examples/cpu-scale/run.sh --dry-run         print the commands instead of running them
 #   examples/cpu-scale/run.sh --tiny            the whole pipeline on a few hundred pairs with the tiny presets
 #                                               (a smoke test of a few minutes; writes $WORK/RESULTS.md)
@@ -38,14 +38,14 @@
 #   BEAM           beam size                                      [12]
 #   DECODE         more nmt-translate options (the one-hour recipe's) [--no-repeat-ngram 4]
 #   BOOTSTRAP      paired bootstrap resamples                     [1000]
-#   GUIDE_UPDATES  updates of the guided-alignment fine-tuning of RNNsearch-50 and its French->English twin [300]
+#   GUIDE_UPDATES  updates of the guided-alignment fine-tuning of each RNNsearch-50 and its French->English twin [300]
 #   GUIDE_WEIGHT   its --guided-alignment-weight                  [1.0]
 #   SEED           [1]      PYTHON  [python3]
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-STAGES="data prepare train translate score guide twin align report"
+STAGES="data prepare train translate score twin guide align report"
 
 stage=all dry=0 tiny=0
 while [ $# -gt 0 ]; do
@@ -256,30 +256,6 @@ stage_train() {  # six trainings, at most $SLOTS at a time, longest first
     join_slots
 }
 
-guide_model() {  # guide_model NAME ORDER: NAME's last checkpoint trained on with guided alignment, GUIDE_UPDATES
-    local m="$1" dir="$RUNS/$1-guided" start=(--init-from "$RUNS/$1/checkpoint_last.pt" --force)  # updates
-    # a killed run goes on where it stopped -- unless what it started from is newer (trained or aligned again)
-    if [ -f "$dir/checkpoint_last.pt" ] && [ "$dir/checkpoint_last.pt" -nt "$RUNS/$1/checkpoint_last.pt" ] \
-        && [ "$dir/checkpoint_last.pt" -nt "$BIN/train.align" ]; then start=(--resume); fi
-    run nmt-train "$(data_of "$m")" --arch "$SEARCH" --max-len 50 --save-dir "$dir" --recipe budget \
-        --max-updates "$GUIDE_UPDATES" --valid-every "$GUIDE_UPDATES" --threads "$THREADS" --seed "$SEED" \
-        --valid-bleu-sentences "$VALID_BLEU" --log-every "$LOG_EVERY" --keep-last 1 \
-        --guided-alignment "$BIN/train.align" --guided-alignment-order "$2" --guided-alignment-weight "$GUIDE_WEIGHT" \
-        "${start[@]}"
-}
-
-stage_guide() {  # beyond the paper: eflomal's links of the training pairs (no trial or test pair among them), and
-    # RNNsearch-50 and its French->English twin trained on towards them (nmt-train --guided-alignment), for the
-    # alignment section only: Table 1's models stay unguided, as the paper's (after Table 1: a failure here leaves it)
-    run mkdir -p "$RUNS" "$LOGS"
-    if [ "$dry" = 1 ] || [ ! -f "$BIN/train.align" ] || [ "$BIN/manifest.json" -nt "$BIN/train.align" ]; then
-        run "$PY" "$repo/examples/guide_links.py" "$BIN" -o "$BIN/train.align" --seed "$SEED"
-    fi
-    in_slot "$LOGS/train-rnnsearch-50-guided.log" guide_model rnnsearch-50 src-tgt
-    in_slot "$LOGS/train-$REVERSE-guided.log" guide_model "$REVERSE" tgt-src  # (the same pairs, sides swapped)
-    join_slots
-}
-
 stage_twin() {  # beyond Table 1: RNNsearch-50*'s French->English twin, trained as long as it (the same updates), for
     # the symmetrised attention of the longer-trained pair (stage align); alone, on the threads that stage train's
     # side-by-side trainings shared
@@ -289,6 +265,34 @@ stage_twin() {  # beyond Table 1: RNNsearch-50*'s French->English twin, trained 
     [ -n "$n" ] || { echo "run.sh: no plan for rnnsearch-50star in $RUNS/plan.txt" >&2; exit 1; }
     in_slot "$LOGS/train-$REVERSE_STAR.log" train_model "$REVERSE_STAR" "$RUNS/$REVERSE_STAR" "$n" "$every" \
         "$((SLOTS * THREADS))"
+    join_slots
+}
+
+guide_model() {  # guide_model NAME: NAME's last checkpoint trained on with guided alignment, GUIDE_UPDATES updates
+    local m="$1" dir="$RUNS/$1-guided" start=(--init-from "$RUNS/$1/checkpoint_last.pt" --force) order=src-tgt
+    case "$m" in *-fr-en) order=tgt-src ;; esac  # (a French->English twin reads the links with the sides swapped)
+    # a killed run goes on where it stopped -- unless what it started from is newer (trained or aligned again)
+    if [ -f "$dir/checkpoint_last.pt" ] && [ "$dir/checkpoint_last.pt" -nt "$RUNS/$1/checkpoint_last.pt" ] \
+        && [ "$dir/checkpoint_last.pt" -nt "$BIN/train.align" ]; then start=(--resume); fi
+    run nmt-train "$(data_of "$m")" --arch "$SEARCH" --max-len 50 --save-dir "$dir" --recipe budget \
+        --max-updates "$GUIDE_UPDATES" --valid-every "$GUIDE_UPDATES" --threads "$THREADS" --seed "$SEED" \
+        --valid-bleu-sentences "$VALID_BLEU" --log-every "$LOG_EVERY" --keep-last 1 \
+        --guided-alignment "$BIN/train.align" --guided-alignment-order "$order" \
+        --guided-alignment-weight "$GUIDE_WEIGHT" "${start[@]}"
+}
+
+stage_guide() {  # beyond the paper: eflomal's links of the training pairs (no trial or test pair among them), and
+    # RNNsearch-50, RNNsearch-50* and their French->English twins trained on towards them (nmt-train
+    # --guided-alignment), for the alignment section only: Table 1's models stay unguided, as the paper's (after
+    # Table 1: a failure here leaves it)
+    local m
+    run mkdir -p "$RUNS" "$LOGS"
+    if [ "$dry" = 1 ] || [ ! -f "$BIN/train.align" ] || [ "$BIN/manifest.json" -nt "$BIN/train.align" ]; then
+        run "$PY" "$repo/examples/guide_links.py" "$BIN" -o "$BIN/train.align" --seed "$SEED"
+    fi
+    for m in rnnsearch-50 "$REVERSE" rnnsearch-50star "$REVERSE_STAR"; do
+        in_slot "$LOGS/train-$m-guided.log" guide_model "$m"
+    done
     join_slots
 }
 
@@ -392,6 +396,15 @@ stage_align() {
     run_to "$EVAL/aer-star-symmetrized-posterior.json" nmt-align -m "$star" --reverse-model "$star_twin" \
         -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" --method posterior --symmetrize soft \
         --pharaoh "$EVAL/trial-star-symmetrized-posterior.links" --json
+    # the longer-trained pair after guided alignment (stage guide): the attention and the posterior symmetrised
+    local star_g="$RUNS/rnnsearch-50star-guided/checkpoint_last.pt"
+    local twin_g="$RUNS/$REVERSE_STAR-guided/checkpoint_last.pt"
+    run_to "$EVAL/aer-star-guided-symmetrized-attention.json" nmt-align -m "$star_g" --reverse-model "$twin_g" \
+        -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" --symmetrize soft \
+        --pharaoh "$EVAL/trial-star-guided-symmetrized-attention.links" --json
+    run_to "$EVAL/aer-star-guided-symmetrized.json" nmt-align -m "$star_g" --reverse-model "$twin_g" \
+        -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" --method posterior --symmetrize soft \
+        --pharaoh "$EVAL/trial-star-guided-symmetrized.links" --json
     run_to "$EVAL/aer-diagonal.json" "$PY" "$STEPS" diagonal-aer -s "$TRIAL/trial.e" -t "$TRIAL/trial.f" "${gold[@]}"
     # a statistical aligner on the same training pairs (plus the trial pairs: it aligns the text it is trained on)
     run "$PY" "$repo/examples/eflomal_aer.py" --train-src "$BIN/train.tok.en" --train-tgt "$BIN/train.tok.fr" \
