@@ -256,8 +256,8 @@ def _findings(sets: list[tuple[str, dict, dict]], by_length: list[tuple[str, dic
                                                       "RNNsearch-50-fr-en after guided alignment (beyond the paper)"),
                      ("guided-symmetrized", "the symmetrised posterior of RNNsearch-50 and RNNsearch-50-fr-en after "
                                             "guided alignment (beyond the paper)"),
-                     ("star-symmetrized", "the symmetrised attention of the longer-trained pair, RNNsearch-50star and "
-                                          "RNNsearch-50star-fr-en"),
+                     ("star-symmetrized", "the symmetrised attention of RNNsearch-50star and RNNsearch-50star-fr-en "
+                                          "(the longer-trained pair, beyond the paper)"),
                      ("star-symmetrized-posterior", "the symmetrised posterior of RNNsearch-50star and "
                                                     "RNNsearch-50star-fr-en"),
                      ("star-guided-symmetrized-attention", "the symmetrised attention of RNNsearch-50star and "
@@ -427,7 +427,7 @@ def _timings(work: Path) -> str:
         return "(missing)"
     rows = ["| stage | minutes |", "|---|---:|"]
     total = 0
-    order = ["data", "prepare", "train", "translate", "score", "guide", "align", "report"]
+    order = ["data", "prepare", "train", "translate", "score", "twin", "guide", "align", "report"]  # (run.sh's)
     lines = [line.split("\t") for line in path.read_text().splitlines() if line.strip()]
     for stage, seconds in sorted(lines, key=lambda x: order.index(x[0]) if x[0] in order else len(order)):
         total += int(seconds)
