@@ -87,6 +87,7 @@ DECODE="${DECODE---no-repeat-ngram 4}" GUIDE_WEIGHT="${GUIDE_WEIGHT:-1.0}"
 RAW="$WORK/raw" BIN="$WORK/data-bin" BIN_FREN="$WORK/data-bin-fr-en" RUNS="$WORK/runs" OUT="$WORK/translations"
 EVAL="$WORK/eval" LOGS="$WORK/logs" DONE="$WORK/done" STOPPING="$WORK/stopping.$$"
 TRIAL="$DATA/hansards-trial"
+GOLD=(--gold "$TRIAL/trial.align" --gold-order tgt-src)  # the trial set's human links, French word first
 # Table 1's models, the baseline first (nmt-score's bootstrap tests the others against the first), and the
 # French->English model of the symmetrised alignments
 MODELS="rnnencdec-30 rnnsearch-30 rnnencdec-50 rnnsearch-50 rnnsearch-50star"
@@ -351,64 +352,50 @@ stage_score() {
         --bootstrap "$BOOTSTRAP" --json "${names[@]}" "${hans[@]}"
 }
 
+symmetrised() {  # symmetrised ATTENTION POSTERIOR EN-FR FR-EN: the pair's attention, then its alignment posterior,
+    # each symmetrised `soft` (the report gives every heuristic's AER too), into $EVAL/aer-NAME.json and the links
+    # into $EVAL/trial-NAME.links (soft, the product of the two models' attention, beat every heuristic on the quick
+    # start's models: tests/bench/results/bench_symmetrize.txt)
+    local name method
+    for name in "$1" "$2"; do
+        method=(); [ "$name" = "$2" ] && method=(--method posterior)
+        run_to "$EVAL/aer-$name.json" nmt-align -m "$3" --reverse-model "$4" -s "$RAW/trial.e" -t "$RAW/trial.f" \
+            --tokenized "${GOLD[@]}" "${method[@]}" --symmetrize soft --pharaoh "$EVAL/trial-$name.links" --json
+    done
+}
+
 stage_align() {
-    local ckpt="$RUNS/rnnsearch-50/checkpoint_last.pt" gold=(--gold "$TRIAL/trial.align" --gold-order tgt-src)
+    local ckpt="$RUNS/rnnsearch-50/checkpoint_last.pt" star="$RUNS/rnnsearch-50star/checkpoint_last.pt"
     run mkdir -p "$EVAL"
     # The trial set is lowercased; the model is cased (as the paper's). Give each word its most frequent casing in
     # the training vocabulary (i -> I, canada -> Canada): same words, same count, so the gold links still apply.
     run "$PY" "$STEPS" recase "$TRIAL/trial.e" "$RAW/trial.e" --vocab "$BIN" --lang en --stats "$EVAL/recase-en.json"
     run "$PY" "$STEPS" recase "$TRIAL/trial.f" "$RAW/trial.f" --vocab "$BIN" --lang fr --stats "$EVAL/recase-fr.json"
-    # RNNsearch-50's attention alone, and symmetrised with the French->English model's (every heuristic's AER)
-    run_to "$EVAL/aer.json" nmt-align -m "$ckpt" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" \
+    # RNNsearch-50's attention alone, recased and as distributed, and its alignment posterior (nmt-align --method
+    # posterior: the attention times how well each source word alone predicts the target word); one direction's
+    # attention of the guided RNNsearch-50 (stage guide) and of RNNsearch-50* (trained longer)
+    run_to "$EVAL/aer.json" nmt-align -m "$ckpt" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${GOLD[@]}" \
         --pharaoh "$EVAL/trial.links" --json
-    # (the links written: soft, the product of the two models' attention, which beat every heuristic on the quick
-    # start's models: tests/bench/results/bench_symmetrize.txt)
-    run_to "$EVAL/aer-symmetrized.json" nmt-align -m "$ckpt" --reverse-model "$RUNS/$REVERSE/checkpoint_last.pt" \
-        -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" --symmetrize soft \
-        --pharaoh "$EVAL/trial-symmetrized.links" --json
     run_to "$EVAL/aer-lowercased.json" nmt-align -m "$ckpt" -s "$TRIAL/trial.e" -t "$TRIAL/trial.f" --tokenized \
-        "${gold[@]}" --json --pharaoh "$EVAL/trial-lowercased.links"
-    # the alignment posterior of the same models (nmt-align --method posterior: the attention times how well each
-    # source word alone predicts the target word), one direction and symmetrised
+        "${GOLD[@]}" --json --pharaoh "$EVAL/trial-lowercased.links"
     run_to "$EVAL/aer-posterior.json" nmt-align -m "$ckpt" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized \
-        "${gold[@]}" --method posterior --pharaoh "$EVAL/trial-posterior.links" --json
-    run_to "$EVAL/aer-symmetrized-posterior.json" nmt-align -m "$ckpt" --reverse-model \
-        "$RUNS/$REVERSE/checkpoint_last.pt" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" \
-        --method posterior --symmetrize soft --pharaoh "$EVAL/trial-symmetrized-posterior.links" --json
-    # the two models after guided alignment (stage guide): the attention of one direction, the attention and the
-    # posterior symmetrised
+        "${GOLD[@]}" --method posterior --pharaoh "$EVAL/trial-posterior.links" --json
     run_to "$EVAL/aer-guided.json" nmt-align -m "$RUNS/rnnsearch-50-guided/checkpoint_last.pt" -s "$RAW/trial.e" \
-        -t "$RAW/trial.f" --tokenized "${gold[@]}" --pharaoh "$EVAL/trial-guided.links" --json
-    run_to "$EVAL/aer-guided-symmetrized-attention.json" nmt-align -m "$RUNS/rnnsearch-50-guided/checkpoint_last.pt" \
-        --reverse-model "$RUNS/$REVERSE-guided/checkpoint_last.pt" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized \
-        "${gold[@]}" --symmetrize soft --pharaoh "$EVAL/trial-guided-symmetrized-attention.links" --json
-    run_to "$EVAL/aer-guided-symmetrized.json" nmt-align -m "$RUNS/rnnsearch-50-guided/checkpoint_last.pt" \
-        --reverse-model "$RUNS/$REVERSE-guided/checkpoint_last.pt" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized \
-        "${gold[@]}" --method posterior --symmetrize soft --pharaoh "$EVAL/trial-guided-symmetrized.links" --json
-    # the longer-trained pair (stage twin): RNNsearch-50*'s attention, one direction and symmetrised with its twin's,
-    # and the two models' posterior symmetrised
-    local star="$RUNS/rnnsearch-50star/checkpoint_last.pt" star_twin="$RUNS/$REVERSE_STAR/checkpoint_last.pt"
-    run_to "$EVAL/aer-star.json" nmt-align -m "$star" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" \
+        -t "$RAW/trial.f" --tokenized "${GOLD[@]}" --pharaoh "$EVAL/trial-guided.links" --json
+    run_to "$EVAL/aer-star.json" nmt-align -m "$star" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${GOLD[@]}" \
         --pharaoh "$EVAL/trial-star.links" --json
-    run_to "$EVAL/aer-star-symmetrized.json" nmt-align -m "$star" --reverse-model "$star_twin" -s "$RAW/trial.e" \
-        -t "$RAW/trial.f" --tokenized "${gold[@]}" --symmetrize soft --pharaoh "$EVAL/trial-star-symmetrized.links" \
-        --json
-    run_to "$EVAL/aer-star-symmetrized-posterior.json" nmt-align -m "$star" --reverse-model "$star_twin" \
-        -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" --method posterior --symmetrize soft \
-        --pharaoh "$EVAL/trial-star-symmetrized-posterior.links" --json
-    # the longer-trained pair after guided alignment (stage guide): the attention and the posterior symmetrised
-    local star_g="$RUNS/rnnsearch-50star-guided/checkpoint_last.pt"
-    local twin_g="$RUNS/$REVERSE_STAR-guided/checkpoint_last.pt"
-    run_to "$EVAL/aer-star-guided-symmetrized-attention.json" nmt-align -m "$star_g" --reverse-model "$twin_g" \
-        -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" --symmetrize soft \
-        --pharaoh "$EVAL/trial-star-guided-symmetrized-attention.links" --json
-    run_to "$EVAL/aer-star-guided-symmetrized.json" nmt-align -m "$star_g" --reverse-model "$twin_g" \
-        -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized "${gold[@]}" --method posterior --symmetrize soft \
-        --pharaoh "$EVAL/trial-star-guided-symmetrized.links" --json
-    run_to "$EVAL/aer-diagonal.json" "$PY" "$STEPS" diagonal-aer -s "$TRIAL/trial.e" -t "$TRIAL/trial.f" "${gold[@]}"
+    # each English->French model with its French->English twin: RNNsearch-50's pair, after guided alignment (stage
+    # guide), and the longer-trained pair (stage twin), unguided and guided
+    symmetrised symmetrized symmetrized-posterior "$ckpt" "$RUNS/$REVERSE/checkpoint_last.pt"
+    symmetrised guided-symmetrized-attention guided-symmetrized "$RUNS/rnnsearch-50-guided/checkpoint_last.pt" \
+        "$RUNS/$REVERSE-guided/checkpoint_last.pt"
+    symmetrised star-symmetrized star-symmetrized-posterior "$star" "$RUNS/$REVERSE_STAR/checkpoint_last.pt"
+    symmetrised star-guided-symmetrized-attention star-guided-symmetrized \
+        "$RUNS/rnnsearch-50star-guided/checkpoint_last.pt" "$RUNS/$REVERSE_STAR-guided/checkpoint_last.pt"
+    run_to "$EVAL/aer-diagonal.json" "$PY" "$STEPS" diagonal-aer -s "$TRIAL/trial.e" -t "$TRIAL/trial.f" "${GOLD[@]}"
     # a statistical aligner on the same training pairs (plus the trial pairs: it aligns the text it is trained on)
     run "$PY" "$repo/examples/eflomal_aer.py" --train-src "$BIN/train.tok.en" --train-tgt "$BIN/train.tok.fr" \
-        --max-train "$EFLOMAL_TRAIN" -s "$TRIAL/trial.e" -t "$TRIAL/trial.f" "${gold[@]}" --seed "$SEED" \
+        --max-train "$EFLOMAL_TRAIN" -s "$TRIAL/trial.e" -t "$TRIAL/trial.f" "${GOLD[@]}" --seed "$SEED" \
         --pharaoh "$EVAL/trial-eflomal.links" -o "$EVAL/aer-eflomal.json"
     run nmt-align -m "$ckpt" -s "$RAW/trial.e" -t "$RAW/trial.f" --tokenized --plot-dir "$EVAL/trial-alignments" \
         --plot-sentences 1-3 --force
