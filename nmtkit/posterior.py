@@ -25,7 +25,7 @@ ROW_ELEMENTS = 1 << 22  # logits made at once (4M: 16 MB in float32), whatever t
 
 
 def forced_posterior(model, src_ids: Sequence[np.ndarray], tgt_ids: Sequence[np.ndarray], batch_size: int = 32,
-                     device: str = "cpu") -> list[np.ndarray]:
+                     device: str = "cpu", words: Sequence[int] | None = None) -> list[np.ndarray]:
     """The alignment posterior of an attention model for each pair, shaped as
     :func:`nmtkit.align.forced_attention`'s α:
 
@@ -38,7 +38,11 @@ def forced_posterior(model, src_ids: Sequence[np.ndarray], tgt_ids: Sequence[np.
     aligner's posterior does.  Both factors come from the model's own steps (``decode_step`` on the sentence, then
     on each source position alone), so every backend computes it; it costs an output layer per target token and
     source token (``</s>`` included), about Tx times teacher forcing's, made :data:`ROW_ELEMENTS` logits at a time.
-    The model must be in eval mode (the two calls must see the same weights: no dropout)."""
+    The model must be in eval mode (the two calls must see the same weights: no dropout).
+
+    ``words``: target ids whose rows alone are wanted (``--replace-unk``'s ``<unk>``): the lexical factor is
+    computed only where the target word is one of them -- an output layer per source token for each such word, not
+    for every target token -- and the other rows are the attention α_i as it is."""
     import torch
 
     from nmtkit.data.batching import forced_blocks
@@ -47,6 +51,7 @@ def forced_posterior(model, src_ids: Sequence[np.ndarray], tgt_ids: Sequence[np.
     if not model.attentive:
         raise ValueError(f"the alignment posterior reads the attention; {model.arch} has none")
     vocab = model.W_o.shape[0]
+    wanted = None if words is None else torch.as_tensor(list(words), dtype=torch.long, device=device)
     rows_per_chunk = max(1, ROW_ELEMENTS // vocab)  # single-position rows whose logits are made at once
 
     def posterior(b):
@@ -65,17 +70,20 @@ def forced_posterior(model, src_ids: Sequence[np.ndarray], tgt_ids: Sequence[np.
         state = model.init_decoder(enc)
         post = torch.zeros(B, b.tgt_in.shape[1], Tx, device=b.src.device)
         emit = torch.full((B * Tx,), float("-inf"), device=b.src.device)  # log p(y_i | c_i = h_j), b·Tx + j
+        every = torch.arange(len(real), device=b.src.device)  # (N,)   the single-position rows (of ``alone``)
         for i in range(b.tgt_in.shape[1]):
             y_prev, y = b.tgt_in[:, i], b.tgt_out[:, i]  # (B,)   y_{i-1}, y_i
             _, next_state, alpha = model.decode_step(y_prev, state, enc)  # α_i (B, Tx)
-            for c in range(0, len(real), rows_per_chunk):
-                rows = sentence[c: c + rows_per_chunk]
-                part = model.reorder_encoder_out(alone, torch.arange(c, c + len(rows), device=rows.device))
-                logits, _, _ = model.decode_step(y_prev[rows], state[rows], part)  # (rows, V)
-                emit[real[c: c + len(rows)]] = torch.log_softmax(logits.float(), -1).gather(
-                    1, y[rows].unsqueeze(1)).squeeze(1)
+            asked = None if wanted is None else torch.isin(y, wanted)  # (B,)   the rows wanted, or all
+            pick = every if asked is None else asked[sentence].nonzero().squeeze(1)  # rows of ``alone`` to compute
+            for c in range(0, len(pick), rows_per_chunk):
+                k = pick[c: c + rows_per_chunk]
+                rows = sentence[k]
+                logits, _, _ = model.decode_step(y_prev[rows], state[rows], model.reorder_encoder_out(alone, k))
+                emit[real[k]] = torch.log_softmax(logits.float(), -1).gather(1, y[rows].unsqueeze(1)).squeeze(1)
             score = alpha.float().clamp_min(1e-30).log() + emit.view(B, Tx)  # log α_ij + log p(y_i | h_j)
-            post[:, i] = torch.softmax(score.masked_fill(~enc.src_mask, float("-inf")), -1)
+            row = torch.softmax(score.masked_fill(~enc.src_mask, float("-inf")), -1)
+            post[:, i] = row if asked is None else torch.where(asked.unsqueeze(1), row, alpha.float())
             state = next_state
         return post.cpu().numpy()
 

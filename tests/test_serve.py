@@ -172,6 +172,16 @@ def test_translations_are_nmt_translates(server, ckpt, lines, tmp_path):
     assert [r["alignment"] for r in posterior] == files["alignments"].splitlines()
     assert [r["tgt"] for r in posterior] == [r["tgt"] for r in got]
     assert [r["alignment"] for r in posterior] != [r["alignment"] for r in got]
+    # <unk> replaced by the posterior (continuous batching's path) and by the attention: nmt-translate's text
+    plain = server.translate(lines, beam=5, nbest=2)
+    for method in ("posterior", "attention"):
+        replaced = server.translate(lines, beam=5, nbest=2, replace_unk=True, replace_unk_by=method)
+        files = nmt_translate(ckpt, tmp_path, lines, "--beam", "5", "--nbest", "2", "--nbest-file",
+                              str(tmp_path / "out.nbest"), "--replace-unk", "--replace-unk-by", method)
+        assert [h["tgt"] for r in replaced for h in r["nbest"]] == [
+            x.split(" ||| ")[1] for x in files["nbest"].splitlines()]
+        assert not any("<unk>" in h["tgt"] for r in replaced for h in r["nbest"])
+    assert sum(h["tgt"].count("<unk>") for r in plain for h in r["nbest"]) >= 3  # (the test means something)
 
 
 def test_prefixes_attention_and_sampling_are_nmt_translates(server, ckpt, lines, tmp_path):
@@ -334,6 +344,10 @@ def test_lines_that_arrive_together_are_shared_among_the_free_worker_processes(c
      "--alignment-method must be attention or posterior (got 'viterbi')"),
     (b'{"src": ["A dog."], "attention": true, "alignment_method": "posterior"}', 400,
      "\"alignment_method\": \"posterior\" says how the alignment is made: ask for it with \"alignment\": true"),
+    (b'{"src": ["A dog."], "replace_unk_by": "attention"}', 400,
+     "\"replace_unk_by\": \"attention\" says how \"replace_unk\" finds an <unk>'s source word: ask for it with "
+     "\"replace_unk\": true"),
+    (b'{"src": ["A dog."], "replace_unk": true, "replace_unk_by": "attention"}', 200, None),
     (b'{"src": ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s", '
      b'"t", "u"]}', 413, "21 lines: at most 20 a request (--max-lines)"),
     (b'{"src": ["' + b"x" * 301 + b'"]}', 413, "301 characters: at most 300 a request (--max-chars)"),

@@ -1,7 +1,9 @@
 """nmt-translate --alignments --alignment-method posterior: the links of each translation read from the alignment
 posterior of the model's own translation (nmtkit.posterior.forced_posterior, as ``nmt-align --method posterior``
 computes it), in every decoding path -- this process, worker processes -- with the translation, its n-best list, its
-scores and its attention file unchanged; an option that would change nothing is refused in one line.  The server's
+scores and its attention file unchanged; an option that would change nothing is refused in one line.  And
+--replace-unk, which by default writes for each <unk> the source word of the largest posterior at that <unk>
+(``--replace-unk-by attention``: the most attended one).  The server's
 ``"alignment_method"`` is tested beside nmt-translate in tests/test_serve.py.  A small model trained here on real
 Multi30K pairs (the ``trained`` fixture)."""
 
@@ -136,3 +138,101 @@ def test_an_alignment_method_without_alignments_or_unknown_is_one_line(trained, 
     proc = _translate(ckpt, src, tmp_path / "bad", "--alignment-method", "viterbi", check=False)
     assert proc.returncode == 2 and "'viterbi' is not one of 'attention', 'posterior'" in proc.stderr
     assert not (tmp_path / "bad" / "out").exists()
+
+
+def test_the_posterior_of_some_words_is_the_posterior_there_and_the_attention_elsewhere(trained, source):
+    """forced_posterior(words=...): the rows of the target positions that hold one of ``words`` are the whole
+    posterior's rows, every other row the attention itself (nmt-align's)."""
+    import torch
+
+    from nmtkit.align import forced_attention
+    from nmtkit.data import checkpoint
+    from nmtkit.data.vocab import UNK, Vocabulary
+    from nmtkit.models import build_from_checkpoint
+    from nmtkit.posterior import forced_posterior
+
+    _, ckpt = trained
+    _, lines = source
+    payload = checkpoint.load(ckpt)
+    model = build_from_checkpoint(payload).eval()
+    torch.set_num_threads(1)
+    vocab = {side: Vocabulary(payload["vocab"][side]) for side in ("src", "tgt")}
+    src = [vocab["src"].encode(line.lower().split()) for line in lines if line]
+    tgt = [np.concatenate([t[:3], [UNK], t[3:]]) for t in src]  # (a target with an <unk> at position 3 of each)
+    tgt = [vocab["tgt"].encode(["un", "homme"]) if k % 4 == 0 else t % len(vocab["tgt"].tokens)
+           for k, t in enumerate(tgt)]  # (and some with none)
+    whole = forced_posterior(model, src, tgt, batch_size=5)
+    some = forced_posterior(model, src, tgt, batch_size=5, words=[UNK])
+    alpha = forced_attention(model, src, tgt, batch_size=5)
+    unks = 0
+    for t, w, s, a in zip(tgt, whole, some, alpha):
+        at = np.append(t == UNK, False)  # (the </s> row: never asked for)
+        unks += int(at.sum())
+        np.testing.assert_allclose(s[at], w[at], atol=1e-5)
+        np.testing.assert_allclose(s[~at], a[~at], atol=1e-5)
+    assert unks >= 10
+
+
+def test_replace_unk_writes_the_source_word_of_the_posterior_or_of_the_attention(trained, source, tmp_path):
+    """Each <unk> of the translation becomes the source word of the largest posterior at that <unk> (default) or of
+    the largest attention (--replace-unk-by attention), in the text the user reads; nothing else changes, in this
+    process and in worker processes alike; the two choose differently somewhere."""
+    import torch
+
+    from nmtkit.data import checkpoint
+    from nmtkit.data.vocab import UNK, Vocabulary
+    from nmtkit.models import build_from_checkpoint
+    from nmtkit.posterior import forced_posterior
+
+    _, ckpt = trained
+    src, lines = source
+    plain = _translate(ckpt, src, tmp_path / "plain")
+    by_posterior = _translate(ckpt, src, tmp_path / "posterior", "--replace-unk")
+    by_attention = _translate(ckpt, src, tmp_path / "attention", "--replace-unk", "--replace-unk-by", "attention")
+    assert _translate(ckpt, src, tmp_path / "workers", "--replace-unk", "--workers", "2", "--threads", "2") \
+        == by_posterior
+    # with the links from the posterior too, the <unk> rows are read from that posterior: the same words
+    assert _translate(ckpt, src, tmp_path / "both", "--replace-unk", "--alignment-method", "posterior")["out"] \
+        == by_posterior["out"]
+    for f in ("scores", "align"):  # the search is the same: only the words written for <unk> change
+        assert by_posterior[f] == by_attention[f] == plain[f], f
+    payload = checkpoint.load(ckpt)
+    model = build_from_checkpoint(payload).eval()
+    torch.set_num_threads(1)
+    vocab = {side: Vocabulary(payload["vocab"][side]) for side in ("src", "tgt")}
+    records = {name: [json.loads(x) for x in got["attention"].splitlines()]
+               for name, got in (("plain", plain), ("posterior", by_posterior), ("attention", by_attention))}
+    texts = {name: got["out"].splitlines() for name, got in
+             (("plain", plain), ("posterior", by_posterior), ("attention", by_attention))}
+    unks = differ = 0
+    for k, record in enumerate(records["plain"]):
+        s_tok, t_tok = record["source"][:-1], record["target"][:-1]
+        at = [i for i, t in enumerate(t_tok) if t == "<unk>"]
+        if not lines[k] or not at:
+            assert texts["posterior"][k] == texts["attention"][k] == texts["plain"][k]
+            continue
+        (post,) = forced_posterior(model, [vocab["src"].encode(s_tok)], [vocab["tgt"].encode(t_tok)], words=[UNK])
+        alpha = np.asarray(record["alpha"])
+        want = {"posterior": list(t_tok), "attention": list(t_tok)}
+        for i in at:
+            want["posterior"][i] = s_tok[int(post[i, : len(s_tok)].argmax())]
+            want["attention"][i] = s_tok[int(alpha[i, : len(s_tok)].argmax())]
+            differ += want["posterior"][i] != want["attention"][i]
+        unks += len(at)
+        for name in ("posterior", "attention"):
+            assert records[name][k]["target"][:-1] == want[name], (name, k, lines[k])
+            assert "<unk>" not in texts[name][k]
+            for i in at:  # what the user reads has the source word written
+                assert want[name][i] in texts[name][k], (name, texts[name][k])
+    assert unks >= 10 and differ >= 1, (unks, differ)
+
+
+def test_replace_unk_by_without_replace_unk_is_one_line(trained, source, tmp_path):
+    _, ckpt = trained
+    src, _ = source
+    proc = subprocess.run([*TRANSLATE, "-m", ckpt, "-i", str(src), "-o", str(tmp_path / "out"),
+                           "--replace-unk-by", "attention"], capture_output=True, text=True, env=ENV, timeout=300)
+    assert proc.returncode == 1 and not (tmp_path / "out").exists()
+    assert proc.stderr.strip().splitlines() == [
+        "nmt-translate: error: --replace-unk-by attention says how --replace-unk finds an <unk>'s source word: give "
+        "--replace-unk"]

@@ -66,7 +66,15 @@ class DecodeConfig:
                "ends before the length limit ('%' needs no 'p. 100'). Other lines read as without it.")
     no_unk: bool = _setting(False, "Never generate the unknown-word token.")
     replace_unk: bool = _setting(
-        False, "Replace each generated <unk> by the most attended source word (or its --unk-dict entry).")
+        False, "Replace each generated <unk> by the source word it comes from (as --replace-unk-by finds it), or by "
+               "that word's --unk-dict entry.")
+    replace_unk_by: str = _setting(
+        "posterior", "How --replace-unk finds the source word of an <unk>: 'posterior', the largest alignment "
+                     "posterior (the attention times how likely that source word alone makes the model write <unk>: "
+                     "an unknown or rare word more than its neighbours; an output layer per source word for each "
+                     "<unk> written), or 'attention', the most attended source word (Luong et al. 2015; fairseq's "
+                     "and OpenNMT-py's).  tests/bench/results/bench_replace_unk.txt has what each scores.",
+        choices=ALIGNMENT_METHODS)
     alignment_method: str = _setting(
         "attention", "How --alignments (and nmt-serve's \"alignment\") link words: 'attention', each target word to "
                      "its most attended source word (as fairseq and Marian print them), or 'posterior', to the source "

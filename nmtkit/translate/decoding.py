@@ -4,8 +4,10 @@
 :func:`load_checkpoints` and :func:`build_models` turn checkpoint files into models in eval mode (an ensemble's
 vocabularies and preprocessing must match); :func:`decode_batch` runs beam search (:mod:`nmtkit.translate.search`) or
 sampling (:mod:`nmtkit.translate.sampling`) over one batch as a :class:`nmtkit.translate.config.DecodeConfig` says,
-optionally forced through target prefixes; with ``decode.alignment_method`` ``posterior`` and the attention asked
-for, :func:`add_posteriors` gives each sentence's best hypothesis its alignment posterior.
+optionally forced through target prefixes; then :func:`add_alignments` gives the hypotheses what the translator
+reads beyond the search: with ``decode.alignment_method`` ``posterior`` and the attention asked for, each sentence's
+best hypothesis its alignment posterior (:func:`add_posteriors`), and with ``decode.replace_unk`` by ``posterior``,
+each hypothesis to be written that has an ``<unk>`` the posterior of its ``<unk>`` rows (:func:`add_unk_posteriors`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.sampling import sample
 from nmtkit.translate.search import Hypothesis, beam_search
 from nmtkit.translate.sourcenumbers import DigitTable, SourceNumbers
-from nmtkit.data.vocab import PAD
+from nmtkit.data.vocab import PAD, UNK
 
 
 def load_checkpoints(paths: list[str]) -> list[dict]:
@@ -95,9 +97,18 @@ def decode_batch(models: list, sources: list[np.ndarray], device, decode: Decode
         else:
             hyps = beam_search(models, src.to(device), lens.to(device), decode, need_attention=need_attention,
                                prefix=prefix, prefix_lens=prefix_lens, numbers=numbers, numbers_from=numbers_from)
-    hyps = finish_hypotheses(hyps)
+    return add_alignments(models, sources, finish_hypotheses(hyps), device, decode, need_attention)
+
+
+def add_alignments(models: list, sources: list[np.ndarray], hyps: list[list[Hypothesis]], device,
+                   decode: DecodeConfig, need_attention: bool) -> list[list[Hypothesis]]:
+    """In place, and returned: the posteriors that ``decode`` reads from the batch's hypotheses -- the best
+    hypothesis' whole posterior for ``alignment_method`` ``posterior`` (with the attention asked for), the rows of
+    the ``<unk>``s of those written for ``replace_unk`` by ``posterior``."""
     if need_attention and decode.alignment_method == "posterior":
         add_posteriors(models, sources, hyps, device)
+    if decode.replace_unk and decode.replace_unk_by == "posterior":
+        add_unk_posteriors(models, sources, hyps, device, decode.nbest)
     return hyps
 
 
@@ -124,20 +135,43 @@ def add_posteriors(models: list, sources: list[np.ndarray], hyps: list[list[Hypo
     :func:`nmtkit.posterior.forced_posterior` on the source and the hypothesis' tokens; an ensemble's is the mean of
     its models'), which ``--alignment-method posterior`` reads the alignment from.  In float32, whatever ``--bf16``
     decoded with."""
+    best = [(k, sentence[0]) for k, sentence in enumerate(hyps) if sentence]
+    for (_, h), p in zip(best, _posteriors(models, sources, best, device)):
+        h.posterior = p
+
+
+def add_unk_posteriors(models: list, sources: list[np.ndarray], hyps: list[list[Hypothesis]], device,
+                       nbest: int = 1) -> None:
+    """In place: each of the first ``nbest`` hypotheses of a sentence (those written) that has an ``<unk>`` gets
+    :attr:`Hypothesis.unk_posterior`, :func:`nmtkit.posterior.forced_posterior` computed at its ``<unk>``s only
+    (the attention elsewhere; an ensemble's mean): what ``--replace-unk`` by ``posterior`` reads the source word
+    of an ``<unk>`` from.  In float32."""
+    todo = []
+    for k, sentence in enumerate(hyps):
+        for h in sentence[:nbest]:
+            if h.posterior is not None:  # (the whole posterior, add_posteriors': its <unk> rows are these)
+                h.unk_posterior = h.posterior
+            elif UNK in h.tokens:
+                todo.append((k, h))
+    for (_, h), p in zip(todo, _posteriors(models, sources, todo, device, words=(UNK,))):
+        h.unk_posterior = p
+
+
+def _posteriors(models: list, sources: list[np.ndarray], todo: list[tuple[int, Hypothesis]], device,
+                words=None) -> list[np.ndarray]:
+    """The alignment posterior of each (sentence, hypothesis) of ``todo``, the mean of the models'."""
+    if not todo:
+        return []
     from nmtkit.posterior import forced_posterior
 
-    best = [(k, sentence[0]) for k, sentence in enumerate(hyps) if sentence]
-    if not best:
-        return
-    src = [sources[k] for k, _ in best]
-    tgt = [np.asarray(h.tokens, dtype=np.int64) for _, h in best]
+    src = [sources[k] for k, _ in todo]
+    tgt = [np.asarray(h.tokens, dtype=np.int64) for _, h in todo]
     total = None
     with torch.autocast(torch.device(device).type, enabled=False):  # (float32 under a caller's bf16 autocast too)
         for model in models:
-            post = forced_posterior(model, src, tgt, batch_size=max(1, len(best)), device=device)
+            post = forced_posterior(model, src, tgt, batch_size=max(1, len(todo)), device=device, words=words)
             total = post if total is None else [a + b for a, b in zip(total, post)]
-    for (_, h), p in zip(best, total):
-        h.posterior = (p / len(models)).astype(np.float32)
+    return [(p / len(models)).astype(np.float32) for p in total]
 
 
 def finish_hypotheses(hyps: list[list[Hypothesis]]) -> list[list[Hypothesis]]:

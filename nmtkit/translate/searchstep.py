@@ -28,6 +28,7 @@ class Hypothesis:
     attention: torch.Tensor | None = None  # (len(tokens) + 1, Tx) α for each output token and </s>, or None
     unmet: int = 0  # with decode.all_numbers: the numbers it was to write and did not (ended at its length limit)
     posterior: np.ndarray | None = None  # (len(tokens) + 1, len(source) + 1) alignment posterior (add_posteriors)
+    unk_posterior: np.ndarray | None = None  # the same shape: the posterior at its <unk>s, else α (add_unk_posteriors)
 
     def rank(self) -> tuple[int, float]:
         """What orders finished hypotheses, best first: those that wrote all their numbers, then by norm_score."""

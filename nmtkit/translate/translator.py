@@ -45,7 +45,7 @@ import torch
 
 # (also the library's names here)
 from nmtkit.translate import linetext, search
-from nmtkit.translate.decoding import (add_posteriors, build_models, decode_batch,  # noqa: F401
+from nmtkit.translate.decoding import (add_alignments, add_posteriors, build_models, decode_batch,  # noqa: F401
                                        finish_hypotheses, load_checkpoints, start_cohort)
 from nmtkit.errors import InputError, WorkerError
 from nmtkit.translate.config import DecodeConfig
@@ -319,10 +319,8 @@ class Translator:
             raise ValueError("end() needs every cohort of begin() done")
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bool(self._options["bf16"])):
             hyps = [search.results(c) for c in cohorts]  # (with --all-numbers' second pass)
-        hyps = [finish_hypotheses(h) for h in hyps]
-        if self.need_attention and self.decode.alignment_method == "posterior":
-            for batch, h in zip(w.batches, hyps):
-                add_posteriors(self.models, [p.ids for p in batch], h, self.device)
+        hyps = [add_alignments(self.models, [p.ids for p in batch], finish_hypotheses(h), self.device, self.decode,
+                               self.need_attention) for batch, h in zip(w.batches, hyps)]
         return self._assemble(w, hyps)
 
     def translate_lines(self, texts: Iterable[str]) -> list[str]:
@@ -449,8 +447,9 @@ class Translator:
         toks = self.tgt_vocab.decode(h.tokens)
         forced = len(piece.prefix_tokens)
         toks[:forced] = piece.prefix_tokens  # the prefix's words as given, out-of-vocabulary too
-        if self.decode.replace_unk and h.attention is not None:
-            toks = replace_unks(toks, h.tokens, h.attention, piece.tokens, self.src_pre.words_of, self.unk_dict,
+        if self.decode.replace_unk and h.attention is not None:  # (by the posterior where add_unk_posteriors ran)
+            weights = h.unk_posterior if h.unk_posterior is not None else h.attention
+            toks = replace_unks(toks, h.tokens, weights, piece.tokens, self.src_pre.words_of, self.unk_dict,
                                 start=forced)
         return toks
 

@@ -1,5 +1,11 @@
 """Unknown-word replacement (``nmt-translate --replace-unk``, after Luong et al., 2015): each ``<unk>`` the model
-writes becomes the source word its attention weighs most, or that word's entry in a dictionary."""
+writes becomes the source word it comes from, or that word's entry in a dictionary.
+
+Which source word: by default the largest alignment posterior (``--replace-unk-by posterior``;
+:func:`nmtkit.translate.decoding.add_unk_posteriors`), p(a_i = j | <unk>) ∝ α_ij · p(<unk> | c_i = h_j), the attention
+times how likely source word j alone, as the decoder's context, makes the model write ``<unk>`` -- an unknown or rare
+word more than the known words the attention also looks at; or, as fairseq and OpenNMT-py do, the most attended
+source word (``attention``).  What each gains: tests/bench/results/bench_replace_unk.txt."""
 
 from __future__ import annotations
 
@@ -26,8 +32,9 @@ def load_unk_dict(path: str) -> dict[str, str]:
 
 def replace_unks(tokens: list[str], ids: Sequence[int], attention, src_tokens: list[str],
                  words_of: Callable, unk_dict: dict[str, str], start: int = 0) -> list[str]:
-    """``tokens`` (the decoded ``ids``) with every ``<unk>`` from position ``start`` on replaced: α (Ty, ≥ Tx), the
-    hypothesis's attention over ``src_tokens``, picks the source token; ``words_of`` maps source tokens to words
+    """``tokens`` (the decoded ``ids``) with every ``<unk>`` from position ``start`` on replaced: ``attention``
+    (Ty, ≥ Tx), the hypothesis's attention or alignment posterior over ``src_tokens``, picks the source token (its
+    largest weight); ``words_of`` maps source tokens to words
     (subwords to the word they make up), and ``unk_dict`` that word to its translation (else the word itself)."""
     src_words, src_word_of = words_of(src_tokens)
     out = list(tokens)

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""What ``nmt-translate --replace-unk`` gains, by the attention and by the alignment posterior.
+
+    python tests/bench/bench_replace_unk.py -m MODEL.pt --out DIR [--jobs 2] [--bootstrap 1000] \\
+        NAME=SOURCE,REFERENCE ... [-- MORE nmt-translate OPTIONS, e.g. --beam 12 --no-repeat-ngram 4]
+
+For each test set, ``nmt-translate`` three times, as a user runs it: without replacement (``<unk>`` left in the
+text), ``--replace-unk --replace-unk-by attention`` (the most attended source word: Luong et al. 2015, fairseq,
+OpenNMT-py) and ``--replace-unk`` by ``posterior`` (the default: the source word of the largest alignment posterior
+at the ``<unk>``, nmtkit/translate/decoding.py add_unk_posteriors).  The beam search is the same in all three; only
+the words written for ``<unk>`` differ.  Then, on the detokenised text the user reads:
+
+- sacreBLEU and chrF with signatures (``nmt-score``), paired bootstrap of each replacement against none, and of the
+  posterior against the attention;
+- each ``<unk>`` of the unreplaced text and what each method wrote in its place (found by aligning the unreplaced
+  and replaced texts' Moses tokens): how many of those words the reference line has ("copied right").
+
+Translations are run ``--jobs`` at a time, one thread each; the seconds are wall clock (say whether the machine was
+idle).  Outputs and reports go under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+VARIANTS = {"none": [], "attention": ["--replace-unk", "--replace-unk-by", "attention"],
+            "posterior": ["--replace-unk"]}
+PLACEHOLDER = "UNKPLACEHOLDER"  # (what "<unk>" is tokenised as: one token, in no reference)
+
+
+def translate(model: str, source: str, out: Path, options: list[str], extra: list[str]) -> float:
+    start = time.monotonic()
+    subprocess.run([sys.executable, str(REPO / "bin" / "nmt-translate"), "-m", model, "-i", source, "-o", str(out),
+                    "--threads", "1", "-q", *extra, *options], check=True)
+    return time.monotonic() - start
+
+
+def score(reference: str, source: str, names: list[str], files: list[Path], bootstrap: int) -> dict:
+    args = [sys.executable, str(REPO / "bin" / "nmt-score"), "-r", reference, "-s", source, "--json",
+            "--bootstrap", str(bootstrap), "--metrics", "BLEU,chrF"]
+    for name in names:
+        args += ["-n", name]
+    proc = subprocess.run(args + [str(f) for f in files], check=True, capture_output=True, text=True)
+    return json.loads(proc.stdout)
+
+
+def replacements(plain: list[str], replaced: list[str], reference: list[str]) -> tuple[int, int]:
+    """(<unk>s replaced, of which the reference line has the word(s) written): the unreplaced and replaced lines
+    Moses-tokenised and aligned token by token; what stands where the unreplaced text has ``<unk>`` is its
+    replacement."""
+    from sacremoses import MosesTokenizer
+
+    tok = MosesTokenizer(lang="fr")
+    words = lambda line: tok.tokenize(line, escape=False)  # noqa: E731
+    total = right = 0
+    for a, b, ref in zip(plain, replaced, reference):
+        if "<unk>" not in a:
+            continue
+        x, y = words(a.replace("<unk>", f" {PLACEHOLDER} ")), words(b)
+        ref_words = set(words(ref))
+        for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, x, y, autojunk=False).get_opcodes():
+            unks = x[i1:i2].count(PLACEHOLDER)
+            if op == "equal" or not unks:
+                continue
+            total += unks
+            written = [w for w in y[j1:j2] if w not in x[i1:i2]]
+            right += min(unks, sum(w in ref_words for w in written))
+    return total, right
+
+
+def _system(report: dict, name: str) -> dict:
+    return next(s for s in report["systems"] if s["name"] == name)
+
+
+def _p_value(report: dict, name: str) -> float | None:
+    """The BLEU paired bootstrap's p-value of system ``name`` against the report's first."""
+    bleu = next(b for b in report["bootstrap"] if b["metric"] == "BLEU")
+    return next(s for s in bleu["systems"] if s["name"] == name)["p_value"]
+
+
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-m", "--model", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--bootstrap", type=int, default=1000)
+    p.add_argument("sets", nargs="+", metavar="NAME=SOURCE,REFERENCE")
+    a = p.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sets = []
+    for spec in a.sets:
+        name, _, files = spec.partition("=")
+        source, _, reference = files.partition(",")
+        sets.append((name, source, reference))
+    jobs = [(name, source, variant) for name, source, _ in sets for variant in VARIANTS]
+    seconds = {}
+    with ThreadPoolExecutor(a.jobs) as pool:
+        done = {job: pool.submit(translate, a.model, job[1], out / f"{job[0]}.{job[2]}.fr", VARIANTS[job[2]], extra)
+                for job in jobs}
+        for job, future in done.items():
+            seconds[job[0], job[2]] = future.result()
+    print(f"model {a.model}; nmt-translate {' '.join(extra)} --threads 1, {a.jobs} at a time")
+    report = {}
+    for name, source, reference in sets:
+        files = [out / f"{name}.{v}.fr" for v in VARIANTS]
+        against_none = score(reference, source, list(VARIANTS), files, a.bootstrap)
+        head_to_head = score(reference, source, ["attention", "posterior"], files[1:], a.bootstrap)
+        texts = {v: f.read_text(encoding="utf-8").splitlines() for v, f in zip(VARIANTS, files)}
+        with open(reference, encoding="utf-8") as f:
+            ref = f.read().splitlines()
+        unk_lines = sum("<unk>" in line for line in texts["none"])
+        print(f"\n{name}: {len(ref):,} lines, {unk_lines:,} of them with <unk> unreplaced")
+        print(f"  {'':10} {'BLEU':>6} {'chrF':>6}  {'p vs none':>9}  {'<unk> replaced':>14}  {'copied right':>12}"
+              f"  {'seconds':>7}")
+        report[name] = {"scores": against_none, "posterior_vs_attention": head_to_head}
+        for v in VARIANTS:
+            bleu, chrf = (_system(against_none, v)["scores"][m]["score"] for m in ("BLEU", "chrF"))
+            p_value = _p_value(against_none, v)
+            total, right = replacements(texts["none"], texts[v], ref) if v != "none" else (0, 0)
+            share = f"{right / total:.1%}" if total else "-"
+            p_text = f"{p_value:.3f}" if p_value is not None else "-"
+            print(f"  {v:10} {bleu:6.2f} {chrf:6.2f}  {p_text:>9}  {total:14,}  {right:6,} {share:>5}"
+                  f"  {seconds[name, v]:7.0f}")
+            report[name][v] = {"BLEU": bleu, "chrF": chrf, "p_vs_none": p_value, "replaced": total,
+                               "copied_right": right, "seconds": seconds[name, v]}
+        print(f"  posterior against attention: paired bootstrap p = {_p_value(head_to_head, 'posterior'):.3f}")
+        print(f"  BLEU: {against_none['metrics']['BLEU']['signature']}; bootstrap "
+              f"{against_none['bootstrap'][0]['signature']}")
+        sys.stdout.flush()
+    with open(out / "report.json", "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()
