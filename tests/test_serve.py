@@ -344,8 +344,8 @@ def test_lines_that_arrive_together_are_shared_among_the_free_worker_processes(c
      "--alignment-method must be attention or posterior (got 'viterbi')"),
     (b'{"src": ["A dog."], "attention": true, "alignment_method": "posterior"}', 400,
      "\"alignment_method\": \"posterior\" says how the alignment is made: ask for it with \"alignment\": true"),
-    (b'{"src": ["A dog."], "replace_unk_by": "attention"}', 400,
-     "\"replace_unk_by\": \"attention\" says how \"replace_unk\" finds an <unk>'s source word: ask for it with "
+    (b'{"src": ["A dog."], "replace_unk_by": "posterior"}', 400,
+     "\"replace_unk_by\": \"posterior\" says how \"replace_unk\" finds an <unk>'s source word: ask for it with "
      "\"replace_unk\": true"),
     (b'{"src": ["A dog."], "replace_unk": true, "replace_unk_by": "attention"}', 200, None),
     (b'{"src": ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s", '

@@ -2,8 +2,8 @@
 posterior of the model's own translation (nmtkit.posterior.forced_posterior, as ``nmt-align --method posterior``
 computes it), in every decoding path -- this process, worker processes -- with the translation, its n-best list, its
 scores and its attention file unchanged; an option that would change nothing is refused in one line.  And
---replace-unk, which by default writes for each <unk> the source word of the largest posterior at that <unk>
-(``--replace-unk-by attention``: the most attended one).  The server's
+--replace-unk, which writes for each <unk> the most attended source word or, with ``--replace-unk-by posterior``,
+the source word of the largest posterior at that <unk>.  The server's
 ``"alignment_method"`` is tested beside nmt-translate in tests/test_serve.py.  A small model trained here on real
 Multi30K pairs (the ``trained`` fixture)."""
 
@@ -174,8 +174,8 @@ def test_the_posterior_of_some_words_is_the_posterior_there_and_the_attention_el
 
 
 def test_replace_unk_writes_the_source_word_of_the_posterior_or_of_the_attention(trained, source, tmp_path):
-    """Each <unk> of the translation becomes the source word of the largest posterior at that <unk> (default) or of
-    the largest attention (--replace-unk-by attention), in the text the user reads; nothing else changes, in this
+    """Each <unk> of the translation becomes the source word of the largest attention (default) or of the largest
+    posterior at that <unk> (--replace-unk-by posterior), in the text the user reads; nothing else changes, in this
     process and in worker processes alike; the two choose differently somewhere."""
     import torch
 
@@ -187,13 +187,13 @@ def test_replace_unk_writes_the_source_word_of_the_posterior_or_of_the_attention
     _, ckpt = trained
     src, lines = source
     plain = _translate(ckpt, src, tmp_path / "plain")
-    by_posterior = _translate(ckpt, src, tmp_path / "posterior", "--replace-unk")
-    by_attention = _translate(ckpt, src, tmp_path / "attention", "--replace-unk", "--replace-unk-by", "attention")
-    assert _translate(ckpt, src, tmp_path / "workers", "--replace-unk", "--workers", "2", "--threads", "2") \
-        == by_posterior
+    by_posterior = _translate(ckpt, src, tmp_path / "posterior", "--replace-unk", "--replace-unk-by", "posterior")
+    by_attention = _translate(ckpt, src, tmp_path / "attention", "--replace-unk")
+    assert _translate(ckpt, src, tmp_path / "workers", "--replace-unk", "--replace-unk-by", "posterior", "--workers",
+                      "2", "--threads", "2") == by_posterior
     # with the links from the posterior too, the <unk> rows are read from that posterior: the same words
-    assert _translate(ckpt, src, tmp_path / "both", "--replace-unk", "--alignment-method", "posterior")["out"] \
-        == by_posterior["out"]
+    assert _translate(ckpt, src, tmp_path / "both", "--replace-unk", "--replace-unk-by", "posterior",
+                      "--alignment-method", "posterior")["out"] == by_posterior["out"]
     for f in ("scores", "align"):  # the search is the same: only the words written for <unk> change
         assert by_posterior[f] == by_attention[f] == plain[f], f
     payload = checkpoint.load(ckpt)
@@ -231,8 +231,8 @@ def test_replace_unk_by_without_replace_unk_is_one_line(trained, source, tmp_pat
     _, ckpt = trained
     src, _ = source
     proc = subprocess.run([*TRANSLATE, "-m", ckpt, "-i", str(src), "-o", str(tmp_path / "out"),
-                           "--replace-unk-by", "attention"], capture_output=True, text=True, env=ENV, timeout=300)
+                           "--replace-unk-by", "posterior"], capture_output=True, text=True, env=ENV, timeout=300)
     assert proc.returncode == 1 and not (tmp_path / "out").exists()
     assert proc.stderr.strip().splitlines() == [
-        "nmt-translate: error: --replace-unk-by attention says how --replace-unk finds an <unk>'s source word: give "
+        "nmt-translate: error: --replace-unk-by posterior says how --replace-unk finds an <unk>'s source word: give "
         "--replace-unk"]

@@ -108,7 +108,7 @@ def _translate(models, input_path, output_path, prefix_path, unk_dict, nbest_fil
     if decode.alignment_method != "attention" and not alignments:
         raise InputError(f"--alignment-method {decode.alignment_method} says how --alignments are made: give "
                          "--alignments FILE")
-    if decode.replace_unk_by != "posterior" and not decode.replace_unk:
+    if decode.replace_unk_by != "attention" and not decode.replace_unk:
         raise InputError(f"--replace-unk-by {decode.replace_unk_by} says how --replace-unk finds an <unk>'s source "
                          "word: give --replace-unk")
     if decode.nbest > 1 and nbest_file is None and output_path in (None, "-"):

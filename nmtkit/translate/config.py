@@ -69,11 +69,12 @@ class DecodeConfig:
         False, "Replace each generated <unk> by the source word it comes from (as --replace-unk-by finds it), or by "
                "that word's --unk-dict entry.")
     replace_unk_by: str = _setting(
-        "posterior", "How --replace-unk finds the source word of an <unk>: 'posterior', the largest alignment "
-                     "posterior (the attention times how likely that source word alone makes the model write <unk>: "
-                     "an unknown or rare word more than its neighbours; an output layer per source word for each "
-                     "<unk> written), or 'attention', the most attended source word (Luong et al. 2015; fairseq's "
-                     "and OpenNMT-py's).  tests/bench/results/bench_replace_unk.txt has what each scores.",
+        "attention", "How --replace-unk finds the source word of an <unk>: 'attention', the most attended source "
+                     "word (Luong et al. 2015; fairseq's and OpenNMT-py's), or 'posterior', the largest alignment "
+                     "posterior (the attention times how likely that source word alone makes the model write <unk>; "
+                     "an output layer per source word for each <unk>), which finds a lone unknown word more often "
+                     "but writes the most unknown word of a name for all its <unk>s ('Munnich Munnich' for 'Lee "
+                     "Munnich'): tests/bench/results/bench_replace_unk.txt.",
         choices=ALIGNMENT_METHODS)
     alignment_method: str = _setting(
         "attention", "How --alignments (and nmt-serve's \"alignment\") link words: 'attention', each target word to "

@@ -1,11 +1,13 @@
 """Unknown-word replacement (``nmt-translate --replace-unk``, after Luong et al., 2015): each ``<unk>`` the model
 writes becomes the source word it comes from, or that word's entry in a dictionary.
 
-Which source word: by default the largest alignment posterior (``--replace-unk-by posterior``;
-:func:`nmtkit.translate.decoding.add_unk_posteriors`), p(a_i = j | <unk>) ∝ α_ij · p(<unk> | c_i = h_j), the attention
-times how likely source word j alone, as the decoder's context, makes the model write ``<unk>`` -- an unknown or rare
-word more than the known words the attention also looks at; or, as fairseq and OpenNMT-py do, the most attended
-source word (``attention``).  What each gains: tests/bench/results/bench_replace_unk.txt."""
+Which source word: by default, as fairseq and OpenNMT-py do, the most attended one (``--replace-unk-by attention``);
+or the largest alignment posterior (``posterior``; :func:`nmtkit.translate.decoding.add_unk_posteriors`),
+p(a_i = j | <unk>) ∝ α_ij · p(<unk> | c_i = h_j), the attention times how likely source word j alone, as the
+decoder's context, makes the model write ``<unk>``.  The posterior finds an unknown word among known ones better, but
+the factor p(<unk> | h_j) outweighs the attention's position within a name or phrase of several unknown words, so
+it writes the most unknown of them for each (``Munnich Munnich`` for ``Lee Munnich``), and it scores lower:
+tests/bench/results/bench_replace_unk.txt."""
 
 from __future__ import annotations
 

@@ -5,18 +5,21 @@
         NAME=SOURCE,REFERENCE ... [-- MORE nmt-translate OPTIONS, e.g. --beam 12 --no-repeat-ngram 4]
 
 For each test set, ``nmt-translate`` three times, as a user runs it: without replacement (``<unk>`` left in the
-text), ``--replace-unk --replace-unk-by attention`` (the most attended source word: Luong et al. 2015, fairseq,
-OpenNMT-py) and ``--replace-unk`` by ``posterior`` (the default: the source word of the largest alignment posterior
-at the ``<unk>``, nmtkit/translate/decoding.py add_unk_posteriors).  The beam search is the same in all three; only
+text), ``--replace-unk`` by ``attention`` (the default: the most attended source word, as Luong et al. 2015,
+fairseq and OpenNMT-py) and by ``posterior`` (the source word of the largest alignment posterior at the ``<unk>``,
+nmtkit/translate/decoding.py add_unk_posteriors).  The beam search is the same in all three; only
 the words written for ``<unk>`` differ.  Then, on the detokenised text the user reads:
 
 - sacreBLEU and chrF with signatures (``nmt-score``), paired bootstrap of each replacement against none, and of the
   posterior against the attention;
 - each ``<unk>`` of the unreplaced text and what each method wrote in its place (found by aligning the unreplaced
-  and replaced texts' Moses tokens): how many of those words the reference line has ("copied right").
+  and replaced texts' Moses tokens): how many of those words the reference line has ("copied right", clipped as
+  BLEU clips: a word the reference has once counts once), and the lines where a source word is written for two
+  adjacent ``<unk>``s ("doubled": "Munnich Munnich" for "Lee Munnich").
 
 Translations are run ``--jobs`` at a time, one thread each; the seconds are wall clock (say whether the machine was
-idle).  Outputs and reports go under ``--out``.
+idle).  Outputs and reports go under ``--out``; with ``--reuse`` the translations already there are scored again
+(their seconds read from the report.json there).
 """
 
 from __future__ import annotations
@@ -28,12 +31,13 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 VARIANTS = {"none": [], "attention": ["--replace-unk", "--replace-unk-by", "attention"],
-            "posterior": ["--replace-unk"]}
+            "posterior": ["--replace-unk", "--replace-unk-by", "posterior"]}
 PLACEHOLDER = "UNKPLACEHOLDER"  # (what "<unk>" is tokenised as: one token, in no reference)
 
 
@@ -53,28 +57,35 @@ def score(reference: str, source: str, names: list[str], files: list[Path], boot
     return json.loads(proc.stdout)
 
 
-def replacements(plain: list[str], replaced: list[str], reference: list[str]) -> tuple[int, int]:
-    """(<unk>s replaced, of which the reference line has the word(s) written): the unreplaced and replaced lines
-    Moses-tokenised and aligned token by token; what stands where the unreplaced text has ``<unk>`` is its
-    replacement."""
+def replacements(plain: list[str], replaced: list[str], reference: list[str]) -> tuple[int, int, int]:
+    """(<unk>s replaced, how many of the words written the reference line has, clipped; pairs of adjacent <unk>s
+    given the same word): the unreplaced and replaced lines Moses-tokenised and aligned token by token; what stands
+    where the unreplaced text has ``<unk>`` is its replacement."""
     from sacremoses import MosesTokenizer
 
     tok = MosesTokenizer(lang="fr")
     words = lambda line: tok.tokenize(line, escape=False)  # noqa: E731
-    total = right = 0
+    total = right = doubled = 0
     for a, b, ref in zip(plain, replaced, reference):
         if "<unk>" not in a:
             continue
         x, y = words(a.replace("<unk>", f" {PLACEHOLDER} ")), words(b)
-        ref_words = set(words(ref))
+        left = Counter(words(ref))  # (clipped as BLEU clips: a word the reference has once is right once)
         for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, x, y, autojunk=False).get_opcodes():
             unks = x[i1:i2].count(PLACEHOLDER)
             if op == "equal" or not unks:
                 continue
             total += unks
-            written = [w for w in y[j1:j2] if w not in x[i1:i2]]
-            right += min(unks, sum(w in ref_words for w in written))
-    return total, right
+            if i2 - i1 == j2 - j1:  # (one word for each: adjacent <unk>s written as one word twice)
+                doubled += sum(x[i] == x[i + 1] == PLACEHOLDER and y[j1 + i - i1] == y[j1 + i - i1 + 1]
+                               for i in range(i1, i2 - 1))
+            hits = 0
+            for w in (w for w in y[j1:j2] if w not in x[i1:i2]):
+                if left[w] > 0:
+                    left[w] -= 1
+                    hits += 1
+            right += min(unks, hits)
+    return total, right, doubled
 
 
 def _system(report: dict, name: str) -> dict:
@@ -96,6 +107,7 @@ def main(argv=None) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--bootstrap", type=int, default=1000)
+    p.add_argument("--reuse", action="store_true", help="score the translations already under --out again")
     p.add_argument("sets", nargs="+", metavar="NAME=SOURCE,REFERENCE")
     a = p.parse_args(argv)
     out = Path(a.out)
@@ -107,6 +119,12 @@ def main(argv=None) -> None:
         sets.append((name, source, reference))
     jobs = [(name, source, variant) for name, source, _ in sets for variant in VARIANTS]
     seconds = {}
+    if a.reuse:
+        earlier = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
+        for name, _, variant in jobs:
+            if (out / f"{name}.{variant}.fr").exists():
+                seconds[name, variant] = earlier.get(name, {}).get(variant, {}).get("seconds")
+        jobs = [job for job in jobs if (job[0], job[2]) not in seconds]
     with ThreadPoolExecutor(a.jobs) as pool:
         done = {job: pool.submit(translate, a.model, job[1], out / f"{job[0]}.{job[2]}.fr", VARIANTS[job[2]], extra)
                 for job in jobs}
@@ -124,18 +142,19 @@ def main(argv=None) -> None:
         unk_lines = sum("<unk>" in line for line in texts["none"])
         print(f"\n{name}: {len(ref):,} lines, {unk_lines:,} of them with <unk> unreplaced")
         print(f"  {'':10} {'BLEU':>6} {'chrF':>6}  {'p vs none':>9}  {'<unk> replaced':>14}  {'copied right':>12}"
-              f"  {'seconds':>7}")
+              f"  {'doubled':>7}  {'seconds':>7}")
         report[name] = {"scores": against_none, "posterior_vs_attention": head_to_head}
         for v in VARIANTS:
             bleu, chrf = (_system(against_none, v)["scores"][m]["score"] for m in ("BLEU", "chrF"))
             p_value = _p_value(against_none, v)
-            total, right = replacements(texts["none"], texts[v], ref) if v != "none" else (0, 0)
+            total, right, doubled = replacements(texts["none"], texts[v], ref) if v != "none" else (0, 0, 0)
             share = f"{right / total:.1%}" if total else "-"
             p_text = f"{p_value:.3f}" if p_value is not None else "-"
-            print(f"  {v:10} {bleu:6.2f} {chrf:6.2f}  {p_text:>9}  {total:14,}  {right:6,} {share:>5}"
-                  f"  {seconds[name, v]:7.0f}")
+            took = seconds[name, v]
+            print(f"  {v:10} {bleu:6.2f} {chrf:6.2f}  {p_text:>9}  {total:14,}  {right:6,} {share:>5}  {doubled:7,}"
+                  f"  {'-' if took is None else f'{took:.0f}':>7}")
             report[name][v] = {"BLEU": bleu, "chrF": chrf, "p_vs_none": p_value, "replaced": total,
-                               "copied_right": right, "seconds": seconds[name, v]}
+                               "copied_right": right, "doubled": doubled, "seconds": took}
         print(f"  posterior against attention: paired bootstrap p = {_p_value(head_to_head, 'posterior'):.3f}")
         print(f"  BLEU: {against_none['metrics']['BLEU']['signature']}; bootstrap "
               f"{against_none['bootstrap'][0]['signature']}")
