@@ -127,15 +127,19 @@ def test_posterior_links_of_lines_cut_into_pieces_and_of_prefixed_lines(trained,
     assert pieced >= 5
 
 
-def test_an_alignment_method_without_alignments_or_unknown_is_one_line(trained, source, tmp_path):
+@pytest.mark.parametrize("option, message", [
+    ("--alignment-method", "--alignment-method posterior says how --alignments are made: give --alignments FILE"),
+    ("--replace-unk-by", "--replace-unk-by posterior says how --replace-unk finds an <unk>'s source word: give "
+                         "--replace-unk"),
+])
+def test_a_posterior_option_that_would_change_nothing_is_one_line(trained, source, tmp_path, option, message):
     _, ckpt = trained
     src, _ = source
-    proc = subprocess.run([*TRANSLATE, "-m", ckpt, "-i", str(src), "-o", str(tmp_path / "out"),
-                           "--alignment-method", "posterior"], capture_output=True, text=True, env=ENV, timeout=300)
+    proc = subprocess.run([*TRANSLATE, "-m", ckpt, "-i", str(src), "-o", str(tmp_path / "out"), option, "posterior"],
+                          capture_output=True, text=True, env=ENV, timeout=300)
     assert proc.returncode == 1 and not (tmp_path / "out").exists()
-    assert proc.stderr.strip().splitlines() == [
-        "nmt-translate: error: --alignment-method posterior says how --alignments are made: give --alignments FILE"]
-    proc = _translate(ckpt, src, tmp_path / "bad", "--alignment-method", "viterbi", check=False)
+    assert proc.stderr.strip().splitlines() == [f"nmt-translate: error: {message}"]
+    proc = _translate(ckpt, src, tmp_path / "bad", option, "viterbi", check=False)
     assert proc.returncode == 2 and "'viterbi' is not one of 'attention', 'posterior'" in proc.stderr
     assert not (tmp_path / "bad" / "out").exists()
 
@@ -226,13 +230,3 @@ def test_replace_unk_writes_the_source_word_of_the_posterior_or_of_the_attention
                 assert want[name][i] in texts[name][k], (name, texts[name][k])
     assert unks >= 10 and differ >= 1, (unks, differ)
 
-
-def test_replace_unk_by_without_replace_unk_is_one_line(trained, source, tmp_path):
-    _, ckpt = trained
-    src, _ = source
-    proc = subprocess.run([*TRANSLATE, "-m", ckpt, "-i", str(src), "-o", str(tmp_path / "out"),
-                           "--replace-unk-by", "posterior"], capture_output=True, text=True, env=ENV, timeout=300)
-    assert proc.returncode == 1 and not (tmp_path / "out").exists()
-    assert proc.stderr.strip().splitlines() == [
-        "nmt-translate: error: --replace-unk-by posterior says how --replace-unk finds an <unk>'s source word: give "
-        "--replace-unk"]
