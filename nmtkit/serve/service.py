@@ -66,7 +66,7 @@ def read_request(body: Any) -> Request:
     if decode.alignment_method != "attention" and not flags["alignment"]:  # (as nmt-translate refuses it)
         raise InputError(f"\"alignment_method\": \"{decode.alignment_method}\" says how the alignment is made: "
                          "ask for it with \"alignment\": true")
-    if "replace_unk_by" in body and not decode.replace_unk:
+    if decode.replace_unk_by != "attention" and not decode.replace_unk:  # (as nmt-translate refuses it)
         raise InputError(f"\"replace_unk_by\": \"{decode.replace_unk_by}\" says how \"replace_unk\" finds an <unk>'s "
                          "source word: ask for it with \"replace_unk\": true")
     return Request(lines, decode, prefixes, **flags)
