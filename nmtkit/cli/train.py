@@ -136,7 +136,8 @@ def _list_archs(ctx, param, value):
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:1, ...")
 @click.option("--bf16", is_flag=True, help="bfloat16 autocast (mixed precision).")
 @backend_option("updates to float rounding")
-@click.option("--threads", default=0, show_default=True, help="Torch threads (0 = torch's default).")
+@click.option("--threads", default=0, show_default=True,
+              help="Torch threads; 0 = measured: every core, or fewer while other work makes fewer faster.")
 @click.option("--resume", is_flag=True, help="Continue the run in SAVE_DIR from checkpoint_last.pt.")
 @click.option("--force", is_flag=True, help="Start over in a SAVE_DIR that holds checkpoints (they are deleted).")
 @click.option("--quiet", "-q", is_flag=True)

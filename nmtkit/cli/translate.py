@@ -66,7 +66,8 @@ def _output(path: str | None):
 @click.option("--max-source-len", default=250, show_default=True,
               help="Longer lines are translated in pieces of at most this many tokens (with a warning).")
 @click.option("--device", default="cpu", show_default=True)
-@click.option("--threads", default=0, help="Torch threads in all (0 = torch's default: one per core).")
+@click.option("--threads", default=0,
+              help="Torch threads in all (0 = one per core; fewer in this process while other work makes fewer faster).")
 @click.option("--workers", default=0, show_default=True,
               help="Decoding processes sharing the threads (0 = on CPU min(threads, 4), else 1).")
 @click.option("--bf16", is_flag=True, help="bfloat16 autocast.")
@@ -101,7 +102,7 @@ def _translate(models, input_path, output_path, prefix_path, unk_dict, nbest_fil
     from nmtkit.translate import outputs
 
     if threads < 0:  # (checked here: torch.set_num_threads refuses it with a traceback)
-        raise InputError(f"--threads must be at least 0 (got {threads}; 0 = torch's default)")
+        raise InputError(f"--threads must be at least 0 (got {threads}; 0 = automatic)")
     if threads:
         torch.set_num_threads(threads)
     decode = DecodeConfig.from_dict(decoding)  # (checked before any file is opened)

@@ -69,7 +69,7 @@ class TrainConfig:
     device: str = "cpu"
     bf16: bool = False
     backend: str | None = None  # nmtkit.models.BACKENDS: how the model computes (None: $NMTKIT_BACKEND, else fast)
-    threads: int = 0  # torch intra-op threads, 0 = torch's default
+    threads: int = 0  # torch intra-op threads; 0 = measured as the run goes (nmtkit.threads)
     resume: bool = False
     force: bool = False
 
@@ -122,7 +122,7 @@ class TrainConfig:
                                ("schedule_updates", self.schedule_updates >= 0, "at least 0 (0 = --max-updates)"),
                                ("max_epochs", self.max_epochs >= 0, "at least 0 (0 = no limit)"),
                                ("patience", self.patience >= 0, "at least 0 (0 = never stop early)"),
-                               ("threads", self.threads >= 0, "at least 0 (0 = torch's default)"),
+                               ("threads", self.threads >= 0, "at least 0 (0 = measured)"),
                                ("valid_bleu_sentences", self.valid_bleu_sentences >= -1, "at least -1 (-1 = all)"),
                                ("max_len", self.max_len is None or self.max_len >= 1, "at least 1")):
             if not ok:

@@ -48,6 +48,7 @@ from nmtkit.device import resolve_device, warn_if_slow_bf16
 from nmtkit.errors import DivergedError, InputError
 from nmtkit.data.manifest import PreparedData
 from nmtkit.progress import Progress
+from nmtkit.threads import ThreadGovernor
 from nmtkit.models import build_from_checkpoint, build_model, resolve, set_backend
 from nmtkit.train.registry import INITS
 from nmtkit.train.guided import GuidedAlignment
@@ -70,8 +71,11 @@ class Trainer:
         self.world, self.rank, self.device = self.procs.world, self.procs.rank, self.procs.device
         if cfg.bf16 and self.rank == 0:
             warn_if_slow_bf16(torch.device(cfg.device), log)
+        self.governor = None  # --threads 0 on a CPU: the thread count measured and chosen as the run goes
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
+        elif self.device.type == "cpu" and self.world == 1:
+            self.governor = ThreadGovernor(torch.get_num_threads(), events=self._thread_event)
         self.data = PreparedData.open(cfg.data)
         src, tgt = self.data.source_lang, self.data.target_lang
         self.src_vocab, self.tgt_vocab = self.data.vocab(src), self.data.vocab(tgt)
@@ -313,6 +317,9 @@ class Trainer:
         self.log_window["rows"] = self.log_window.get("rows", 0) + rows
         return guide.to(self.device)
 
+    def _thread_event(self, kind: str, line: str) -> None:
+        (log.warning if kind == "fell" else log.info)("update %d: %s", self.state.update, line)
+
     def _check_finite(self, nll_sum, norm) -> None:
         """Stop at the first non-finite loss or gradient, before the update touches the weights (nothing is saved:
         the last checkpoint stays the last good state)."""
@@ -389,6 +396,8 @@ class Trainer:
                     group = schedule[st.batch_in_epoch: st.batch_in_epoch + cfg.update_freq]
                     nll, ntok, norm = self._step(group)
                     dt = clock() - t0
+                    if self.governor is not None:
+                        self.governor.step(ntok, dt)
                     st.update += 1
                     st.batch_in_epoch += len(group)
                     st.elapsed += dt

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ from nmtkit.translate.search import Hypothesis
 from nmtkit.translate.ngramblock import number_tokens
 from nmtkit.translate.sourcenumbers import DigitTable, source_numbers
 from nmtkit.streaming import windows
+from nmtkit.threads import ThreadGovernor
 from nmtkit.data.text import Preprocessor, TextConfig
 from nmtkit.data.vocab import SPECIALS, UNK, Vocabulary
 from nmtkit.translate.outputs import Translation
@@ -157,6 +159,11 @@ class Translator:
         self._options = dict(decode=decode, need_attention=self.need_attention, bf16=bf16,
                              numbers=number_tokens(self.tgt_vocab.tokens).numpy(),
                              digit_table=DigitTable(self.tgt_vocab.tokens))
+        # --threads 0 on a CPU: the count this process decodes with, measured as it goes (nmtkit.threads)
+        self._governor = None
+        if not threads and self.device.type == "cpu" and torch.get_num_threads() > 1:
+            self._governor = ThreadGovernor(torch.get_num_threads(), window=1, warmup=1, settle=0, trials=False,
+                                            events=lambda kind, line: log.info("decoding: %s", line))
         threads = threads or torch.get_num_threads()
         self._lazy_pool = workers == 0  # automatic: start processes only for an input that fills a window
         if workers == 0:  # processes rather than threads on a CPU (see nmtkit.translate.pool)
@@ -350,7 +357,11 @@ class Translator:
 
     def _decode(self, batch: list[_Piece]) -> list[list[Hypothesis]]:
         options = {**self._options, **self._extras(batch)}
-        return decode_batch(self.models, [p.ids for p in batch], self.device, **options)
+        t0 = time.perf_counter()
+        hyps = decode_batch(self.models, [p.ids for p in batch], self.device, **options)
+        if self._governor is not None:  # (the work: source tokens, which a batch's cost follows)
+            self._governor.step(sum(len(p.ids) for p in batch), time.perf_counter() - t0)
+        return hyps
 
     def _prepare(self, window: list[tuple[int, str]], prefixes: list[list[str]], given: list[str]) -> _Window:
         """Words, model-token pieces and length-sorted batches of a window of lines."""
