@@ -29,6 +29,8 @@
 # numbers, its BLEU up, chrF level.
 # Still provisional: the schedule ('budget' against a constant rate was undecided at 900 s).  The hour itself:
 # tests/bench/results/bench_hour.txt (beside OpenNMT-py's hour on the same pairs: tests/bench/bench_hour.py).
+# --threads N fixes the torch threads of training; by default (0) nmt-train measures: every core, or fewer while other
+# work on the machine makes fewer faster (nmtkit/threads.py, tests/bench/results/bench_steady.txt).
 # Knobs (environment): SPM_UNITS [16000]  MAX_LEN [36]  VALID_EVERY [1000]  WORKERS [2]  SEED [1]
 #   ARCH [rnnsearch-small]  MAX_UPDATES [0: none]: stop (annealed) at this update if it comes before the time runs out
 #   PRECISION [auto]: bf16 (bfloat16 autocast) where the CPU computes bfloat16 natively (AVX-512 BF16 or AMX), fp32
@@ -40,7 +42,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 [ $# -ge 1 ] && { [ "$1" = -h ] || [ "$1" = --help ]; } && { usage; exit 0; }
 [ $# -ge 2 ] || { echo "one-hour.sh: TRAIN_PREFIX and WORKDIR are needed (see --help)" >&2; exit 2; }
 train="$1" work="$2"; shift 2
-dev="" seconds=3600 threads=2 src=en tgt=fr
+dev="" seconds=3600 threads=0 src=en tgt=fr
 while [ $# -gt 0 ]; do
     case "$1" in
         --dev) dev="${2:?--dev needs a prefix}"; shift 2 ;;
@@ -124,6 +126,19 @@ what="$made updates in $seconds s of training"
 if [ "$MAX_UPDATES" != 0 ] && [ "$made" -ge "$MAX_UPDATES" ]; then
     what="$made updates (MAX_UPDATES), before the $seconds s budget ran out"
 fi
+# the updates the hour made on an idle two-core machine with native bf16 (tests/bench/results/bench_hour.txt): a run
+# that bought far fewer in its time says so, and how many
+HOUR_UPDATES="${HOUR_UPDATES:-12741}"
+python3 - "$made" "$seconds" "$HOUR_UPDATES" "$MAX_UPDATES" <<'EOF' >&2
+import sys
+made, seconds, hour, cap = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+expected = hour * seconds / 3600
+if not (cap and made >= cap) and made < 0.8 * expected:
+    print(f"one-hour.sh: WARNING: {made:,} updates in {seconds:g} s, {made / expected:.0%} of the {expected:,.0f} that "
+          f"an idle two-core machine with native bf16 makes in that time ({hour:,} an hour, "
+          "tests/bench/results/bench_hour.txt): this machine was slower or busy, and the model will score below that "
+          "file's figures (nmt-train's log says whether its rate fell while it ran)")
+EOF
 cat >&2 <<EOF
 
 == done: $what
