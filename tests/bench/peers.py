@@ -357,6 +357,39 @@ def prepare_real(work: Path, lines: int = 150000) -> Path:
     return dest
 
 
+def prepare_hour(work: Path, pairs: int = 150000) -> Path:
+    """The hour's prepared data at its size (``examples/one-hour.sh``'s nmt-prepare): ``pairs`` Hansards training
+    pairs drawn at random (seed 1, in the file's order), a joint SentencePiece vocabulary of 16,000 units that spells
+    numbers digit by digit, pairs of at most 36 pieces, 500 pairs of the dev sittings for validation and the
+    test sittings as the test split. Cached."""
+    import random
+
+    root = data_root()
+    if root is None:
+        raise BenchError("real data not found: set $NMTKIT_DATA or place the shared data at ../shared/data")
+    dest = work / f"prep-hour{pairs // 1000}k-spm16000"
+    if _prepared_ok(dest):
+        return dest
+    work.mkdir(parents=True, exist_ok=True)
+    prefix, valid = work / f"hour-{pairs // 1000}k", work / "hour-valid500"
+    rows = {}
+    for lang in ("en", "fr"):
+        with gzip.open(root / "hansards" / f"train.{lang}.gz", "rt", encoding="utf-8", newline="\n") as f:
+            rows[lang] = f.read().split("\n")[:-1]
+    keep = sorted(random.Random(1).sample(range(len(rows["en"])), min(pairs, len(rows["en"]))))
+    for lang in ("en", "fr"):
+        Path(f"{prefix}.{lang}").write_text("".join(rows[lang][i] + "\n" for i in keep), encoding="utf-8")
+        with open(root / "hansards" / f"dev.{lang}", encoding="utf-8", newline="\n") as f:
+            Path(f"{valid}.{lang}").write_text("".join(line for _, line in zip(range(500), f)), encoding="utf-8")
+    log(f"nmt-prepare: {pairs:,} Hansards pairs, joint SentencePiece 16,000 units, max 36 pieces → {dest}")
+    run_measured(nmtkit_tool("nmt-prepare") + [
+        "-s", "en", "-t", "fr", "--train", prefix, "--valid", valid, "--test", root / "hansards" / "test",
+        "--spm-vocab-size", "16000", "--spm-split-digits", "--src-vocab-size", "16000", "--tgt-vocab-size", "16000",
+        "--max-len", "36", "--workers", "2", "--dest", dest, "--force", "--quiet"],
+        env=quiet_env(), log_path=work / "logs" / "prepare-hour.log")
+    return dest
+
+
 # -- nmtkit logs ----------------------------------------------------------------------------------------------------
 
 def nmtkit_tokens_per_s(jsonl: Path, skip: int) -> dict:
