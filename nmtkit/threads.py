@@ -36,6 +36,7 @@ the count (``--threads N``): products summed over another number of threads roun
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -65,8 +66,6 @@ def machine_cpu_seconds() -> tuple[float, float, float] | None:
 
 def _own_niceness() -> int:
     try:
-        import os
-
         return os.nice(0)
     except OSError:
         return 0
@@ -165,8 +164,8 @@ class ThreadGovernor:
             return
         others, free = load
         i = self.counts.index(self.threads)
-        if i > 0 and (free >= 0.5 or (self.trials_on and self._since >= self._wait)):
-            target = self.counts[i - 1]  # a core is free again (or, now and then, to see whether it is)
+        if i > 0 and free >= 0.5:
+            target = self.counts[i - 1]  # a core is free again (idle, or left to niced programs)
         elif i + 1 < len(self.counts) and others >= self.others_busy and (not self.trials_on
                                                                            or self._since >= self._wait):
             target = self.counts[i + 1]  # programs at nice 0 take a share of the cores
