@@ -436,6 +436,10 @@ class Trainer:
             self.rundir.unlock()
             self.procs.close()
         status = {"done": "done", "limit": "done"}.get(status, status)
+        gov = self.governor
+        if gov is not None and (gov.trials or gov.changes) and lead:
+            log.info("threads: %d trial(s) of another count beside other work, %d change(s); %d at the end",
+                     gov.trials, gov.changes, gov.threads)
         return {"status": status, "update": st.update, "epoch": st.epoch, "best": st.best_saved,
                 "best_update": st.best_saved_update, "save_dir": cfg.save_dir, "history": st.history}
 
