@@ -120,9 +120,10 @@ minutes = float(lines(wall)[0]) / 60  # the training process's wall clock (start
 print(f"\n== done: {arch} trained for {made:,} updates in {minutes:.1f} min (a budget of {seconds} s)")
 print(f"   scored: {model} (its last update: the 'budget' recipe anneals the rate to its floor there)")
 if made < min_updates:
-    print(f"   WARNING: only {made:,} updates in {seconds} s, where the README's figures come from 2,623 (an idle "
-          f"two-core machine with native bf16; this warning below {min_updates:,}): a slower or busy machine left the "
-          "model less trained, and the scores below are lower than the README's; run it on an idle machine, or with "
+    where = (f"where the README's figures come from 2,623 (an idle two-core machine with native bf16; this warning "
+             f"below {min_updates:,})" if arch == "rnnsearch-small" else f"where this run plans {min_updates:,}")
+    print(f"   WARNING: only {made:,} updates in {seconds} s, {where}: a slower or busy machine left the model "
+          "undertrained, and the scores below are lower than they should be; run it on an idle machine, or with "
           "QUICKSTART_TIME higher")
 for t, what in (("hansards-test", "Hansards test sittings (in domain)"), ("news-test", "news-test-2014 (news)")):
     hyp, ref = lines(f"{work}/{t}.hyp.fr"), lines(f"{raw}/{t}.fr")

@@ -396,7 +396,7 @@ def test_bad_checkpoints_are_one_line_errors(trained, tmp_path, problem):
 # -- options, stdin and prefixes given carelessly ------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, closed, message", [
-    (["--threads", "-1"], False, "--threads must be at least 0 (got -1; 0 = torch's default)"),
+    (["--threads", "-1"], False, "--threads must be at least 0 (got -1; 0 = automatic)"),
     (["--coverage-penalty", "1e308"], False,
      "--coverage-penalty must be a finite number of at least 0 and at most 10 (got 1e+308; Wu et al. use 0.2)"),
     (["--prefix", "-"], False, "--prefix - and the input both name standard input: give the input with -i FILE or "

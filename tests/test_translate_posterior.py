@@ -221,6 +221,11 @@ def test_replace_unk_writes_the_source_word_of_the_posterior_or_of_the_attention
         for i in at:
             want["posterior"][i] = s_tok[int(post[i, : len(s_tok)].argmax())]
             want["attention"][i] = s_tok[int(alpha[i, : len(s_tok)].argmax())]
+            # the --attention file rounds the weights to 6 decimals: a near-uniform row can tie there, and the tool
+            # chose by the unrounded ones; any of the tied tokens is its argmax
+            tied = {s_tok[j] for j in np.flatnonzero(alpha[i, : len(s_tok)] >= alpha[i, : len(s_tok)].max() - 1e-6)}
+            if records["attention"][k]["target"][i] in tied:
+                want["attention"][i] = records["attention"][k]["target"][i]
             differ += want["posterior"][i] != want["attention"][i]
         unks += len(at)
         for name in ("posterior", "attention"):
