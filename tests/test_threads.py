@@ -195,6 +195,7 @@ def test_nmt_train_feeds_its_updates_to_the_governor_and_logs_its_lines(small, t
     assert gov is not None and gov.counts == [2, 1]
     trainer.train()
     assert gov.start_rate is not None and gov.start_rate > 0  # a window of 8 updates after the first 3 was measured
+    caplog.clear()  # (the training's own lines: another test may have set the tools' logging up in this process)
     with caplog.at_level(logging.INFO, logger="nmtkit.train"):
         trainer._thread_event("fell", "the rate fell to 31% of the 5,000/s measured at the start")
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
