@@ -3,12 +3,11 @@ of the machine changes (``--threads 0``, the default of nmt-train and nmt-transl
 
 Why.  torch's OpenMP threads meet at a barrier after every parallel region, hundreds of times a training update;
 a thread that waits there spins.  When another program holds one of the cores, the thread that shares it with that
-program runs only part of the time, and every barrier waits for its next turn while its sibling spins: on this
-project's two-core machine, 60 updates of rnnsearch-small took 27 s idle and 162 s beside one busy core
-(``python -c 'while True: pass'``) with two threads -- 0.17 of the idle rate where a fair share is 0.5.  One thread
-on the free core makes far more.  Which count wins depends on the other program (at nice 19 it yields its core and
-two threads win again) and changes while a run goes on (a browser, a build, a test suite), so the count is not
-guessed from the load average: it is measured.
+program runs only part of the time, and every barrier waits for its next turn while its sibling spins: beside one
+busy core (``python -c 'while True: pass'``) two threads make far less than the fair half of the idle rate, and one
+thread on the free core far more (``tests/bench/results/bench_steady*.txt``).  Which count wins depends on the
+other program (at nice 19 it yields its core and two threads win again) and changes while a run goes on (a
+browser, a build, a test suite), so the count is not guessed from the load average: it is measured.
 
 How.  :class:`ThreadGovernor` is told the work done (target tokens, source tokens) and the seconds taken by each
 step.  It starts with every core it may use.  After each window of steps it reads how much CPU time the machine

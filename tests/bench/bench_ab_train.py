@@ -35,20 +35,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers  # noqa: E402
+from peers import worktree  # noqa: E402  (bench_ab_decode.py takes it from here too)
 
 WARMUP, UPDATES = 3, 20
-
-
-def worktree(work: Path, rev: str) -> Path:
-    """A checkout of ``rev`` (a commit) under the work directory, made once."""
-    sha = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=peers.REPO, check=True,
-                         capture_output=True, text=True).stdout.strip()
-    path = work / f"ab-{sha[:12]}"
-    if not (path / "bin" / "nmt-train").is_file():
-        shutil.rmtree(path, ignore_errors=True)
-        subprocess.run(["git", "worktree", "add", "--force", "--detach", str(path), sha], cwd=peers.REPO,
-                       check=True, capture_output=True)
-    return path
 
 
 def run(checkout: Path, prep: Path, runs: Path, name: str, precision: str, cpu: int | None = None) -> float:

@@ -39,7 +39,6 @@ import argparse
 import collections
 import functools
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -152,12 +151,6 @@ def report_rows(own: dict, total_own: float, wall_ms: float, product_gflop: floa
     return rows
 
 
-def clean_tree() -> bool:
-    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=peers.REPO,
-                         capture_output=True, text=True, check=True).stdout
-    return not out.strip()
-
-
 def main(argv=None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     t_start = time.time()
@@ -165,7 +158,7 @@ def main(argv=None) -> int:
     out = peers.system_header("Where the time of the hour's model goes: one training update, one decoding batch",
                               ["tests/bench/bench_profile.py"] + argv)
     out.insert(2, "script: tests/bench/bench_profile.py")
-    if not clean_tree():
+    if not peers.clean_tree():
         if not a.allow_dirty:
             print("bench_profile.py: the tree has uncommitted changes: commit them first, or --allow-dirty for a "
                   "trial whose report says it is no evidence", file=sys.stderr)
@@ -244,7 +237,6 @@ def main(argv=None) -> int:
 
         # -- decoding -----------------------------------------------------------------------------------------
         from nmtkit.translate.config import DecodeConfig
-        from nmtkit.translate import decoding
         from nmtkit.translate.translator import Translator
 
         model = a.model or a.work / f"steady-model-{a.model_updates}" / "checkpoint_last.pt"
@@ -298,7 +290,6 @@ def main(argv=None) -> int:
         ttop = sorted(((e.self_cpu_time_total / a.updates, e.key) for e in prof.key_averages()), reverse=True)[:12]
         out += ["the training update's 12 largest operations by own time (ms per update): " + "; ".join(
             f"{name} {us / 1000:,.1f}" for us, name in ttop)]
-        assert decoding  # (imported for its module's search code to be loaded before the profile)
         return peers.finish_report(out, [], 55, a.out, t_start)
     except BenchError as e:
         return peers.fail_report(out, a.out, e)

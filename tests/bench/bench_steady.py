@@ -65,24 +65,6 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def clean_tree() -> bool:
-    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=peers.REPO,
-                         capture_output=True, text=True, check=True).stdout
-    return not out.strip()
-
-
-def worktree(work: Path, rev: str) -> tuple[Path, str]:
-    """A checkout of ``rev`` under the work directory (made once) and its full commit."""
-    sha = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=peers.REPO, check=True,
-                         capture_output=True, text=True).stdout.strip()
-    path = work / f"tree-{sha[:12]}"
-    if not (path / "bin" / "nmt-train").is_file():
-        shutil.rmtree(path, ignore_errors=True)
-        subprocess.run(["git", "worktree", "add", "--force", "--detach", str(path), sha], cwd=peers.REPO,
-                       check=True, capture_output=True)
-    return path, sha
-
-
 class Busy:
     """One busy core (``python -c 'while True: pass'``) at a nice level, for the time of a ``with`` block."""
 
@@ -154,17 +136,17 @@ def main(argv=None) -> int:
     out = peers.system_header("nmtkit beside other work: training and decoding idle and beside one busy core",
                               ["tests/bench/bench_steady.py"] + (sys.argv[1:] if argv is None else argv))
     out.insert(2, "script: tests/bench/bench_steady.py")
-    dirty = not clean_tree()
+    dirty = not peers.clean_tree()
     if dirty and not a.allow_dirty:
         print("bench_steady.py: the tree has uncommitted changes: commit them first (a figure counts only from a "
               "clean commit), or --allow-dirty for a trial whose report says it is no evidence", file=sys.stderr)
         return 2
     if dirty:
         out.insert(0, "DIRTY TREE: a trial run, not evidence")
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=peers.REPO, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    head = peers.commit_of("HEAD")
     try:
-        base, base_sha = worktree(a.work, a.baseline)
+        base_sha = peers.commit_of(a.baseline)
+        base = peers.worktree(a.work, base_sha, "tree")
         trees = {"baseline": (base, base_sha, ["--threads", "2"]), "this": (peers.REPO, head, [])}
         out.append(f"commits: this {head[:12]} (its default threads), baseline {base_sha[:12]} (--threads 2, "
                    "as its one-hour.sh)")

@@ -125,6 +125,30 @@ def git_describe() -> str:
         return "?"
 
 
+def commit_of(rev: str) -> str:
+    """The full commit ``rev`` names in this checkout."""
+    return subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=REPO, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def worktree(work: Path, rev: str, prefix: str = "ab") -> Path:
+    """A checkout of ``rev`` (a commit) under the work directory, ``PREFIX-<commit>``, made once."""
+    sha = commit_of(rev)
+    path = work / f"{prefix}-{sha[:12]}"
+    if not (path / "bin" / "nmt-train").is_file():
+        shutil.rmtree(path, ignore_errors=True)
+        subprocess.run(["git", "worktree", "add", "--force", "--detach", str(path), sha], cwd=REPO, check=True,
+                       capture_output=True)
+    return path
+
+
+def clean_tree() -> bool:
+    """Whether this checkout's tracked files are as committed (a figure counts only from a clean commit)."""
+    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
+                         text=True, check=True).stdout
+    return not out.strip()
+
+
 def system_header(title: str, argv: list[str]) -> list[str]:
     """The lines every result file starts with: date, machine, versions, threads, load, command."""
     import torch
