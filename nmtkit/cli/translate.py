@@ -71,10 +71,14 @@ def _output(path: str | None):
 @click.option("--workers", default=0, show_default=True,
               help="Decoding processes sharing the threads (0 = on CPU min(threads, 4), else 1).")
 @click.option("--bf16", is_flag=True, help="bfloat16 autocast.")
+@click.option("--candidates", type=click.Path(dir_okay=False),
+              help="Decode each batch over its candidate list from this table (nmt-prepare's candidates.npz): "
+                   "faster, at nearly the same output.")
 @backend_option("translations")
 @click.option("--quiet", "-q", is_flag=True)
 def main(models, input_path, output_path, prefix_path, unk_dict, nbest_file, alignments, attention, scores, tokenized,
-         batch_size, window, max_source_len, device, threads, workers, bf16, backend, quiet, **decoding):
+         batch_size, window, max_source_len, device, threads, workers, bf16, candidates, backend, quiet,
+         **decoding):
     """Translate text with one or more checkpoints: exactly one output line per input line, in order.
 
     \b
@@ -90,8 +94,8 @@ def main(models, input_path, output_path, prefix_path, unk_dict, nbest_file, ali
 
 
 def _translate(models, input_path, output_path, prefix_path, unk_dict, nbest_file, alignments, attention, scores,
-               tokenized, batch_size, window, max_source_len, device, threads, workers, bf16, backend, quiet,
-               decoding):
+               tokenized, batch_size, window, max_source_len, device, threads, workers, bf16, candidates, backend,
+               quiet, decoding):
     import torch
 
     from nmtkit.errors import InputError
@@ -131,7 +135,7 @@ def _translate(models, input_path, output_path, prefix_path, unk_dict, nbest_fil
                             unk_dict=load_unk_dict(unk_dict) if unk_dict else None, batch_size=batch_size,
                             window=window or None, tokenized=tokenized, max_source_len=max_source_len,
                             need_attention=bool(alignments or attention), bf16=bf16, workers=workers,
-                            threads=threads, backend=backend)
+                            threads=threads, backend=backend, candidates=candidates)
     progress = None
     if sys.stderr.isatty() and not quiet:
         from tqdm import tqdm

@@ -68,8 +68,9 @@ class Backend:
         """``enc`` with whatever the many steps of a search read of the source computed once."""
         return enc
 
-    def decode_step(self, model, y_prev: Tensor, state: Tensor,
-                    enc: EncoderOut) -> tuple[Tensor, Tensor, Tensor | None]:
+    def decode_step(self, model, y_prev: Tensor, state: Tensor, enc: EncoderOut,
+                    vocab: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
         """y_{i-1} (B·K,) long and the carried state (B·K, ·) -> the logits of y_i (B·K, V), the next state and
-        α_i (B·K, Tx) (None: RNNencdec), for K states per sentence of ``enc``, in sentence order."""
+        α_i (B·K, Tx) (None: RNNencdec), for K states per sentence of ``enc``, in sentence order; given ``vocab``
+        (V',) target ids, only those words' logits (B·K, V')."""
         raise NotImplementedError

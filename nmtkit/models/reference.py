@@ -206,13 +206,15 @@ class ReferenceBackend(Backend):
     def init_decoder(self, model, enc):
         return initial_carried(enc.init_state, model.ctx_dim, model.config.state_word)  # s_0 or [s_0; c]
 
-    def decode_step(self, model, y_prev, state, enc):
+    def decode_step(self, model, y_prev, state, enc, vocab=None):
         """:func:`decoder_step` (or ``decoder_step_current``) for K states per sentence: each state reads its
-        sentence's annotations, mask and c (it multiplies c_i at every step, as the equations read)."""
+        sentence's annotations, mask and c (it multiplies c_i at every step, as the equations read); ``vocab``:
+        the columns of the whole vocabulary's logits kept."""
         mask = enc.src_mask
         K = state.shape[0] // mask.shape[0]
         rows = torch.arange(mask.shape[0], device=state.device).repeat_interleave(K)  # (B·K,)   each one's sentence
         step = decoder_step if model.config.state_word == "previous" else decoder_step_current
-        return step(paper_weights(model), y_prev, state, enc.annotations.index_select(0, rows),
-                    mask.index_select(0, rows), None if enc.context is None else enc.context.index_select(0, rows),
-                    model.dropout)
+        logits, s_new, alpha = step(paper_weights(model), y_prev, state, enc.annotations.index_select(0, rows),
+                                    mask.index_select(0, rows),
+                                    None if enc.context is None else enc.context.index_select(0, rows), model.dropout)
+        return (logits if vocab is None else logits.index_select(1, vocab)), s_new, alpha

@@ -214,12 +214,15 @@ class _RNNTranslator(nn.Module):
         """The encoder output with what every step of a search reads of the source computed once."""
         return self._backend.prepare_decoding(self, enc)
 
-    def decode_step(self, y_prev: Tensor, state: Tensor, enc: EncoderOut) -> tuple[Tensor, Tensor, Tensor | None]:
+    def decode_step(self, y_prev: Tensor, state: Tensor, enc: EncoderOut,
+                    vocab: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
         """y_{i-1} (B·K,) long, the carried state (B·K, ·) -> logits for y_i (B·K, V), the next state and α_i
         (B·K, Tx) (None for the RNNencdec).  ``enc`` holds B sentences; state rows come K per sentence, in sentence
         order (K = 1 outside beam search).  The state is s_{i-1} (B·K, n), or with ``state_word="current"`` what
-        the backend carries until y_{i-1} is chosen."""
-        return self._backend.decode_step(self, y_prev, state, enc)
+        the backend carries until y_{i-1} is chosen.  Given ``vocab`` (V',) long, target ids, the logits are those
+        of these words only (B·K, V'), in that order: W_o's other rows are never multiplied (candidate lists,
+        :mod:`nmtkit.translate.candidates`)."""
+        return self._backend.decode_step(self, y_prev, state, enc, vocab)
 
     @staticmethod
     def reorder_encoder_out(enc: EncoderOut, index: Tensor) -> EncoderOut:

@@ -9,7 +9,9 @@ The pipeline, streaming so that memory is bounded by the vocabulary counts, not 
 3. **Filter and count**: training pairs with an empty side or a side longer than ``max_len`` model tokens are
    removed (counted per reason); valid and test sets are never filtered. Token counts of the kept training pairs
    give the shortlists (:meth:`nmtkit.data.vocab.Vocabulary.build`).
-4. **Binarize** each split and language (:mod:`nmtkit.data.corpus`), record coverage, and write ``manifest.json``.
+4. **Binarize** each split and language (:mod:`nmtkit.data.corpus`), record coverage.
+5. **Candidates**: the table of likely translations ``nmt-translate --candidates`` decodes with
+   (:mod:`nmtkit.data.candidates`, ``candidates.npz``); then ``manifest.json``.
 
 Everything is built in a temporary sibling of the destination and renamed into place at the end; the same inputs
 and settings give byte-identical outputs, whatever the number of workers.
@@ -23,8 +25,8 @@ from collections import Counter
 from collections.abc import Iterator
 
 from nmtkit import __version__
-from nmtkit.data import manifest as manifest_format
-from nmtkit.data.corpus import CorpusWriter, dtype_for_vocab
+from nmtkit.data import candidates, manifest as manifest_format
+from nmtkit.data.corpus import Corpus, CorpusWriter, dtype_for_vocab
 from nmtkit.data.text import Preprocessor, TextConfig
 from nmtkit.data.vocab import Vocabulary
 from nmtkit.errors import InputError
@@ -145,6 +147,10 @@ def _prepare_in(out: str, cfg: PrepareConfig, splits, subwords, text_cfg, given_
             _binarize(os.path.join(out, f".{split}.model.{lang}"), os.path.join(out, f"{split}.{lang}"),
                       vocabs[lang])
             stats[split]["coverage"][lang] = round(vocabs[lang].coverage(counts[split][k]), 6)
+    # 5. the candidate table nmt-translate --candidates decodes with (nmtkit.data.candidates)
+    table = candidates.build(Corpus(os.path.join(out, f"train.{src}")), Corpus(os.path.join(out, f"train.{tgt}")),
+                             vocabs[src].tokens, vocabs[tgt].tokens)
+    candidates.save(table, os.path.join(out, candidates.FILE))
     manifest = _manifest(cfg, splits, stats, vocabs, counts["train"], model_cfg, subword_info)
     with open(os.path.join(out, manifest_format.MANIFEST), "w", encoding="utf-8", newline="\n") as f:
         f.write(manifest_format.dumps(manifest))

@@ -19,6 +19,8 @@ from nmtkit.data import checkpoint
 from nmtkit.data.batching import collate_source
 from nmtkit.errors import InputError
 from nmtkit.models import model_for_inference
+from nmtkit.data.candidates import CandidateTable
+from nmtkit.translate.candidates import restricted, to_ids
 from nmtkit.translate.cohort import BeamCohort
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.sampling import sample
@@ -75,8 +77,8 @@ def _inputs(sources: list[np.ndarray], decode: DecodeConfig, prefixes, digit_tab
 def decode_batch(models: list, sources: list[np.ndarray], device, decode: DecodeConfig,
                  need_attention: bool = False, bf16: bool = False, prefixes: list[np.ndarray | None] | None = None,
                  keys: list | None = None, numbers=None, digit_table: DigitTable | None = None,
-                 source_numbers: list[list[str]] | None = None, numbers_whole: list[bool] | None = None
-                 ) -> list[list[Hypothesis]]:
+                 source_numbers: list[list[str]] | None = None, numbers_whole: list[bool] | None = None,
+                 candidates: CandidateTable | None = None) -> list[list[Hypothesis]]:
     """Beam search (:func:`nmtkit.translate.search.beam_search`) over source id arrays (without ``</s>``) as
     ``decode`` says, or with ``decode.sampling`` ``decode.nbest`` samples per sentence drawn with the keys
     ``(decode.seed, *keys[k])`` (``numbers``: the target tokens the n-gram block leaves free, bool (V,); with
@@ -84,19 +86,26 @@ def decode_batch(models: list, sources: list[np.ndarray], device, decode: Decode
     :class:`~nmtkit.translate.sourcenumbers.DigitTable`, and ``source_numbers``, each sentence's
     :func:`~nmtkit.translate.sourcenumbers.source_numbers`, with ``numbers_whole`` which sentences are whole lines
     (default all; see :class:`~nmtkit.translate.sourcenumbers.SourceNumbers`)): each sentence's hypotheses, with attention (if asked
-    for) as float32 numpy arrays (len(tokens) + 1, Tx)."""
+    for) as float32 numpy arrays (len(tokens) + 1, Tx).  With ``candidates`` the batch is decoded over its
+    candidate list (:mod:`nmtkit.translate.candidates`)."""
     device = torch.device(device)
+    searched, vocab = models, None
+    if candidates is not None:
+        vocab, searched, prefixes, numbers, digit_table = restricted(
+            candidates, models, sources, device, prefixes, numbers, digit_table, decode.source_numbers)
     src, lens, prefix, prefix_lens, numbers_from = _inputs(sources, decode, prefixes, digit_table, source_numbers,
                                                            numbers_whole)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         if decode.sampling is not None:
             keys = keys if keys is not None else [(k,) for k in range(len(sources))]
-            hyps = sample(models, src.to(device), lens.to(device), [(decode.seed, *k) for k in keys], decode,
+            hyps = sample(searched, src.to(device), lens.to(device), [(decode.seed, *k) for k in keys], decode,
                           need_attention=need_attention, prefix=prefix, prefix_lens=prefix_lens, numbers=numbers,
                           numbers_from=numbers_from)
         else:
-            hyps = beam_search(models, src.to(device), lens.to(device), decode, need_attention=need_attention,
+            hyps = beam_search(searched, src.to(device), lens.to(device), decode, need_attention=need_attention,
                                prefix=prefix, prefix_lens=prefix_lens, numbers=numbers, numbers_from=numbers_from)
+    if vocab is not None:
+        hyps = to_ids(vocab, hyps)
     return add_alignments(models, sources, finish_hypotheses(hyps), device, decode, need_attention)
 
 
@@ -116,12 +125,14 @@ def start_cohort(models: list, sources: list[np.ndarray], device, decode: Decode
                  need_attention: bool = False, bf16: bool = False, prefixes: list[np.ndarray | None] | None = None,
                  numbers=None, digit_table: DigitTable | None = None,
                  source_numbers: list[list[str]] | None = None, numbers_whole: list[bool] | None = None,
-                 **_) -> BeamCohort:
+                 candidates: CandidateTable | None = None, **_) -> BeamCohort:
     """:func:`decode_batch`'s beam search begun, not run: the batch encoded, as a
     :class:`~nmtkit.translate.cohort.BeamCohort` to step (:mod:`nmtkit.translate.continuous`); its
     ``results()`` through :func:`finish_hypotheses` are what :func:`decode_batch` gives."""
     if decode.sampling is not None:
         raise ValueError("a cohort is a beam search: sampling is decoded by decode_batch")
+    if candidates is not None:
+        raise ValueError("cohorts that join share one vocabulary: candidate lists are decoded by decode_batch")
     device = torch.device(device)
     src, lens, prefix, prefix_lens, numbers_from = _inputs(sources, decode, prefixes, digit_table, source_numbers,
                                                            numbers_whole)

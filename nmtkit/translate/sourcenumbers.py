@@ -84,6 +84,18 @@ class DigitTable:
         # SentencePiece's bare word start, before the first digit of a number ("▁ 1 9 9 5"), or None
         self.space = tokens.index("\u2581") if self.sentencepiece and "\u2581" in tokens else None
 
+    def subset(self, ids) -> DigitTable:
+        """The table of a part of the vocabulary (:mod:`nmtkit.translate.candidates`): token ``ids[c]`` is ``c``;
+        what holds digits, groups them or starts a word is read as before."""
+        column = {int(i): c for c, i in enumerate(ids)}
+        sub = object.__new__(DigitTable)
+        sub.size, sub.sentencepiece = len(column), self.sentencepiece
+        sub.digits = {column[i]: d for i, d in self.digits.items() if i in column}
+        sub.glue, sub.starts_word, sub.joins_next = (frozenset(column[i] for i in ids_ if i in column)
+                                                     for ids_ in (self.glue, self.starts_word, self.joins_next))
+        sub.space = column.get(self.space) if self.space is not None else None
+        return sub
+
 
 class State(NamedTuple):
     """Where a hypothesis stands with its sentence's numbers: ``left`` the numbers not yet written (digit string,

@@ -53,6 +53,7 @@ from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.search import Hypothesis
 from nmtkit.translate.ngramblock import number_tokens
 from nmtkit.translate.sourcenumbers import DigitTable, source_numbers
+from nmtkit.data.candidates import load as load_candidates
 from nmtkit.streaming import windows
 from nmtkit.threads import ThreadGovernor
 from nmtkit.data.text import Preprocessor, TextConfig
@@ -109,10 +110,12 @@ class Translator:
     def __init__(self, checkpoints: list[str], decode: DecodeConfig | None = None, device: str = "cpu",
                  unk_dict: dict[str, str] | None = None, batch_size: int = 64, window: int | None = None,
                  tokenized: bool = False, max_source_len: int = 250, need_attention: bool = False,
-                 bf16: bool = False, workers: int = 1, threads: int = 0, backend: str | None = None):
+                 bf16: bool = False, workers: int = 1, threads: int = 0, backend: str | None = None,
+                 candidates: str | None = None):
         """``decode``: how to search or sample (:class:`nmtkit.translate.config.DecodeConfig`; None: its defaults);
         the other settings are how lines are read, batched and run (``need_attention``: give every translation its
-        attention and alignment)."""
+        attention and alignment; ``candidates``: a candidate table's file, to decode each batch over its candidate
+        list, :mod:`nmtkit.translate.candidates`)."""
         if not checkpoints:
             raise InputError("no checkpoint given (-m CHECKPOINT)")
         decode = DecodeConfig() if decode is None else decode
@@ -159,6 +162,8 @@ class Translator:
         self._options = dict(decode=decode, need_attention=self.need_attention, bf16=bf16,
                              numbers=number_tokens(self.tgt_vocab.tokens).numpy(),
                              digit_table=DigitTable(self.tgt_vocab.tokens))
+        if candidates is not None:
+            self._options["candidates"] = load_candidates(candidates, self.src_vocab.tokens, self.tgt_vocab.tokens)
         # --threads 0 on a CPU: the count this process decodes with, measured as it goes (nmtkit.threads)
         self._governor = None
         if not threads and self.device.type == "cpu" and torch.get_num_threads() > 1:

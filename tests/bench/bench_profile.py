@@ -30,7 +30,11 @@ of 16,000 units, pairs of at most 36 pieces: ``peers.prepare_hour``), batches as
 - **Decoding**: one batch of 64 lines of ``hansards/test`` (spread over the file, sorted by length as
   nmt-translate batches them) with ``one-hour.sh``'s options (beam 12, no repeated 4-gram, numbers from the
   source) on a model of ``--model-updates`` updates trained here once (or ``--model``), the same table; and the
-  search's steps counted, so the time of one step is printed beside the batch's.
+  search's steps counted, so the time of one step is printed beside the batch's; with ``--candidates`` over the
+  batch's candidate list (``nmt-translate --candidates``)::
+
+    python tests/bench/bench_profile.py --candidates DIR/candidates.npz --model DIR-MODEL \
+        --out tests/bench/results/bench_profile-candidates.txt
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--model", type=Path, help="the checkpoint decoded with (default: trained once here)")
     p.add_argument("--model-updates", type=int, default=600)
+    p.add_argument("--candidates", type=Path, help="decode over candidate lists from this table (nmt-translate's "
+                   "--candidates; the model's prepared directory's candidates.npz)")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
     p.add_argument("--work", type=Path, default=peers.DEFAULT_WORK)
     p.add_argument("--out", type=Path, default=peers.RESULTS_DIR / "bench_profile.txt")
@@ -250,7 +256,8 @@ def main(argv=None) -> int:
         root = peers.data_root()
         test = (root / "hansards" / "test.en").read_text(encoding="utf-8").splitlines()
         lines = [test[i] for i in range(0, len(test), len(test) // 64)][:64]
-        tr = Translator([str(model)], DecodeConfig(**DECODE_OPTIONS), threads=2, workers=1, batch_size=64)
+        tr = Translator([str(model)], DecodeConfig(**DECODE_OPTIONS), threads=2, workers=1, batch_size=64,
+                        candidates=str(a.candidates) if a.candidates else None)
         steps = [0]
         real_step = tr.models[0].decode_step
 
@@ -274,7 +281,8 @@ def main(argv=None) -> int:
         down, dtotal, dgflop, devents = breakdown(dprof, 1)
         words = sum(len(h.text.split()) for h in hyps)
         out += ["", f"Decoding: one batch of {len(lines)} lines of hansards/test (spread over the file), "
-                f"{', '.join(f'{k}={v}' for k, v in DECODE_OPTIONS.items())}, 2 threads, model {model}; "
+                f"{', '.join(f'{k}={v}' for k, v in DECODE_OPTIONS.items())}, 2 threads, model {model}"
+                + (f", over candidate lists from {a.candidates}" if a.candidates else "") + "; "
                 f"{dwall_ms:,.0f} ms the batch (median of 3, unprofiled; range {min(dwalls) * 1000:,.0f}–"
                 f"{max(dwalls) * 1000:,.0f}), "
                 + (f"{nsteps} calls of the decoder's step (the second pass of the numbers included) → "

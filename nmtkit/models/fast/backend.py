@@ -138,21 +138,21 @@ class FastBackend(Backend):
     def prepare_decoding(self, model, enc):
         return enc._replace(proj=source_projections(model, enc))
 
-    def decode_step(self, model, y_prev, state, enc):
+    def decode_step(self, model, y_prev, state, enc, vocab=None):
         """With ``state_word="current"`` the state carried is [s_{i-2}; [U_z; U_r] s_{i-2}; C_stack c_{i-1}]
-        (B·K, 6n) (``step_output``)."""
+        (B·K, 6n) (``step_output``); ``vocab``: W_o's rows multiplied (all: None)."""
         A, Tx = enc.src_mask.shape
         K = state.shape[0] // A  # hypotheses per sentence
         proj = enc.proj if enc.proj is not None else source_projections(model, enc)  # (A, Tx or 1, 3n + 2l)
         ys, s_prev, Us, w = step_products(model, y_prev, state)  # (A·K, 3n + 2l), (A·K, n), (A·K, [n' +] 2n + 2l)
         if not model.attentive:
             Cc = proj.expand(A, K, proj.shape[-1]).reshape(A * K, -1)  # (A·K, 3n + 2l)   [C_stack; C_o] c
-            logits, new_state = step_output(model, ys, Cc, Us, s_prev, w)  # (A·K, V), (A·K, n or 6n)
+            logits, new_state = step_output(model, ys, Cc, Us, s_prev, w, vocab)  # (A·K, V), (A·K, n or 6n)
             return logits, new_state, None
         query, Us = Us.split([model.config.attn_dim, Us.shape[1] - model.config.attn_dim], dim=1)  # W_a s_{i-1}
         alpha = alignment_for_beams(query.view(A, K, -1), enc.keys, model.attention.v_a, enc.src_mask)  # (A, K, Tx)
         Cc = torch.bmm(alpha, proj).view(A * K, -1)  # (A·K, 3n + 2l)   [C_stack; C_o] c_i
-        logits, new_state = step_output(model, ys, Cc, Us, s_prev, w)  # (A·K, V), (A·K, n or 6n)
+        logits, new_state = step_output(model, ys, Cc, Us, s_prev, w, vocab)  # (A·K, V), (A·K, n or 6n)
         return logits, new_state, alpha.view(A * K, Tx)
 
 
@@ -190,13 +190,14 @@ def step_products(model, y_prev: Tensor, state: Tensor) -> tuple[Tensor, Tensor,
     return ys, s_prev, F.linear(s_prev, s_stack), w
 
 
-def step_output(model, ys: Tensor, Cc: Tensor, Us: Tensor, state: Tensor,
-                w: StepWeights | None) -> tuple[Tensor, Tensor]:
+def step_output(model, ys: Tensor, Cc: Tensor, Us: Tensor, state: Tensor, w: StepWeights | None,
+                vocab: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The rest of a step, from [W_stack E y + b_stack; V_o E y + b_o] (N, 3n + 2l), [C_stack; C_o] c_i
     (N, 3n + 2l), [U_z; U_r; U_o] s_{i-1} (N, 2n + 2l), s_{i-1} (N, n) and ``step_products``' step weights ->
     logits (N, V) and the state to carry: s_i (N, n), or with ``state_word="current"`` [s_{i-1}; [U_z; U_r] s_{i-1};
     C_stack c_i] (N, 6n), since s_i reads y_i, which the search has yet to choose (the next step's update then
-    multiplies nothing it has not got)."""
+    multiplies nothing it has not got).  Given ``vocab`` (V',) target ids, the logits are those words' (N, V'):
+    only their rows of W_o are multiplied."""
     n = model.config.hidden_dim
     pre = ys + Cc  # (N, 3n + 2l)   [W E y + C c + b (GRU input side, 3n); V_o E y + C_o c + b_o (2l)]
     gx, t_part = pre.split([3 * n, pre.shape[1] - 3 * n], dim=1)
@@ -207,7 +208,10 @@ def step_output(model, ys: Tensor, Cc: Tensor, Us: Tensor, state: Tensor,
         new_state = gru_update(gx, Us_zr, state, model.decoder.U)  # (N, n)   s_i
     t = model.pool(t_part + Us_o)  # (N, l)   from t̃_i = U_o s_{i-1} + V_o E y + C_o c + b_o
     if w is None:
-        return model.readout(t), new_state
+        logits = model.readout(t)
+        return (logits if vocab is None else logits.index_select(1, vocab)), new_state
+    if vocab is not None:  # (N, V')   W_o t_i + b_y for the candidates alone
+        return torch.addmm(w.b_y.index_select(0, vocab), t, w.W_o.index_select(0, vocab).t()), new_state
     V = model.W_o.shape[0]
     logits = torch.addmm(w.b_y, t, w.W_o.t())  # (N, V')   W_o t_i + b_y, V rounded up to a multiple of 8
     return (logits if logits.shape[1] == V else logits[:, :V].contiguous()), new_state
