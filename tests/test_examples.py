@@ -390,6 +390,7 @@ def test_one_hour_recipe_end_to_end_on_a_small_corpus(tmp_path, data_dir):
     # word is tested on a trained model in tests/test_sentencepiece.py)
     assert len(lines) == 20 and "\u2581" not in out.stdout and "--no-repeat-ngram" in options
     assert "--source-numbers" in options and "--all-numbers" in options
+    assert options[options.index("--candidates") + 1] == str(work / "data" / "candidates.npz")  # (work: absolute)
     again = subprocess.run(["bash", str(ONE_HOUR), str(tmp_path / "corpus"), str(work), "--seconds", "20",
                             "--threads", "1"], capture_output=True, text=True, timeout=300, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
