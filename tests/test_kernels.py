@@ -450,3 +450,44 @@ def test_attention_kernel_refuses_bad_operands(native_kernels):
                        (dict(dq=torch.empty(B, 1).expand(B, na)), "attention kernel")):
         with pytest.raises(ValueError, match=match):
             kernels.attend_backward(**{**args, **bad})
+
+
+@pytest.mark.parametrize("K", [1, 3, 12])
+def test_beam_attention_by_the_kernel_equals_torchs(native_kernels, K):
+    """Beam search's α (fast backend, ``beam_alignment``): K query rows per sentence read that sentence's keys
+    and length in the kernel (``per``), and give torch's alignment_for_beams' α, padding 0, with C_stack's term
+    too; the decoding step takes it without autograd and gives the same step either way."""
+    from nmtkit.models.attention import alignment_for_beams
+    from nmtkit.models.backend import EncoderOut
+    from nmtkit.models.fast.backend import beam_alignment
+
+    from conftest import randomize_, tiny
+
+    g = torch.Generator().manual_seed(K)
+    A, Tx, na, n3 = 4, 7, 16, 10
+    lens = torch.tensor([7, 3, 5, 1])
+    mask = torch.arange(Tx).unsqueeze(0) < lens.unsqueeze(1)
+    keys = torch.randn(A, Tx, na, generator=g)
+    query = torch.randn(A * K, na, generator=g)
+    v_a = torch.randn(na, generator=g)
+    enc = EncoderOut(None, keys, mask, None, None)
+    got = beam_alignment(query, enc, v_a, K)
+    want = alignment_for_beams(query.view(A, K, na), keys, v_a, mask).view(A * K, Tx)
+    assert torch.allclose(got, want, atol=1e-6) and (got[~mask.repeat_interleave(K, 0)] == 0).all()
+    CH, gx = torch.randn(A, Tx, n3, generator=g), torch.randn(A * K, n3, generator=g)
+    out, alpha = torch.empty(A * K, n3), torch.empty(A * K, Tx)
+    native_kernels.attend_forward(2 * keys, 2 * query, 2 * v_a, lens, alpha, CH, gx, out, per=K)
+    assert torch.allclose(out, gx + torch.bmm(want.view(A, K, Tx), CH).view(A * K, n3), atol=1e-5)
+    with pytest.raises(ValueError, match="do not match"):
+        native_kernels.attend_forward(2 * keys, 2 * query, 2 * v_a, lens, torch.empty(A * K + 1, Tx), per=K)
+    m = randomize_(tiny("rnnsearch")).eval()
+    src, src_lens = torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]]), torch.tensor([4, 3])
+    with torch.no_grad():
+        e = m.prepare_decoding(m.encode(src, src_lens))
+        state = m.init_decoder(e).repeat_interleave(K, dim=0)
+        y = torch.full((2 * K,), 2)
+        fast = m.decode_step(y, state, e)
+    with torch.enable_grad():  # (autograd: torch's path)
+        plain = m.decode_step(y, state, e)
+    for a, b in zip(fast, plain):
+        assert torch.allclose(a, b.detach(), atol=1e-5)

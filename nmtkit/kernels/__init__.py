@@ -60,7 +60,7 @@ _SIGNATURES = {
     "nmt_adadelta": [_P, _P, _P, _P, _I64, _F, _F, _F, _F, _INT, _F, _INT],
     "nmt_cast_bf16": [_P, _I64, _I64, _I64, _I64, _P, _I64, _INT],
     "nmt_attend_forward": [_P, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _I64, _P, _P, _I64, _INT, _P, _I64, _I64,
-                           _I64, _INT, _P, _I64, _P, _I64, _INT],
+                           _I64, _INT, _P, _I64, _P, _I64, _I64, _INT],
     "nmt_attend_backward": [_P, _I64, _I64, _P, _I64, _P, _I64, _P, _I64, _I64, _P, _P, _I64, _P, _I64, _INT, _P,
                             _I64, _I64, _I64, _INT, _P, _I64, _P, _I64, _I64, _P, _P, _I64, _INT],
 }
@@ -245,19 +245,21 @@ _CH_DTYPES = (torch.float32, torch.bfloat16)  # CH = C_stack h_j: a float32 or a
 
 
 def attend_forward(keys2: Tensor, q: Tensor, v2: Tensor, lens: Tensor, alpha: Tensor, CH: Tensor | None = None,
-                   gx: Tensor | None = None, g: Tensor | None = None) -> None:
-    """One attention step forwards (attention.c), float32 CPU tensors: keys2 (B, Tx, n') = 2 U_a h_j, q (B, n') =
-    2 W_a s_{i-1}, v2 (n') = 2 v_a, lens (B,) int64 (the real positions are each row's first lens[b], clamped
-    to [0, Tx]) -> α_i written into alpha (B, Tx) (0 at padding; 0 in a row without real positions) and, when
-    CH (B, Tx, 3n) = C_stack h_j is given (float32 or bfloat16), g = gx + Σ_j α_ij CH_j into g (B, 3n).  The
-    outputs must not overlap the inputs."""
+                   gx: Tensor | None = None, g: Tensor | None = None, per: int = 1) -> None:
+    """One attention step forwards (attention.c), float32 CPU tensors: keys2 (S, Tx, n') = 2 U_a h_j of S
+    sentences, q (B, n') = 2 W_a s_{i-1} for B = S · ``per`` rows (``per`` consecutive rows a sentence: beam
+    search's hypotheses), v2 (n') = 2 v_a, lens (S,) int64 (the real positions are each sentence's first
+    lens[s], clamped to [0, Tx]) -> α_i written into alpha (B, Tx) (0 at padding; 0 in a row without real
+    positions) and, when CH (S, Tx, 3n) = C_stack h_j is given (float32 or bfloat16), g = gx + Σ_j α_ij CH_j into
+    g (B, 3n).  The outputs must not overlap the inputs."""
     _rows(keys2, "keys2", 3)
-    B, Tx, na = keys2.shape
+    S, Tx, na = keys2.shape
+    B = S * per
     for t, name, dims in ((q, "q", 2), (v2, "v2", 1)):
         _rows(t, name, dims)
     _rows(alpha, "alpha", 2, output=True)
-    _lens(lens, B)
-    if q.shape != (B, na) or v2.shape != (na,) or alpha.shape != (B, Tx):
+    _lens(lens, S)
+    if per < 1 or q.shape != (B, na) or v2.shape != (na,) or alpha.shape != (B, Tx):
         raise ValueError("attention kernel: q, v2 or alpha do not match keys2")
     ch = (False, None, 0, 0, 0, False, None, 0, None, 0)
     if CH is not None:
@@ -265,14 +267,14 @@ def attend_forward(keys2: Tensor, q: Tensor, v2: Tensor, lens: Tensor, alpha: Te
         _rows(gx, "gx", 2)
         _rows(g, "g", 2, output=True)
         n3 = CH.shape[2]
-        if CH.shape[:2] != (B, Tx) or gx.shape != (B, n3) or g.shape != (B, n3):
+        if CH.shape[:2] != (S, Tx) or gx.shape != (B, n3) or g.shape != (B, n3):
             raise ValueError("attention kernel: CH, gx or g do not match keys2")
         ch = (True, CH.data_ptr(), CH.stride(0), CH.stride(1), n3, CH.dtype == torch.bfloat16, gx.data_ptr(),
               gx.stride(0), g.data_ptr(), g.stride(0))
     scratch = torch.empty(B, Tx)
     _library().nmt_attend_forward(
         keys2.data_ptr(), keys2.stride(0), keys2.stride(1), q.data_ptr(), q.stride(0), v2.data_ptr(), na,
-        lens.data_ptr(), B, Tx, scratch.data_ptr(), alpha.data_ptr(), alpha.stride(0), *ch,
+        lens.data_ptr(), B, Tx, scratch.data_ptr(), alpha.data_ptr(), alpha.stride(0), *ch, per,
         torch.get_num_threads())
 
 

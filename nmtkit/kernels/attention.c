@@ -109,20 +109,23 @@ static inline void axpy_ch(float a, const void *CH, int64_t offset, int64_t n3, 
  * Writes α to alpha[b·a_rs + j] for j < Tx (0 at padding) and, with with_ch,
  * g[b·g_rs + k] = gx[b·gx_rs + k] + Σ_j α_bj CH[b·c_bs + j·c_js + k] for k < n3, CH float32 or, with ch_bf16,
  * bfloat16 (a bf16 product's result, read at half the bytes).  e (B · Tx floats) is scratch. */
+/* Forward of one step for B query rows; ``per`` consecutive rows share one sentence's keys2, lens and CH (beam
+ * search: the K hypotheses of a sentence; 1 in training), so row b reads sentence b / per. */
 void nmt_attend_forward(const float *keys2, int64_t k_bs, int64_t k_js, const float *q, int64_t q_rs,
                         const float *v2, int64_t na, const int64_t *lens, int64_t B, int64_t Tx, float *e,
                         float *alpha, int64_t a_rs, int with_ch, const void *CH, int64_t c_bs, int64_t c_js,
                         int64_t n3, int ch_bf16, const float *gx, int64_t gx_rs, float *g, int64_t g_rs,
-                        int nthreads)
+                        int64_t per, int nthreads)
 {
 #pragma omp parallel for num_threads(nthreads) schedule(static, 1)
     for (int64_t b = 0; b < B; b++) {
         const float *qb = q + b * q_rs;
         float *eb = e + b * Tx, *ab = alpha + b * a_rs;
-        int64_t len = real_positions(lens, b, Tx);
+        int64_t sb = b / per;  /* the row's sentence */
+        int64_t len = real_positions(lens, sb, Tx);
         float top = -INFINITY;
         for (int64_t j = 0; j < len; j++) {
-            const float *kj = keys2 + b * k_bs + j * k_js;
+            const float *kj = keys2 + sb * k_bs + j * k_js;
             float s = 0.0f;
 #pragma omp simd reduction(+ : s)
             for (int64_t k = 0; k < na; k++)
@@ -145,7 +148,7 @@ void nmt_attend_forward(const float *keys2, int64_t k_bs, int64_t k_js, const fl
             for (int64_t k = 0; k < n3; k++)
                 gb[k] = gxb[k];
             for (int64_t j = 0; j < len; j++)
-                axpy_ch(ab[j], CH, b * c_bs + j * c_js, n3, ch_bf16, gb);
+                axpy_ch(ab[j], CH, sb * c_bs + j * c_js, n3, ch_bf16, gb);
         }
     }
 }

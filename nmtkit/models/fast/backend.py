@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from nmtkit import kernels
 from nmtkit.data.vocab import BOS, PAD
 from nmtkit.models.attention import alignment_for_beams, attention_cross_entropy
 from nmtkit.models.backend import Backend, EncoderOut
@@ -150,10 +151,24 @@ class FastBackend(Backend):
             logits, new_state = step_output(model, ys, Cc, Us, s_prev, w, vocab)  # (A·K, V), (A·K, n or 6n)
             return logits, new_state, None
         query, Us = Us.split([model.config.attn_dim, Us.shape[1] - model.config.attn_dim], dim=1)  # W_a s_{i-1}
-        alpha = alignment_for_beams(query.view(A, K, -1), enc.keys, model.attention.v_a, enc.src_mask)  # (A, K, Tx)
+        if w is not None and kernels.usable(query, enc.keys):  # (no autograd: the kernel has no backward here)
+            alpha = beam_alignment(query, enc, model.attention.v_a, K).view(A, K, Tx)  # (A, K, Tx)
+        else:
+            alpha = alignment_for_beams(query.view(A, K, -1), enc.keys, model.attention.v_a, enc.src_mask)
         Cc = torch.bmm(alpha, proj).view(A * K, -1)  # (A·K, 3n + 2l)   [C_stack; C_o] c_i
         logits, new_state = step_output(model, ys, Cc, Us, s_prev, w, vocab)  # (A·K, V), (A·K, n or 6n)
         return logits, new_state, alpha.view(A * K, Tx)
+
+
+def beam_alignment(query: Tensor, enc: EncoderOut, v_a: Tensor, K: int) -> Tensor:
+    """α_i (A·K, Tx) for K hypotheses per sentence from W_a s_{i-1} (A·K, n'), by the attention's C kernel
+    (nmtkit/kernels/attention.c: σ in registers over each sentence's real positions, where
+    :func:`~nmtkit.models.attention.alignment_for_beams` makes four passes over an (A, K, Tx, n') tensor); the
+    source masks are right-padded (collate_source), so a sentence's real positions are its first Σ mask."""
+    A, Tx = enc.src_mask.shape
+    alpha = query.new_empty(A * K, Tx)
+    kernels.attend_forward(2.0 * enc.keys, 2.0 * query, 2.0 * v_a, enc.src_mask.sum(dim=1), alpha, per=K)
+    return alpha
 
 
 def source_projections(model, enc: EncoderOut) -> Tensor:
