@@ -14,7 +14,8 @@
  * results do not depend on timing (the backward's ∂L/∂v2, summed per thread, depends on the number of threads).
  *
  * σ uses the exponential below (range reduction to [−ln2/2, ln2/2] and Cephes' polynomial, within 1 ulp of e^x
- * over the clamped range), which the compiler vectorises (glibc's vector expf needs -ffast-math); the results
+ * over the clamped range), which the compiler vectorises (with -fno-trapping-math: __init__.py's FLAGS; glibc's
+ * vector expf needs -ffast-math); the results
  * agree with torch's to float32 rounding (tests compare both paths).
  *
  * The real positions of a row are its first lens[b] (right padding), clamped to [0, Tx]: no input reads or
