@@ -106,16 +106,22 @@ def model1(src: Corpus, tgt: Corpus, src_size: int, tgt_size: int, max_pairs: in
     e_ids, e_lens = _gather(src, chosen)
     f_ids, f_lens = _gather(tgt, chosen)
     links = e_lens * f_lens  # (S,) the (i, j) pairs of each sentence pair
-    pair = np.repeat(np.arange(len(chosen)), links)
-    r = np.arange(int(links.sum())) - np.repeat(np.cumsum(links) - links, links)  # position within its pair
-    i, j = r % e_lens[pair], r // e_lens[pair]
     e_start, f_start = np.cumsum(e_lens) - e_lens, np.cumsum(f_lens) - f_lens
-    e, f_pos = e_ids[e_start[pair] + i], f_start[pair] + j  # each link's source id and target position
-    del pair, r, i, j
-    key = e * tgt_size + f_ids[f_pos]
+    key = np.empty(int(links.sum()), dtype=np.int64)  # each link's (e, f) as e · V_f + f
+    f_pos = np.empty(len(key), dtype=np.int32)  # each link's target position
+    done, step = 0, max(1, len(chosen) // 16)
+    for a in range(0, len(chosen), step):  # (in chunks of pairs: the index arithmetic's arrays stay small)
+        n = links[a: a + step]
+        pair = np.repeat(np.arange(a, a + len(n)), n)
+        r = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)  # position within its pair
+        i, j = r % e_lens[pair], r // e_lens[pair]
+        at = f_start[pair] + j
+        key[done: done + len(r)] = e_ids[e_start[pair] + i] * tgt_size + f_ids[at]
+        f_pos[done: done + len(r)] = at
+        done += len(r)
     keys, link_key = np.unique(key, return_inverse=True)  # (P,) the distinct (e, f), each link's one
-    del key, e
-    link_key, f_pos = link_key.astype(np.int32), f_pos.astype(np.int32)
+    del key
+    link_key = link_key.astype(np.int32)
     e_of = keys // tgt_size
     p = np.ones(len(keys))
     for _ in range(iterations):

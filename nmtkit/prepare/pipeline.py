@@ -1,7 +1,7 @@
 """Raw parallel text → a prepared directory that training reads (the library behind ``nmt-prepare``).
 
 The pipeline, streaming so that memory is bounded by the vocabulary counts, not by the corpus (but for the candidate
-table of step 5, which samples at most 20 million source × target token pairs: about 1.5 GB):
+table of step 5, which samples at most 20 million source × target token pairs: about 1.1 GB):
 
 1. **Tokenise** every split (``--workers`` processes, results kept in input order): Moses punctuation
    normalisation and tokenisation, optional lowercasing → ``<split>.tok.<lang>``, one line per input line.
