@@ -51,7 +51,9 @@ from nmtkit.runtime import default_cache_dir, fast_switches
 
 SOURCES = ("adadelta.c", "attention.c", "cast.c")
 # -fno-trapping-math: without it GCC keeps the clamps of exp_clamped as branches (a comparison may trap on a
-# signalling NaN) and the σ loops of attention.c stay scalar, 5x slower; nmtkit never reads floating-point traps
+# signalling NaN) and the σ loops of attention.c stay scalar (the attention kernels of a training update: 108 ms in
+# tests/bench/results/bench_profile.txt, 32 ms with it in bench_profile-candidates.txt); nmtkit never reads
+# floating-point traps
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-std=c11",
          "-shared", "-fPIC")
 

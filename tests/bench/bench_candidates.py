@@ -25,6 +25,7 @@ written exactly as without the list.  Without ``--candidates`` nmt-translate dec
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -55,11 +56,6 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def spread(path: Path, n: int) -> list[int]:
-    total = sum(1 for _ in open(path, encoding="utf-8"))
-    return list(range(0, total, max(1, total // n)))[:n]
-
-
 def sets_for(stage: str, n: int, work: Path) -> dict:
     """name -> (source file of n lines spread evenly over the set, its references)."""
     root = peers.data_root()
@@ -69,7 +65,7 @@ def sets_for(stage: str, n: int, work: Path) -> dict:
     for name, prefix in names[stage].items():
         en = Path(f"{prefix}.en").read_text(encoding="utf-8").splitlines()
         fr = Path(f"{prefix}.fr").read_text(encoding="utf-8").splitlines()
-        keep = spread(Path(f"{prefix}.en"), n)
+        keep = list(range(0, len(en), max(1, len(en) // n)))[:n]  # n lines spread evenly
         src = work / f"cand-{name.replace('/', '-')}-{n}.en"
         src.write_text("".join(en[i] + "\n" for i in keep), encoding="utf-8")
         out[name] = (src, [fr[i] for i in keep])
@@ -103,16 +99,7 @@ def decode_once(model: Path, src: Path, ref: list[str], out: Path, candidates: P
     cmd = [sys.executable, str(peers.REPO / "bin" / "nmt-translate"), "-m", str(model), "--quiet"] + DECODE_OPTIONS
     if candidates is not None:
         cmd += ["--candidates", str(candidates)]
-    env = {**os.environ, **peers.quiet_env()}
-    t0 = time.perf_counter()
-    with open(src, "rb") as fin, open(out, "wb") as fout:
-        rc = subprocess.run(cmd, stdin=fin, stdout=fout, stderr=subprocess.PIPE, env=env)
-    wall = time.perf_counter() - t0
-    if rc.returncode:
-        raise BenchError(f"nmt-translate failed ({rc.returncode}): {rc.stderr.decode(errors='replace')[-2000:]}")
-    hyp = out.read_text(encoding="utf-8").splitlines()
-    if len(hyp) != len(ref):
-        raise BenchError(f"nmt-translate wrote {len(hyp)} lines for {len(ref)}")
+    wall, hyp = peers.translate_timed(cmd, src, out, len(ref), {**os.environ, **peers.quiet_env()})
     return {"lines_s": len(hyp) / wall, "bleu": sacrebleu.corpus_bleu(hyp, [ref]).score,
             "chrf": sacrebleu.corpus_chrf(hyp, [ref]).score, "hyp": hyp}
 
@@ -149,8 +136,8 @@ def main(argv=None) -> int:
 
         prepared = a.prepared or peers.prepare_hour(a.work)
         table_path = prepared / C.FILE
-        manifest_langs = [p.name.split(".")[1] for p in sorted(prepared.glob("vocab.*"))]
-        src_lang, tgt_lang = ("en", "fr") if set(manifest_langs) == {"en", "fr"} else manifest_langs
+        manifest = json.loads((prepared / "manifest.json").read_text(encoding="utf-8"))
+        src_lang, tgt_lang = manifest["source_lang"], manifest["target_lang"]
         vocabs = {lang: Vocabulary.load(str(prepared / f"vocab.{lang}")).tokens for lang in (src_lang, tgt_lang)}
         if not table_path.is_file():
             log(f"building {table_path}")

@@ -118,15 +118,7 @@ def decode_once(checkout: Path, model: Path, src: Path, ref: list[str], out: Pat
 
     cmd = [sys.executable, checkout / "bin" / "nmt-translate", "-m", model, "--quiet"] + DECODE_OPTIONS + threads
     env = {**os.environ, **peers.quiet_env(), **peers.checkout_env(checkout)}
-    t0 = time.perf_counter()
-    with open(src, "rb") as fin, open(out, "wb") as fout:
-        rc = subprocess.run([str(c) for c in cmd], stdin=fin, stdout=fout, stderr=subprocess.PIPE, env=env)
-    wall = time.perf_counter() - t0
-    if rc.returncode:
-        raise BenchError(f"nmt-translate failed ({rc.returncode}): {rc.stderr.decode(errors='replace')[-2000:]}")
-    hyp = out.read_text(encoding="utf-8").splitlines()
-    if len(hyp) != len(ref):
-        raise BenchError(f"nmt-translate wrote {len(hyp)} lines for {len(ref)}")
+    wall, hyp = peers.translate_timed(cmd, src, out, len(ref), env)
     return {"lines_s": len(hyp) / wall, "bleu": sacrebleu.corpus_bleu(hyp, [ref]).score}
 
 

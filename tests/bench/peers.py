@@ -561,6 +561,21 @@ def bleu(hyps: list[str], refs: list[str], max_n: int = 4) -> float:
     return 100 * bp * math.exp(log_p)
 
 
+def translate_timed(cmd: list, src: Path, out: Path, lines: int, env: dict) -> tuple[float, list[str]]:
+    """Run an ``nmt-translate`` command over ``src`` into ``out``: (its wall clock in seconds, the lines it wrote),
+    or a BenchError when it fails or writes other than ``lines`` lines."""
+    t0 = time.perf_counter()
+    with open(src, "rb") as fin, open(out, "wb") as fout:
+        rc = subprocess.run([str(c) for c in cmd], stdin=fin, stdout=fout, stderr=subprocess.PIPE, env=env)
+    wall = time.perf_counter() - t0
+    if rc.returncode:
+        raise BenchError(f"nmt-translate failed ({rc.returncode}): {rc.stderr.decode(errors='replace')[-2000:]}")
+    hyp = out.read_text(encoding="utf-8").splitlines()
+    if len(hyp) != lines:
+        raise BenchError(f"nmt-translate wrote {len(hyp)} lines for {lines}")
+    return wall, hyp
+
+
 def read_lines(path: Path, limit: int | None = None) -> list[str]:
     with open(path, encoding="utf-8", newline="\n") as f:
         lines = [line.rstrip("\n") for line in f]
