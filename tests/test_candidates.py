@@ -193,13 +193,6 @@ def test_the_output_stays_in_the_list_which_keeps_prefixes_and_numbers():
     assert any(not set(h.tokens) <= allowed for sentence in plain for h in sentence)  # (the list did restrict)
 
 
-def test_a_list_is_decoded_by_decode_batch_not_by_joining_cohorts():
-    from nmtkit.translate.decoding import start_cohort
-
-    with pytest.raises(ValueError, match="candidate lists"):
-        start_cohort([_model()], SOURCES, "cpu", DecodeConfig(beam=2), candidates=_whole_table())
-
-
 def _translate(args, stdin: bytes):
     return subprocess.run(TRANSLATE + args, input=stdin, capture_output=True, env=ENV, timeout=300)
 

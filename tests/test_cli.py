@@ -1,4 +1,5 @@
-"""Conventions shared by the six tools: a bad command line is reported as one line, like any bad input."""
+"""Conventions shared by the six tools: a bad command line is reported as one line, like any bad input, and so is
+an option that was removed."""
 
 from __future__ import annotations
 
@@ -48,6 +49,34 @@ def test_a_bad_value_is_one_line_too():
     r = _run("nmt-translate", "-m", "model.pt", "--beam", "many")
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("nmt-translate: error: Invalid value for '--beam'") and "'many'" in r.stderr
+
+
+@pytest.mark.parametrize("tool, args", [
+    ("nmt-translate", ["--block-numbers"]), ("nmt-translate", ["--missing-numbers", "10"]),
+    ("nmt-translate", ["--replace-unk-by", "posterior"]), ("nmt-translate", ["--replace-unk-by=attention"]),
+    ("nmt-serve", ["--batching", "continuous"]), ("nmt-serve", ["--join-wait-ms", "50"]),
+])
+def test_a_removed_option_is_one_line_saying_what_replaced_it(tool, args):
+    """An option that was removed (nmtkit.cli.retired) is refused before anything else is read -- here even before
+    the missing -m -- in one line, its own message (no pointer to --help, which no longer lists it), exit code 2."""
+    from nmtkit.translate.retired import RETIRED
+
+    flag = args[0].split("=")[0]
+    r = _run(tool, *args)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"{tool}: error: {flag}: removed: ") and "--help" not in r.stderr, r.stderr
+    if tool == "nmt-translate":
+        assert r.stderr.rstrip().endswith(RETIRED[flag[2:].replace("-", "_")])
+    else:
+        assert "retired/continuous-batching" in r.stderr
+    assert flag not in _run(tool, "--help").stdout
+
+
+def test_a_removed_option_is_still_a_usage_error_for_callers():
+    from nmtkit.cli.translate import main
+
+    with pytest.raises(click.UsageError, match="--block-numbers: removed: "):
+        main(["-m", "model.pt", "--block-numbers"], prog_name="nmt-translate", standalone_mode=False)
 
 
 @pytest.mark.parametrize("tool", TOOLS)

@@ -76,6 +76,20 @@ def test_settings_that_are_not_an_object_are_refused():
         DecodeConfig.from_dict([("beam", 5)])
 
 
+def test_a_removed_setting_is_no_field_and_is_refused_with_its_reason():
+    """The settings that were removed (nmtkit/translate/retired.py) are no fields any more; a request naming one is
+    refused with the line that says why and what to use instead (nmt-serve's 400; nmt-translate's options: test_cli)."""
+    from nmtkit.translate.retired import RETIRED, refuse
+
+    assert set(RETIRED) == {"block_numbers", "missing_numbers", "replace_unk_by"}
+    assert not set(RETIRED) & {f.name for f in dataclasses.fields(DecodeConfig)}
+    for name, message in RETIRED.items():
+        with pytest.raises(InputError) as e:
+            refuse({"src": ["a"], "beam": 5, name: 1})
+        assert str(e.value) == f"\"{name}\": {message}" and message.startswith("removed: ")
+    refuse({"src": ["a"], "beam": 5})  # (nothing removed: nothing to say)
+
+
 def test_the_python_object_translates_as_the_command_line_does(trained, data_dir):
     """What a user reads: nmt-translate --beam 3 --no-repeat-ngram 2 --lenpen 0.5 on real Multi30K lines, against a
     Translator given DecodeConfig(beam=3, no_repeat_ngram=2, lenpen=0.5): the same text, line for line; and the

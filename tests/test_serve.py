@@ -165,22 +165,21 @@ def test_translations_are_nmt_translates(server, ckpt, lines, tmp_path):
     assert [r["tgt"] for r in got] == [r["nbest"][0]["tgt"] for r in got]
     assert [r["alignment"] for r in got] == files["alignments"].splitlines()
     assert any(len(r["nbest"]) == 3 for r in got)
-    # the links from the alignment posterior (continuous batching's path): nmt-translate's, the same translations
+    # the links from the alignment posterior: nmt-translate's, the same translations
     posterior = server.translate(lines, beam=5, alignment=True, alignment_method="posterior")
     files = nmt_translate(ckpt, tmp_path, lines, "--beam", "5", "--alignments", str(tmp_path / "out.align"),
                           "--alignment-method", "posterior")
     assert [r["alignment"] for r in posterior] == files["alignments"].splitlines()
     assert [r["tgt"] for r in posterior] == [r["tgt"] for r in got]
     assert [r["alignment"] for r in posterior] != [r["alignment"] for r in got]
-    # <unk> replaced by the posterior (continuous batching's path) and by the attention: nmt-translate's text
+    # <unk> replaced by the most attended source word: nmt-translate's text
     plain = server.translate(lines, beam=5, nbest=2)
-    for method in ("posterior", "attention"):
-        replaced = server.translate(lines, beam=5, nbest=2, replace_unk=True, replace_unk_by=method)
-        files = nmt_translate(ckpt, tmp_path, lines, "--beam", "5", "--nbest", "2", "--nbest-file",
-                              str(tmp_path / "out.nbest"), "--replace-unk", "--replace-unk-by", method)
-        assert [h["tgt"] for r in replaced for h in r["nbest"]] == [
-            x.split(" ||| ")[1] for x in files["nbest"].splitlines()]
-        assert not any("<unk>" in h["tgt"] for r in replaced for h in r["nbest"])
+    replaced = server.translate(lines, beam=5, nbest=2, replace_unk=True)
+    files = nmt_translate(ckpt, tmp_path, lines, "--beam", "5", "--nbest", "2", "--nbest-file",
+                          str(tmp_path / "out.nbest"), "--replace-unk")
+    assert [h["tgt"] for r in replaced for h in r["nbest"]] == [
+        x.split(" ||| ")[1] for x in files["nbest"].splitlines()]
+    assert not any("<unk>" in h["tgt"] for r in replaced for h in r["nbest"])
     assert sum(h["tgt"].count("<unk>") for r in plain for h in r["nbest"]) >= 3  # (the test means something)
 
 
@@ -217,10 +216,8 @@ def each_client_one_line(ckpt, data_dir, tmp_path, n: int, *options: str) -> lis
     return s.batches()
 
 
-@pytest.mark.parametrize("batching", ["static", "continuous"])
-def test_concurrent_clients_each_get_their_own_lines_in_shared_batches(ckpt, data_dir, tmp_path, batching):
-    batches = each_client_one_line(ckpt, data_dir, tmp_path, 50, "--batch-wait-ms", "200", "--max-batch", "16",
-                                   "--batching", batching)
+def test_concurrent_clients_each_get_their_own_lines_in_shared_batches(ckpt, data_dir, tmp_path):
+    batches = each_client_one_line(ckpt, data_dir, tmp_path, 50, "--batch-wait-ms", "200", "--max-batch", "16")
     assert len(batches) == 50 and max(batches) > 1 and max(batches) <= 16  # decoded together, never past the cap
 
 
@@ -344,10 +341,16 @@ def test_lines_that_arrive_together_are_shared_among_the_free_worker_processes(c
      "--alignment-method must be attention or posterior (got 'viterbi')"),
     (b'{"src": ["A dog."], "attention": true, "alignment_method": "posterior"}', 400,
      "\"alignment_method\": \"posterior\" says how the alignment is made: ask for it with \"alignment\": true"),
-    (b'{"src": ["A dog."], "replace_unk_by": "posterior"}', 400,
-     "\"replace_unk_by\": \"posterior\" says how \"replace_unk\" finds an <unk>'s source word: ask for it with "
-     "\"replace_unk\": true"),
-    (b'{"src": ["A dog."], "replace_unk": true, "replace_unk_by": "attention"}', 200, None),
+    (b'{"src": ["A dog."], "replace_unk": true}', 200, None),
+    # a decoding setting that was removed: why, and what to use instead (nmtkit/translate/retired.py)
+    (b'{"src": ["A dog."], "replace_unk": true, "replace_unk_by": "attention"}', 400,
+     "\"replace_unk_by\": removed: the posterior lost on every set (bench_replace_unk.txt); --replace-unk uses the "
+     "attention"),
+    (b'{"src": ["A dog."], "no_repeat_ngram": 3, "block_numbers": true}', 400,
+     "\"block_numbers\": removed: it blocked numbers' tokens and lost numbers (tests/bench/results/bench_recipe.txt); "
+     "--no-repeat-ngram leaves numbers free"),
+    (b'{"src": ["A dog."], "source_numbers": true, "missing_numbers": 0.5}', 400,
+     "\"missing_numbers\": removed: it changed no line (bench_recipe.txt); use --all-numbers"),
     (b'{"src": ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s", '
      b'"t", "u"]}', 413, "21 lines: at most 20 a request (--max-lines)"),
     (b'{"src": ["' + b"x" * 301 + b'"]}', 413, "301 characters: at most 300 a request (--max-chars)"),
@@ -413,13 +416,12 @@ def test_health_answers_while_a_long_batch_decodes(server, lines):
     assert pending and answered < done["translate"][1]  # (the batch was still decoding: not a vacuous test)
 
 
-@pytest.mark.parametrize("batching", ["continuous", "static"])
-def test_a_line_joins_the_running_search_and_leaves_it_when_done(ckpt, lines, tmp_path, batching):
+def test_a_line_that_comes_while_a_batch_decodes_waits_for_it(ckpt, lines, tmp_path):
     """A long batch is decoding (forced 120-word prefixes); a one-line request with the same settings comes 0.3 s
-    later.  Continuous batching: it joins the search at its next step and is answered while the long batch goes on,
-    with nmt-translate's text.  Static batching (the default): it waits for the long batch."""
+    later: it waits for the long batch (static batching; continuous batching, which let it join the running search,
+    lost at every load: tests/bench/results/bench_serve.txt), then gets nmt-translate's text."""
     want = nmt_translate(ckpt, tmp_path, lines[:1], "--beam", "48")["text"].splitlines()
-    s = Server(ckpt, "--batch-wait-ms", "20", *(["--batching", batching] if batching == "continuous" else []))
+    s = Server(ckpt, "--batch-wait-ms", "20")
     try:
         s.ready()
         heavy = {"src": [" ".join(lines[:4])] * 20, "prefix": [" ".join(["un homme"] * 60)] * 20, "beam": 48}
@@ -437,10 +439,7 @@ def test_a_line_joins_the_running_search_and_leaves_it_when_done(ckpt, lines, tm
         assert s.stop() == 0
     assert done["long"][0][0] == 200 and done["short"][0][0] == 200
     assert [t["tgt"] for t in done["short"][0][1]["translations"]] == want
-    if batching == "continuous":
-        assert done["short"][1] < done["long"][1]  # answered while the long batch still decoded
-    else:
-        assert done["short"][1] > done["long"][1]
+    assert done["short"][1] > done["long"][1]
 
 
 # -- shutdown and start-up -----------------------------------------------------------------------------------------
@@ -460,6 +459,18 @@ def test_sigterm_answers_the_requests_in_flight_then_exits_0(ckpt, lines, tmp_pa
     assert "Traceback" not in log and log.count("POST /translate 200") == 3
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(s.url + "health", timeout=5)
+
+
+@pytest.mark.parametrize("option", [["--batching", "continuous"], ["--join-wait-ms", "50"], ["--batching"]])
+def test_continuous_batchings_options_are_refused_in_one_line(ckpt, option):
+    """Continuous batching was removed (it lost to static batching at every load): its options are refused before
+    the server loads or listens, in one line that says so and where its code is, exit code 2."""
+    proc = subprocess.run([*SERVE, "-m", ckpt, "--port", "0", *option], capture_output=True, text=True, env=ENV,
+                          timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"nmt-serve: error: {option[0]}: removed: continuous batching lost to static batching at every load "
+        "(bench_serve.txt); it lives on git tag retired/continuous-batching"]
 
 
 def test_a_checkpoint_that_cannot_be_served_is_one_line(tmp_path):

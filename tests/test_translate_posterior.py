@@ -2,8 +2,9 @@
 posterior of the model's own translation (nmtkit.posterior.forced_posterior, as ``nmt-align --method posterior``
 computes it), in every decoding path -- this process, worker processes -- with the translation, its n-best list, its
 scores and its attention file unchanged; an option that would change nothing is refused in one line.  And
---replace-unk, which writes for each <unk> the most attended source word or, with ``--replace-unk-by posterior``,
-the source word of the largest posterior at that <unk>.  The server's
+--replace-unk, which writes for each <unk> the most attended source word (``--replace-unk-by posterior``, the source
+word of the largest posterior at that <unk>, lost on every set and was removed: it is refused in one line).  The
+server's
 ``"alignment_method"`` is tested beside nmt-translate in tests/test_serve.py.  A small model trained here on real
 Multi30K pairs (the ``trained`` fixture)."""
 
@@ -127,21 +128,32 @@ def test_posterior_links_of_lines_cut_into_pieces_and_of_prefixed_lines(trained,
     assert pieced >= 5
 
 
-@pytest.mark.parametrize("option, message", [
-    ("--alignment-method", "--alignment-method posterior says how --alignments are made: give --alignments FILE"),
-    ("--replace-unk-by", "--replace-unk-by posterior says how --replace-unk finds an <unk>'s source word: give "
-                         "--replace-unk"),
-])
-def test_a_posterior_option_that_would_change_nothing_is_one_line(trained, source, tmp_path, option, message):
+def test_a_posterior_option_that_would_change_nothing_is_one_line(trained, source, tmp_path):
     _, ckpt = trained
     src, _ = source
-    proc = subprocess.run([*TRANSLATE, "-m", ckpt, "-i", str(src), "-o", str(tmp_path / "out"), option, "posterior"],
-                          capture_output=True, text=True, env=ENV, timeout=300)
+    proc = subprocess.run([*TRANSLATE, "-m", ckpt, "-i", str(src), "-o", str(tmp_path / "out"), "--alignment-method",
+                           "posterior"], capture_output=True, text=True, env=ENV, timeout=300)
     assert proc.returncode == 1 and not (tmp_path / "out").exists()
-    assert proc.stderr.strip().splitlines() == [f"nmt-translate: error: {message}"]
-    proc = _translate(ckpt, src, tmp_path / "bad", option, "viterbi", check=False)
+    assert proc.stderr.strip().splitlines() == [
+        "nmt-translate: error: --alignment-method posterior says how --alignments are made: give --alignments FILE"]
+    proc = _translate(ckpt, src, tmp_path / "bad", "--alignment-method", "viterbi", check=False)
     assert proc.returncode == 2 and "'viterbi' is not one of 'attention', 'posterior'" in proc.stderr
     assert not (tmp_path / "bad" / "out").exists()
+
+
+@pytest.mark.parametrize("value", [["posterior"], ["attention"], []])
+def test_replace_unk_by_was_removed_and_is_refused_in_one_line(trained, source, tmp_path, value):
+    """--replace-unk-by posterior lost on every set (tests/bench/results/bench_replace_unk.txt) and was removed: the
+    option, with whatever value, is refused in one line that says so and what --replace-unk does, exit code 2,
+    nothing written."""
+    _, ckpt = trained
+    src, _ = source
+    proc = _translate(ckpt, src, tmp_path / "removed", "--replace-unk", "--replace-unk-by", *value, check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "nmt-translate: error: --replace-unk-by: removed: the posterior lost on every set (bench_replace_unk.txt); "
+        "--replace-unk uses the attention"]
+    assert not any((tmp_path / "removed" / f).exists() for f in FILES)
 
 
 def test_the_posterior_of_some_words_is_the_posterior_there_and_the_attention_elsewhere(trained, source):
@@ -177,61 +189,38 @@ def test_the_posterior_of_some_words_is_the_posterior_there_and_the_attention_el
     assert unks >= 10
 
 
-def test_replace_unk_writes_the_source_word_of_the_posterior_or_of_the_attention(trained, source, tmp_path):
-    """Each <unk> of the translation becomes the source word of the largest attention (default) or of the largest
-    posterior at that <unk> (--replace-unk-by posterior), in the text the user reads; nothing else changes, in this
-    process and in worker processes alike; the two choose differently somewhere."""
-    import torch
-
-    from nmtkit.data import checkpoint
-    from nmtkit.data.vocab import UNK, Vocabulary
-    from nmtkit.models import build_from_checkpoint
-    from nmtkit.posterior import forced_posterior
-
+def test_replace_unk_writes_the_source_word_of_the_attention(trained, source, tmp_path):
+    """Each <unk> of the translation becomes the source word of the largest attention at that <unk>, in the text the
+    user reads; nothing else changes, in this process and in worker processes alike."""
     _, ckpt = trained
     src, lines = source
     plain = _translate(ckpt, src, tmp_path / "plain")
-    by_posterior = _translate(ckpt, src, tmp_path / "posterior", "--replace-unk", "--replace-unk-by", "posterior")
-    by_attention = _translate(ckpt, src, tmp_path / "attention", "--replace-unk")
-    assert _translate(ckpt, src, tmp_path / "workers", "--replace-unk", "--replace-unk-by", "posterior", "--workers",
-                      "2", "--threads", "2") == by_posterior
-    # with the links from the posterior too, the <unk> rows are read from that posterior: the same words
-    assert _translate(ckpt, src, tmp_path / "both", "--replace-unk", "--replace-unk-by", "posterior",
-                      "--alignment-method", "posterior")["out"] == by_posterior["out"]
+    replaced = _translate(ckpt, src, tmp_path / "attention", "--replace-unk")
+    assert _translate(ckpt, src, tmp_path / "workers", "--replace-unk", "--workers", "2", "--threads", "2") == replaced
     for f in ("scores", "align"):  # the search is the same: only the words written for <unk> change
-        assert by_posterior[f] == by_attention[f] == plain[f], f
-    payload = checkpoint.load(ckpt)
-    model = build_from_checkpoint(payload).eval()
-    torch.set_num_threads(1)
-    vocab = {side: Vocabulary(payload["vocab"][side]) for side in ("src", "tgt")}
+        assert replaced[f] == plain[f], f
     records = {name: [json.loads(x) for x in got["attention"].splitlines()]
-               for name, got in (("plain", plain), ("posterior", by_posterior), ("attention", by_attention))}
-    texts = {name: got["out"].splitlines() for name, got in
-             (("plain", plain), ("posterior", by_posterior), ("attention", by_attention))}
-    unks = differ = 0
+               for name, got in (("plain", plain), ("attention", replaced))}
+    texts = {name: got["out"].splitlines() for name, got in (("plain", plain), ("attention", replaced))}
+    unks = 0
     for k, record in enumerate(records["plain"]):
         s_tok, t_tok = record["source"][:-1], record["target"][:-1]
         at = [i for i, t in enumerate(t_tok) if t == "<unk>"]
         if not lines[k] or not at:
-            assert texts["posterior"][k] == texts["attention"][k] == texts["plain"][k]
+            assert texts["attention"][k] == texts["plain"][k]
             continue
-        (post,) = forced_posterior(model, [vocab["src"].encode(s_tok)], [vocab["tgt"].encode(t_tok)], words=[UNK])
         alpha = np.asarray(record["alpha"])
-        want = {"posterior": list(t_tok), "attention": list(t_tok)}
+        want = list(t_tok)
         for i in at:
-            want["posterior"][i] = s_tok[int(post[i, : len(s_tok)].argmax())]
-            want["attention"][i] = s_tok[int(alpha[i, : len(s_tok)].argmax())]
+            want[i] = s_tok[int(alpha[i, : len(s_tok)].argmax())]
             # the --attention file rounds the weights to 6 decimals: a near-uniform row can tie there, and the tool
             # chose by the unrounded ones; any of the tied tokens is its argmax
             tied = {s_tok[j] for j in np.flatnonzero(alpha[i, : len(s_tok)] >= alpha[i, : len(s_tok)].max() - 1e-6)}
             if records["attention"][k]["target"][i] in tied:
-                want["attention"][i] = records["attention"][k]["target"][i]
-            differ += want["posterior"][i] != want["attention"][i]
+                want[i] = records["attention"][k]["target"][i]
         unks += len(at)
-        for name in ("posterior", "attention"):
-            assert records[name][k]["target"][:-1] == want[name], (name, k, lines[k])
-            assert "<unk>" not in texts[name][k]
-            for i in at:  # what the user reads has the source word written
-                assert want[name][i] in texts[name][k], (name, texts[name][k])
-    assert unks >= 10 and differ >= 1, (unks, differ)
-
+        assert records["attention"][k]["target"][:-1] == want, (k, lines[k])
+        assert "<unk>" not in texts["attention"][k]
+        for i in at:  # what the user reads has the source word written
+            assert want[i] in texts["attention"][k], texts["attention"][k]
+    assert unks >= 10, unks

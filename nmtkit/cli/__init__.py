@@ -4,7 +4,9 @@ Shared conventions, applied by :func:`run`:
 
 - a bad input is reported as one line, ``nmt-<tool>: error: FILE:LINE: problem``, with exit code 1; a bad
   command line as one line too, ``nmt-<tool>: error: <click's message> (see 'nmt-<tool> --help')``, with click's
-  exit code 2 (:class:`ToolCommand`, every tool's command class);
+  exit code 2 (:class:`ToolCommand`, every tool's command class); an option that was removed (:func:`retired`) is
+  refused with exit code 2 too, in one line that says why and what to use instead (no pointer to ``--help``),
+  ``nmt-<tool>: error: --option: removed: ...``;
 - Ctrl-C and SIGTERM stop the tool cleanly (outputs are written atomically, so nothing half-written remains),
   exit code 130;
 - progress and reports go to stderr, never to stdout, so stdout can feed a pipeline.
@@ -45,6 +47,35 @@ def decode_options(command):
     return command
 
 
+def retired(options: dict[str, str]):
+    """Options that were removed, ``{name: message}`` (``block_numbers``: ``--block-numbers``; the message says why,
+    and what to use instead): each stays known to the parser, hidden from ``--help``, with or without a value, so
+    that a command line that still gives it is refused with its message on one line, ``nmt-<tool>: error:
+    --block-numbers: removed: ...``, exit code 2 (a usage error), before anything else is read or written."""
+
+    def add(command):
+        for name, message in reversed(options.items()):
+            flag = "--" + name.replace("_", "-")
+            command = click.option(flag, f"retired_{name}", is_flag=False, flag_value="", default=None, hidden=True,
+                                   expose_value=False, is_eager=True, callback=_refuse(flag, message))(command)
+        return command
+
+    return add
+
+
+class _RetiredOption(click.UsageError):
+    """A removed option given: its message says what replaced it (no pointer to ``--help``, which lists it no
+    more)."""
+
+
+def _refuse(flag: str, message: str):
+    def callback(ctx, param, value):
+        if value is not None:
+            raise _RetiredOption(f"{flag}: {message}", ctx)
+
+    return callback
+
+
 def backend_option(computes: str):
     """The ``--backend`` option of the tools that run a model; ``computes``: what the reference gives the same of."""
     from nmtkit.runtime import BACKEND_NAMES
@@ -78,10 +109,11 @@ class _OneLineUsageError(click.UsageError):
 
     def __init__(self, error: click.UsageError, prog: str):
         super().__init__(_flat(error.format_message()), error.ctx)
-        self.prog = prog
+        self.prog, self.hint = prog, not isinstance(error, _RetiredOption)
 
     def show(self, file=None) -> None:
-        click.echo(f"{self.prog}: error: {self.message} (see '{self.prog} --help')", err=True)
+        hint = f" (see '{self.prog} --help')" if self.hint else ""
+        click.echo(f"{self.prog}: error: {self.message}{hint}", err=True)
 
 
 class _OneLineError(click.ClickException):

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import click
 
-from nmtkit.cli import CONTEXT, ToolCommand, backend_option, run, setup_logging
+from nmtkit.cli import CONTEXT, ToolCommand, backend_option, retired, run, setup_logging
 from nmtkit.runtime import tune_malloc
+
+CONTINUOUS = ("removed: continuous batching lost to static batching at every load (bench_serve.txt); it lives on git "
+              "tag retired/continuous-batching")
 
 
 @click.command(cls=ToolCommand, context_settings=CONTEXT)
@@ -34,17 +37,11 @@ from nmtkit.runtime import tune_malloc
 @click.option("--workers", default=1, show_default=True,
               help="Decoding processes sharing the threads, each decoding a batch of its own at once (0 = on CPU "
                    "min(threads, 4)).")
-@click.option("--batching", type=click.Choice(["static", "continuous"]), default="static", show_default=True,
-              help="static: each batch decoded whole before the next starts; continuous (--workers 1): lines join "
-                   "the running search between its steps and leave it when done (docs/tools.rst: when it pays).")
-@click.option("--join-wait-ms", default=50.0, show_default=True,
-              help="Continuous batching: lines join a running search once they are half as many as those it "
-                   "decodes (each batch in it costs every step), or after waiting this long.")
+@retired({"batching": CONTINUOUS, "join_wait_ms": CONTINUOUS})
 @backend_option("translations")
 @click.option("--quiet", "-q", is_flag=True, help="No log line per request (warnings and errors only).")
 def main(models, host, port, max_batch, batch_wait_ms, max_lines, max_chars, max_queue, timeout, unk_dict, tokenized,
-         batch_size, max_source_len, device, threads, workers, batching, join_wait_ms, backend,
-         quiet):
+         batch_size, max_source_len, device, threads, workers, backend, quiet):
     """Serve translations over HTTP: POST /translate {"src": [lines], ...decoding options...}.
 
     \b
@@ -67,7 +64,7 @@ def main(models, host, port, max_batch, batch_wait_ms, max_lines, max_chars, max
                           max_lines=max_lines, max_chars=max_chars, max_queue=max_queue, timeout=timeout,
                           device=device, threads=threads, workers=workers, batch_size=batch_size, max_source_len=max_source_len,
                           unk_dict=load_unk_dict(unk_dict) if unk_dict else {}, tokenized=tokenized,
-                          batching=batching, join_wait_ms=join_wait_ms, backend=backend))
+                          backend=backend))
 
     run("nmt-serve", body)
 

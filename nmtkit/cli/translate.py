@@ -8,8 +8,9 @@ import sys
 
 import click
 
-from nmtkit.cli import CONTEXT, ToolCommand, backend_option, decode_options, run, setup_logging
+from nmtkit.cli import CONTEXT, ToolCommand, backend_option, decode_options, retired, run, setup_logging
 from nmtkit.runtime import tune_malloc
+from nmtkit.translate.retired import RETIRED
 
 
 def read_input(stream, name: str):
@@ -49,6 +50,7 @@ def _output(path: str | None):
 @click.option("--output", "-o", "output_path", default="-", type=click.Path(dir_okay=False, allow_dash=True),
               help="Translations [stdout].")
 @decode_options
+@retired(RETIRED)
 @click.option("--prefix", "prefix_path", type=click.Path(dir_okay=False, allow_dash=True),
               help="Target prefixes, one line per input line: each translation starts with its line's prefix, "
                    "written as given (forced decoding; an empty line: no prefix; '-': stdin, when the input is a "
@@ -113,9 +115,6 @@ def _translate(models, input_path, output_path, prefix_path, unk_dict, nbest_fil
     if decode.alignment_method != "attention" and not alignments:
         raise InputError(f"--alignment-method {decode.alignment_method} says how --alignments are made: give "
                          "--alignments FILE")
-    if decode.replace_unk_by != "attention" and not decode.replace_unk:
-        raise InputError(f"--replace-unk-by {decode.replace_unk_by} says how --replace-unk finds an <unk>'s source "
-                         "word: give --replace-unk")
     if decode.nbest > 1 and nbest_file is None and output_path in (None, "-"):
         nbest_file = "-"
     check_distinct({"--output": None if nbest_file == "-" else output_path, "--nbest-file": nbest_file,

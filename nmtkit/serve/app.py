@@ -74,8 +74,7 @@ def make_app(cfg: ServeConfig, load: Callable[[], TranslationService],
                 on_failure(e)
                 return
             state.batcher = Batcher(service, cfg.max_batch, cfg.batch_wait_ms / 1000, cfg.max_queue,
-                                    service.concurrency, continuous=cfg.continuous,
-                                    join_wait=cfg.join_wait_ms / 1000)
+                                    service.concurrency)
             state.batcher.start()
             state.service = service
             log.info("ready: %s", ", ".join(m["path"] for m in service.describe()["models"]))

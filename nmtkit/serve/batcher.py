@@ -16,16 +16,9 @@ answering (``/health`` during a long batch) and queueing; each request gets back
 With ``concurrency`` > 1 (``nmt-serve --workers``: decoding processes) that many batches are decoded at once, each
 on a thread that hands it to the workers; the next batch forms while they decode, from what waits meanwhile, and
 while several are free a batch takes only its share of the lines waiting (16 lines, two free: 8 each), so that
-clients in one batch do not leave the other processes idle.
-
-With ``continuous`` (``nmt-serve --batching continuous``; decoding in the server's process, one worker)
-a formed batch is handed to the :class:`~nmtkit.serve.engine.Engine` instead, which adds it to the search already
-running, at its next step (continuous batching).  Each batch is prepared and encoded on its own, in the thread that
-steps the search, so lines join a running search together: a batch forms once the lines waiting are at least half
-as many as those being decoded, or fill the search up to ``max_batch`` lines, or the first of them has waited
-``join_wait`` seconds (and at once when nothing is being decoded); while ``max_batch`` lines are being decoded, none
-joins.  There the batch's own wait counts from its head's arrival alone (the rule above has already chosen the
-moment).
+clients in one batch do not leave the other processes idle.  (Continuous batching -- lines joining the running
+search between its steps -- lost to this at every load, tests/bench/results/bench_serve.txt; its code is on the
+git tag retired/continuous-batching.)
 
 A request that would make the queue hold more than ``max_queue`` lines is refused at once (:class:`Overloaded`);
 one that waits longer than its timeout gets :class:`asyncio.TimeoutError` and its lines leave the queue if they have
@@ -70,14 +63,8 @@ class _Job:
 
 class Batcher:
     def __init__(self, service: TranslationService, max_batch: int, wait: float, max_queue: int,
-                 concurrency: int = 1, continuous: bool = False, join_wait: float = 0.05):
-        if continuous and (concurrency != 1 or service.translator.worker_pids):
-            raise ValueError("continuous batching decodes in the server's process: one decoding, no workers")
+                 concurrency: int = 1):
         self.service, self.max_batch, self.wait, self.max_queue = service, max_batch, wait, max_queue
-        self.continuous, self.join_wait = continuous, join_wait
-        self._stir: asyncio.Event | None = None  # (continuous) set when lines arrive or are answered
-        self._engine = None
-        self._in_flight = 0  # (continuous) lines handed to the engine and not yet answered
         self.queue: list[_Job] = []
         self.queued_lines = 0
         self._changed: asyncio.Event | None = None
@@ -87,18 +74,13 @@ class Batcher:
         self._task: asyncio.Task | None = None
         self._decoding: set[asyncio.Future] = set()
         self._freed = 0.0  # (time.monotonic) when the latest batch was decoded (its clients may send again soon)
-        self._busy = 0  # batches being decoded (static batching)
+        self._busy = 0  # batches being decoded
 
     def start(self) -> None:
         """Start forming and decoding batches (in the running event loop)."""
         self._changed = asyncio.Event()
         self._slots = asyncio.Semaphore(self.concurrency)
-        if self.continuous:
-            from nmtkit.serve.engine import Engine
-
-            self._engine, self._stir = Engine(self.service), asyncio.Event()
-        run = self._run_continuous() if self.continuous else self._run()
-        self._task = asyncio.get_running_loop().create_task(run, name="nmt-serve-batcher")
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="nmt-serve-batcher")
 
     async def close(self) -> None:
         if self._task is not None:
@@ -109,8 +91,6 @@ class Batcher:
                 pass
         if self._decoding:  # (the batches being decoded finish; their clients may still be waiting)
             await asyncio.wait(self._decoding)
-        if self._engine is not None:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._engine.close)
         self._executor.shutdown(wait=True)
 
     async def translate(self, request: Request, timeout: float) -> Outcome:
@@ -124,8 +104,6 @@ class Batcher:
         self.queue.append(job)
         self.queued_lines += n
         self._changed.set()
-        if self._stir is not None:
-            self._stir.set()
         try:
             return await asyncio.wait_for(asyncio.shield(job.future), timeout)
         except (asyncio.TimeoutError, asyncio.CancelledError):
@@ -155,50 +133,6 @@ class Batcher:
             self._decoding.add(task)
             task.add_done_callback(self._decoding.discard)
 
-    async def _run_continuous(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._joinable()
-            batch, lines = await self._form()
-            if not batch:
-                continue
-            self._in_flight += lines
-            done, start = loop.create_future(), time.monotonic()
-            self._decoding.add(done)
-
-            def deliver(result, batch=batch, lines=lines, start=start, done=done):  # (on the engine's thread)
-                loop.call_soon_threadsafe(self._delivered, batch, lines, start, result, done)
-
-            self._engine.submit([job.request for job in batch], deliver)
-
-    async def _joinable(self) -> None:
-        """(continuous) Until the lines waiting may join the search (see the module's docstring)."""
-        while self._in_flight:
-            left = None
-            if self._in_flight < self.max_batch and self.queue:
-                waiting = self.queued_lines
-                if 2 * waiting >= self._in_flight or self._in_flight + waiting >= self.max_batch:
-                    return
-                left = self.queue[0].arrived + self.join_wait - time.monotonic()
-                if left <= 0:
-                    return
-            await _set_within(self._stir, left)
-
-    def _delivered(self, batch: list[_Job], lines: int, start: float, result, done: asyncio.Future) -> None:
-        """(continuous) A batch's results, or its error, handed to its requests."""
-        self._in_flight -= lines
-        self._stir.set()
-        self._decoding.discard(done)
-        done.set_result(None)
-        decode_ms = (time.monotonic() - start) * 1000
-        for k, job in enumerate(batch):
-            if job.abandoned:
-                continue
-            if isinstance(result, BaseException):
-                job.future.set_exception(result)
-            else:
-                job.future.set_result(Outcome(result[k], lines, (start - job.arrived) * 1000, decode_ms))
-
     async def _form(self) -> tuple[list[_Job], int]:
         """The next batch, taken off the queue (empty when its head timed out while it formed)."""
         while not self.queue:
@@ -206,7 +140,7 @@ class Batcher:
             try:
                 await asyncio.wait_for(self._changed.wait(), IDLE_TRIM_S)
             except asyncio.TimeoutError:  # idle: the freed heap goes back (decoding in this process keeps it)
-                if not self._decoding and self._engine is None:  # (the engine trims on its own thread)
+                if not self._decoding:
                     await asyncio.get_running_loop().run_in_executor(self._executor, trim_heap)
                 await self._changed.wait()
         head = self.queue[0]
@@ -214,18 +148,16 @@ class Batcher:
         start = max(head.arrived, self._freed)  # (a line that waited for a batch to finish waits from then on)
         while head in self.queue and self._lines(key) < self.max_batch:
             now = time.monotonic()
-            if self.continuous:  # (_joinable chose the moment: the head's own wait is what is left)
-                left = head.arrived + self.wait - now
-            else:  # (the latest line it could take: lines with other settings do not hold it back)
-                last = max(job.arrived for job in self.queue if job.request.key == key)
-                left = min(start + QUIET_CAP * self.wait, max(start, last) + self.wait) - now
+            # (the latest line it could take: lines with other settings do not hold it back)
+            last = max(job.arrived for job in self.queue if job.request.key == key)
+            left = min(start + QUIET_CAP * self.wait, max(start, last) + self.wait) - now
             if left <= 0:
                 break
             await _set_within(self._changed, left)
         if head not in self.queue:  # (it timed out while its batch formed)
             return [], 0
         # (with several decoding processes free, a batch takes its share of the lines waiting: they all decode)
-        free = 1 if self.continuous else max(1, self.concurrency - self._busy)
+        free = max(1, self.concurrency - self._busy)
         most = min(self.max_batch, -(-self._lines(key) // free))
         batch, lines = [], 0
         for job in list(self.queue):

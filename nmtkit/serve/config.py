@@ -28,14 +28,6 @@ class ServeConfig:
     unk_dict: dict = field(default_factory=dict)  # for --replace-unk
     tokenized: bool = False
     backend: str | None = None
-    batching: str = "static"  # static (batch by batch) or continuous (lines join the running search; one worker)
-    join_wait_ms: float = 50.0  # continuous: the longest lines wait to join a running search with fewer lines than
-    # half of those it decodes
-
-    @property
-    def continuous(self) -> bool:
-        """Whether batches are decoded by continuous batching (nmtkit/serve/engine.py)."""
-        return self.batching == "continuous"
 
     def check(self) -> None:
         if not self.checkpoints:
@@ -50,8 +42,6 @@ class ServeConfig:
             raise InputError(f"--port must be between 0 and 65535 (got {self.port})")
         if not 0 <= self.batch_wait_ms < math.inf:
             raise InputError(f"--batch-wait-ms must be a finite number of at least 0 (got {self.batch_wait_ms})")
-        if not 0 <= self.join_wait_ms < math.inf:
-            raise InputError(f"--join-wait-ms must be a finite number of at least 0 (got {self.join_wait_ms})")
         if not 0 < self.timeout < math.inf:
             raise InputError(f"--timeout must be a finite number above 0 (got {self.timeout})")
         if self.workers < 0:
@@ -59,11 +49,6 @@ class ServeConfig:
         if self.workers > 1 and self.device != "cpu":
             raise InputError(f"--workers {self.workers} needs --device cpu (one process drives a {self.device} "
                              "device)")
-        if self.batching not in ("continuous", "static"):
-            raise InputError(f"--batching must be static or continuous (got {self.batching!r})")
-        if self.batching == "continuous" and self.workers != 1:
-            raise InputError(f"--batching continuous decodes in the server's process: it needs --workers 1 (got "
-                             f"{self.workers})")
         if self.threads < 0:
             raise InputError(f"--threads must be at least 0 (got {self.threads}; 0 = torch's default)")
         if self.max_queue < self.max_lines:

@@ -66,9 +66,6 @@ def read_request(body: Any) -> Request:
     if decode.alignment_method != "attention" and not flags["alignment"]:  # (as nmt-translate refuses it)
         raise InputError(f"\"alignment_method\": \"{decode.alignment_method}\" says how the alignment is made: "
                          "ask for it with \"alignment\": true")
-    if decode.replace_unk_by != "attention" and not decode.replace_unk:  # (as nmt-translate refuses it)
-        raise InputError(f"\"replace_unk_by\": \"{decode.replace_unk_by}\" says how \"replace_unk\" finds an <unk>'s "
-                         "source word: ask for it with \"replace_unk\": true")
     return Request(lines, decode, prefixes, **flags)
 
 
@@ -120,23 +117,6 @@ class TranslationService:
         translator = self._translator(*_key(requests))
         numbered, prefixes = _lines(requests)
         return _split(requests, list(translator.translate(numbered, prefixes, "prefix")))
-
-    def continuous(self, requests: list[Request]) -> bool:
-        """Whether these requests may be decoded by continuous batching (:meth:`begin`): beam search, in this
-        process."""
-        return self.concurrency == 1 and not self.translator.worker_pids and requests[0].decode.sampling is None
-
-    def begin(self, requests: list[Request]) -> tuple[Any, Any, list]:
-        """:meth:`translate` begun, for continuous batching: (the configured translator, its window, the beam
-        search cohorts to step: :meth:`nmtkit.translate.translator.Translator.begin`)."""
-        translator = self._translator(*_key(requests))
-        numbered, prefixes = _lines(requests)
-        return (translator, *translator.begin(numbered, prefixes, "prefix"))
-
-    def end(self, requests: list[Request], begun: tuple[Any, Any, list]) -> list[list[dict]]:
-        """:meth:`translate`'s results from :meth:`begin`'s cohorts, once done."""
-        translator, window, cohorts = begun
-        return _split(requests, translator.end(window, cohorts))
 
 
 def _key(requests: list[Request]) -> tuple:

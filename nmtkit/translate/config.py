@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nmtkit.errors import InputError
+from nmtkit.translate.retired import refuse
 
 ALIGNMENT_METHODS = ("attention", "posterior")  # how --alignments are read (nmtkit.translate.decoding.add_posteriors)
 MAX_COVERAGE_PENALTY = 10.0  # (Wu et al. use 0.2; far above, the penalty alone ranks and its sums overflow)
@@ -49,33 +50,22 @@ class DecodeConfig:
         0, "No hypothesis may produce a target n-gram of N tokens twice (fairseq's --no-repeat-ngram-size; against "
            "loops; 0 = off; 1 forbids any repeated token). A number's tokens are never blocked (numbers repeat "
            "digits: \"1 000 000\"). A --prefix is kept as given.", metavar="N")
-    block_numbers: bool = _setting(
-        False, "With --no-repeat-ngram: block numbers' tokens too (fairseq's rule; numbers lose digits).")
     source_numbers: bool = _setting(
         False, "Write digits only as parts of the source's numbers: a number the source does not have, one of its "
                "numbers changed, cut short or run on, or written more often than the source has it, is never written "
                "(grouping and separators are the model's; a '%' also allows the French 'p. 100').")
-    missing_numbers: float = _setting(
-        0.0, "With --source-numbers: rank finished hypotheses with PENALTY subtracted for each source number they "
-             "leave out (a clause dropped with its number ranks below the hypothesis that translates it; 0 = off; "
-             "a '%' written as '%' is not missing).", metavar="PENALTY")
     all_numbers: bool = _setting(
         False, "With --source-numbers: a line whose best translation leaves out a source number is searched again "
                "with the beam shared among hypotheses by the numbers' digits written (Post & Vilar 2018's dynamic "
                "beam allocation), none ending before it has written them all; that translation is taken when it "
                "ends before the length limit ('%' needs no 'p. 100'). Other lines read as without it.")
+    min_length_ratio: float = _setting(
+        0.0, "No hypothesis may end before RATIO * source words output tokens (against translations cut short; "
+             "0 = off; a forced --prefix counts; never past the length limit).", metavar="RATIO")
     no_unk: bool = _setting(False, "Never generate the unknown-word token.")
     replace_unk: bool = _setting(
-        False, "Replace each generated <unk> by the source word it comes from (as --replace-unk-by finds it), or by "
-               "that word's --unk-dict entry.")
-    replace_unk_by: str = _setting(
-        "attention", "How --replace-unk finds the source word of an <unk>: 'attention', the most attended source "
-                     "word (Luong et al. 2015; fairseq's and OpenNMT-py's), or 'posterior', the largest alignment "
-                     "posterior (the attention times how likely that source word alone makes the model write <unk>; "
-                     "an output layer per source word for each <unk>), which finds a lone unknown word more often "
-                     "but writes the most unknown word of a name for all its <unk>s ('Munnich Munnich' for 'Lee "
-                     "Munnich'): tests/bench/results/bench_replace_unk.txt.",
-        choices=ALIGNMENT_METHODS)
+        False, "Replace each generated <unk> by the source word it attends to most (Luong et al. 2015, as fairseq "
+               "and OpenNMT-py do), or by that word's --unk-dict entry.")
     alignment_method: str = _setting(
         "attention", "How --alignments (and nmt-serve's \"alignment\") link words: 'attention', each target word to "
                      "its most attended source word (as fairseq and Marian print them), or 'posterior', to the source "
@@ -111,18 +101,13 @@ class DecodeConfig:
                              f"{MAX_COVERAGE_PENALTY:g} (got {self.coverage_penalty}; Wu et al. use 0.2)")
         if self.sampling is not None and self.coverage_penalty:
             raise InputError("--coverage-penalty ranks beam search's hypotheses; it has no meaning with --sampling")
-        if not (math.isfinite(self.missing_numbers) and self.missing_numbers >= 0):
-            raise InputError(f"--missing-numbers must be a finite number of at least 0 (got {self.missing_numbers})")
-        if self.missing_numbers and (not self.source_numbers or self.sampling is not None):
-            raise InputError("--missing-numbers ranks beam search's hypotheses by the source's numbers: it needs "
-                             "--source-numbers, and has no meaning with --sampling")
         if self.all_numbers and (not self.source_numbers or self.sampling is not None):
             raise InputError("--all-numbers steers beam search by the source's numbers: it needs --source-numbers, "
                              "and has no meaning with --sampling")
         if self.no_repeat_ngram < 0:
             raise InputError(f"--no-repeat-ngram must be a whole number of at least 0, 0 = off "
                              f"(got {self.no_repeat_ngram})")
-        for name in ("lenpen", "max_len_a", "max_len_b"):
+        for name in ("lenpen", "max_len_a", "max_len_b", "min_length_ratio"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise InputError(f"{_flag(name)} must be a finite number of at least 0 (got {value})")
@@ -150,9 +135,11 @@ class DecodeConfig:
 
     @classmethod
     def from_dict(cls, settings: dict[str, Any]) -> DecodeConfig:
-        """Settings by name (JSON); the others keep their defaults.  An unknown name is an error naming it."""
+        """Settings by name (JSON); the others keep their defaults.  An unknown name is an error naming it, a
+        retired one (:mod:`nmtkit.translate.retired`) an error saying what replaced it."""
         if not isinstance(settings, dict):
             raise InputError(f"decoding settings must be an object of names and values (got {type(settings).__name__})")
+        refuse(settings)  # (a setting measured, lost and removed: what replaced it)
         unknown = sorted(set(settings) - set(_KINDS))
         if unknown:
             raise InputError(f"unknown decoding setting{'s' if len(unknown) > 1 else ''} "

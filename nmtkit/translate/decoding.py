@@ -6,8 +6,7 @@ vocabularies and preprocessing must match); :func:`decode_batch` runs beam searc
 sampling (:mod:`nmtkit.translate.sampling`) over one batch as a :class:`nmtkit.translate.config.DecodeConfig` says,
 optionally forced through target prefixes; then :func:`add_alignments` gives the hypotheses what the translator
 reads beyond the search: with ``decode.alignment_method`` ``posterior`` and the attention asked for, each sentence's
-best hypothesis its alignment posterior (:func:`add_posteriors`), and with ``decode.replace_unk`` by ``posterior``,
-each hypothesis to be written that has an ``<unk>`` the posterior of its ``<unk>`` rows (:func:`add_unk_posteriors`).
+best hypothesis its alignment posterior (:func:`add_posteriors`).
 """
 
 from __future__ import annotations
@@ -21,12 +20,11 @@ from nmtkit.errors import InputError
 from nmtkit.models import model_for_inference
 from nmtkit.data.candidates import CandidateTable
 from nmtkit.translate.candidates import restricted, to_ids
-from nmtkit.translate.cohort import BeamCohort
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.sampling import sample
 from nmtkit.translate.search import Hypothesis, beam_search
 from nmtkit.translate.sourcenumbers import DigitTable, SourceNumbers
-from nmtkit.data.vocab import PAD, UNK
+from nmtkit.data.vocab import PAD
 
 
 def load_checkpoints(paths: list[str]) -> list[dict]:
@@ -112,33 +110,10 @@ def decode_batch(models: list, sources: list[np.ndarray], device, decode: Decode
 def add_alignments(models: list, sources: list[np.ndarray], hyps: list[list[Hypothesis]], device,
                    decode: DecodeConfig, need_attention: bool) -> list[list[Hypothesis]]:
     """In place, and returned: the posteriors that ``decode`` reads from the batch's hypotheses -- the best
-    hypothesis' whole posterior for ``alignment_method`` ``posterior`` (with the attention asked for), the rows of
-    the ``<unk>``s of those written for ``replace_unk`` by ``posterior``."""
+    hypothesis' whole posterior for ``alignment_method`` ``posterior`` (with the attention asked for)."""
     if need_attention and decode.alignment_method == "posterior":
         add_posteriors(models, sources, hyps, device)
-    if decode.replace_unk and decode.replace_unk_by == "posterior":
-        add_unk_posteriors(models, sources, hyps, device, decode.nbest)
     return hyps
-
-
-def start_cohort(models: list, sources: list[np.ndarray], device, decode: DecodeConfig,
-                 need_attention: bool = False, bf16: bool = False, prefixes: list[np.ndarray | None] | None = None,
-                 numbers=None, digit_table: DigitTable | None = None,
-                 source_numbers: list[list[str]] | None = None, numbers_whole: list[bool] | None = None,
-                 candidates: CandidateTable | None = None, **_) -> BeamCohort:
-    """:func:`decode_batch`'s beam search begun, not run: the batch encoded, as a
-    :class:`~nmtkit.translate.cohort.BeamCohort` to step (:mod:`nmtkit.translate.continuous`); its
-    ``results()`` through :func:`finish_hypotheses` are what :func:`decode_batch` gives."""
-    if decode.sampling is not None:
-        raise ValueError("a cohort is a beam search: sampling is decoded by decode_batch")
-    if candidates is not None:
-        raise ValueError("cohorts that join share one vocabulary: candidate lists are decoded by decode_batch")
-    device = torch.device(device)
-    src, lens, prefix, prefix_lens, numbers_from = _inputs(sources, decode, prefixes, digit_table, source_numbers,
-                                                           numbers_whole)
-    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-        return BeamCohort(models, src.to(device), lens.to(device), decode, need_attention, prefix, prefix_lens,
-                          numbers, numbers_from)
 
 
 def add_posteriors(models: list, sources: list[np.ndarray], hyps: list[list[Hypothesis]], device) -> None:
@@ -151,25 +126,8 @@ def add_posteriors(models: list, sources: list[np.ndarray], hyps: list[list[Hypo
         h.posterior = p
 
 
-def add_unk_posteriors(models: list, sources: list[np.ndarray], hyps: list[list[Hypothesis]], device,
-                       nbest: int = 1) -> None:
-    """In place: each of the first ``nbest`` hypotheses of a sentence (those written) that has an ``<unk>`` gets
-    :attr:`Hypothesis.unk_posterior`, :func:`nmtkit.posterior.forced_posterior` computed at its ``<unk>``s only
-    (the attention elsewhere; an ensemble's mean): what ``--replace-unk`` by ``posterior`` reads the source word
-    of an ``<unk>`` from.  In float32."""
-    todo = []
-    for k, sentence in enumerate(hyps):
-        for h in sentence[:nbest]:
-            if h.posterior is not None:  # (the whole posterior, add_posteriors': its <unk> rows are these)
-                h.unk_posterior = h.posterior
-            elif UNK in h.tokens:
-                todo.append((k, h))
-    for (_, h), p in zip(todo, _posteriors(models, sources, todo, device, words=(UNK,))):
-        h.unk_posterior = p
-
-
-def _posteriors(models: list, sources: list[np.ndarray], todo: list[tuple[int, Hypothesis]], device,
-                words=None) -> list[np.ndarray]:
+def _posteriors(models: list, sources: list[np.ndarray], todo: list[tuple[int, Hypothesis]], device
+                ) -> list[np.ndarray]:
     """The alignment posterior of each (sentence, hypothesis) of ``todo``, the mean of the models'."""
     if not todo:
         return []
@@ -180,7 +138,7 @@ def _posteriors(models: list, sources: list[np.ndarray], todo: list[tuple[int, H
     total = None
     with torch.autocast(torch.device(device).type, enabled=False):  # (float32 under a caller's bf16 autocast too)
         for model in models:
-            post = forced_posterior(model, src, tgt, batch_size=max(1, len(todo)), device=device, words=words)
+            post = forced_posterior(model, src, tgt, batch_size=max(1, len(todo)), device=device)
             total = post if total is None else [a + b for a, b in zip(total, post)]
     return [(p / len(models)).astype(np.float32) for p in total]
 

@@ -14,8 +14,8 @@ pieces ("1 000 000" with SentencePiece's split digits is ``▁ 1 ▁ 0 0 0 ▁ 0
 ``▁ 0 0`` come twice) and a text repeats its numbers ("en 1995 et en 1996"); blocking them cost numbers
 (``tests/bench/results/bench_recipe.txt``, "after the hour").  Every other token is
 blocked as before, also after a window that holds digits, so a loop through a number ("en 1995, en 1995, ...") is
-still cut, at its first word or punctuation mark.  ``nmt-translate --block-numbers`` blocks numbers too (fairseq's
-rule).
+still cut, at its first word or punctuation mark.  (fairseq's rule blocks numbers too; ``--block-numbers``, which
+offered it, carried fewer numbers and was removed.)
 
 :func:`ban_repeats` does it for all hypotheses at once on their (R, t) token tensor: the last n−1 tokens are
 compared with every earlier window of n−1 tokens (``unfold``), and the tokens that followed the matching windows are

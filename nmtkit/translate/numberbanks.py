@@ -4,15 +4,15 @@ with the source's numbers as the constraints.
 ``--source-numbers`` keeps a translation from changing a number, but not from leaving one out: a model trained for
 an hour drops a clause with its number ("$180 in July 1999 and $170 in July 2000" → "… 170 en juillet 2000"), and
 once every hypothesis in the beam has passed the place where the number belonged, no ranking of the finished ones
-can bring it back (``--missing-numbers`` ranks, it does not steer).  Lexically constrained decoding steers: the
-beam of each sentence is shared among *banks* of hypotheses by how far they are through the constraints, so that
-hypotheses that have written the numbers are kept beside the more probable ones that have not, and ``</s>`` may
-follow only once all are written (Post & Vilar, "Fast lexically constrained decoding with dynamic beam
-allocation", NAACL 2018; Hokamp & Liu 2017's grid beam search is the slower original).
+can bring it back (a penalty on finished hypotheses, the retired ``--missing-numbers``, changed no line).
+Lexically constrained decoding steers: the beam of each sentence is shared among *banks* of hypotheses by how far
+they are through the constraints, so that hypotheses that have written the numbers are kept beside the more probable
+ones that have not, and ``</s>`` may follow only once all are written (Post & Vilar, "Fast lexically constrained
+decoding with dynamic beam allocation", NAACL 2018; Hokamp & Liu 2017's grid beam search is the slower original).
 
 Forcing numbers into every sentence costs where the model carries them by itself (half the beam goes to
 hypotheses that wrote a number early, in the wrong place), so ``--all-numbers`` searches **twice**
-(:func:`~nmtkit.translate.search.numbers_again`): first as without it; then only the sentences whose best
+(:class:`~nmtkit.translate.numberrules.AllNumbers`): first as without it; then only the sentences whose best
 hypothesis leaves out a number they must write are searched again with the shared beam, and take its result when
 its best writes every number and ends by itself before its length limit (a search that could only place the numbers
 by running on to the limit is worse than the number left out).  Measured on the development sets' lines with

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from nmtkit.translate.config import DecodeConfig, Sampling, parse_sampling  # noqa: F401  (re-exported)
-from nmtkit.translate.search import Hypothesis, _limits, check_numbers_from, free_tokens, one_token_at_a_time
+from nmtkit.translate.search import Hypothesis, _limits, check_numbers_from, one_token_at_a_time
 
 
 def _generator_seed(key, sample: int) -> int:
@@ -64,17 +64,15 @@ def sample(models, src: torch.Tensor, src_lens: torch.Tensor, keys: list, decode
            numbers_from=None) -> list[list[Hypothesis]]:
     """src (B, Tx) with ``</s>``, src_lens (B,), one key per sentence -> for each sentence ``decode.nbest`` samples
     drawn as ``decode.sampling`` says, sorted by their length-normalised log-probability (``decode``'s lenpen;
-    its max_len_a/b, no_unk and no_repeat_ngram with ``numbers`` free, and ``numbers_from``'s constraint, as in
-    the search)."""
+    its rules, with ``numbers`` free of the n-gram block and ``numbers_from``'s constraint, as in the
+    search)."""
     n, sampling, lenpen = decode.nbest, decode.how, decode.lenpen
-    max_len_a, max_len_b, no_unk, no_repeat_ngram = decode.max_len_a, decode.max_len_b, decode.no_unk, \
-        decode.no_repeat_ngram
     check_numbers_from(decode, numbers_from)
     if sampling is None:
         raise ValueError("sample() needs decoding settings with a sampling spec (DecodeConfig(sampling=...))")
     if n < 1 or len(keys) != src.shape[0]:
         raise ValueError(f"need n >= 1 and one key per sentence (got n {n}, {len(keys)} keys, {src.shape[0]} sentences)")
-    limits = _limits(src_lens, max_len_a, max_len_b, prefix_lens).repeat_interleave(n)  # (B·n,)
+    limits = _limits(src_lens, decode.max_len_a, decode.max_len_b, prefix_lens).repeat_interleave(n)  # (B·n,)
     u = uniforms(keys, n, int(limits.max()) + 1).to(src.device)  # (B·n, T)
 
     def draw(logp: torch.Tensor, t: int) -> torch.Tensor:
@@ -83,10 +81,8 @@ def sample(models, src: torch.Tensor, src_lens: torch.Tensor, keys: list, decode
         return torch.searchsorted(cdf, (u[:, t] * cdf[:, -1]).unsqueeze(1), right=True).squeeze(1) \
             .clamp_(max=cdf.shape[1] - 1)
 
-    tokens, scores, attn = one_token_at_a_time(models, src, src_lens, draw, n, max_len_a, max_len_b, no_unk,
-                                               need_attention, prefix, prefix_lens,
-                                               no_repeat_ngram, free_tokens(decode, numbers, src.device),
-                                               numbers_from)  # (B·n rows)
+    tokens, scores, attn = one_token_at_a_time(models, src, src_lens, draw, decode, n, need_attention, prefix,
+                                               prefix_lens, numbers, numbers_from)  # (B·n rows)
     lens = src_lens.tolist()
     results = []
     for b in range(len(lens)):

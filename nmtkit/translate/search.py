@@ -21,15 +21,17 @@ Every search takes its settings as one :class:`nmtkit.translate.config.DecodeCon
   one get −inf before the top-k (:mod:`nmtkit.translate.ngramblock`); a forced prefix counts as history but is never
   blocked, ``</s>`` never is. The history is the hypothesis' own token row, reordered with it after each top-k.
   Given ``numbers`` (bool (V,): the target tokens holding a digit, :func:`~nmtkit.translate.ngramblock.number_tokens`),
-  those tokens are never blocked, unless ``block_numbers``.
+  those tokens are never blocked.
 - With ``source_numbers`` (a :class:`~nmtkit.translate.sourcenumbers.SourceNumbers` for the batch: the decoding's
   ``source_numbers`` setting) a token holding a digit may only continue or begin one of the sentence's source
   numbers; the others get −inf before the top-k, after the n-gram block (:mod:`nmtkit.translate.sourcenumbers`).
-  With ``missing_numbers`` γ > 0 besides, a finished hypothesis ranks with γ subtracted for each source number it
-  leaves out (:meth:`~nmtkit.translate.sourcenumbers.SourceNumbers.missing`): it ranks, it does not steer the beam.
 - With ``all_numbers`` besides (``--all-numbers``), a sentence whose best hypothesis leaves out one of its source
   numbers is searched again with the beam shared by the numbers' digits written, Post & Vilar (2018)'s dynamic
-  beam allocation (:mod:`nmtkit.translate.numberbanks`, :func:`numbers_again`).
+  beam allocation (:mod:`nmtkit.translate.numberbanks`, :mod:`nmtkit.translate.numberrules`).
+- With ``min_length_ratio`` r > 0, ``</s>`` may not follow before ⌈r · source words⌉ tokens (nor past the length
+  limit's).
+- Each of these is a rule on the step (:mod:`nmtkit.translate.rules`), as are the masks of ``<pad>``, ``<s>``,
+  ``<unk>``, the forced prefix, the length limit and the coverage penalty.
 - :func:`greedy`: the plain batched greedy decoder (validation during training; equal to ``beam = 1``).
 - :func:`beam_search_reference`: one sentence at a time with Python lists — slow, obviously right, and the yardstick
   the batched search is tested against.
@@ -49,66 +51,61 @@ from nmtkit.data.vocab import BOS, EOS
 from nmtkit.translate import numberbanks
 from nmtkit.translate.cohort import BeamCohort
 from nmtkit.translate.config import DecodeConfig
-from nmtkit.translate.ngramblock import banned_after
-from nmtkit.translate.searchstep import (Ensemble, Hypothesis, _limits, _mask, _mask_step, _only_eos,  # noqa: F401
-                                         check_numbers_from, coverage, free_tokens, top_k)
+from nmtkit.translate.rules import CoveragePenalty, Prefix, Search, Step
+from nmtkit.translate.searchstep import (Ensemble, Hypothesis, _limits, build_rules, check_numbers_from,  # noqa: F401
+                                         top_k)
 from nmtkit.translate.sourcenumbers import SourceNumbers
 
 DEFAULT = DecodeConfig()  # (nmt-translate's defaults: beam 12, ...)
 
 
 @torch.no_grad()
-def one_token_at_a_time(models, src: torch.Tensor, src_lens: torch.Tensor, choose, n: int = 1,
-                        max_len_a: float = 2.0, max_len_b: int = 10, no_unk: bool = False,
+def one_token_at_a_time(models, src: torch.Tensor, src_lens: torch.Tensor, choose, decode: DecodeConfig, n: int = 1,
                         need_attention: bool = False, prefix: torch.Tensor | None = None,
-                        prefix_lens: torch.Tensor | None = None,
-                        no_repeat_ngram: int = 0, free: torch.Tensor | None = None,
+                        prefix_lens: torch.Tensor | None = None, numbers: torch.Tensor | None = None,
                         numbers_from: SourceNumbers | None = None
                         ) -> tuple[list[list[int]], list[float], torch.Tensor | None]:
     """The left-to-right loop of greedy decoding and of sampling: ``n`` rows per sentence of src (B, Tx) with
-    ``</s>``, each extended by one token a step, ``choose(logp (B·n, V), t) -> y (B·n,)`` picking it from the masked
-    log-probabilities (``<pad>``, ``<s>``, with ``no_unk`` ``<unk>``; with ``no_repeat_ngram`` the tokens that would
-    repeat an n-gram of the row, never a ``free`` token; with ``numbers_from`` digits that are no part of a source
-    number; a prefix's token t where it is longer than t; only ``</s>`` at the length limit),
-    until every row has ended.  -> each row's tokens (without ``</s>``), its log-probability, and with
-    ``need_attention`` α (B·n, T, Tx)."""
-    if no_repeat_ngram < 0:
-        raise ValueError(f"no_repeat_ngram must be at least 0 (got {no_repeat_ngram})")
+    ``</s>``, each extended by one token a step, ``choose(logp (B·n, V), t) -> y (B·n,)`` picking it from the
+    log-probabilities masked by ``decode``'s rules (:mod:`nmtkit.translate.rules`: ``numbers`` the tokens the
+    n-gram block leaves free, ``numbers_from`` the source-numbers constraint, a prefix's token t where it is longer
+    than t, only ``</s>`` at the length limit), until every row has ended.  -> each row's tokens (without
+    ``</s>``), its log-probability, and with ``need_attention`` α (B·n, T, Tx)."""
     ens = Ensemble(models)
     dev = src.device
     B = src.shape[0]
-    if prefix is not None:
-        prefix, prefix_lens = prefix.to(dev), prefix_lens.to(dev)
+    limits = _limits(src_lens, decode.max_len_a, decode.max_len_b, prefix_lens).to(dev)  # (B,)
+    rules = build_rules(decode, Search(src_lens, limits, n, dev, prefix, prefix_lens, numbers, numbers_from,
+                                       src.shape[1], beam=False))
+    limits = limits.repeat_interleave(n)  # (B·n,)
     encs = ens.encode(src, src_lens)  # (the n rows of a sentence share its encoder output)
     states = [s.repeat_interleave(n, dim=0) for s in ens.init(encs)]  # (B·n, n')
-    limits = _limits(src_lens, max_len_a, max_len_b, prefix_lens).to(dev).repeat_interleave(n)  # (B·n,)
     sentences = torch.arange(B, device=dev)
     y = torch.full((B * n,), BOS, dtype=torch.long, device=dev)
     done = torch.zeros(B * n, dtype=torch.bool, device=dev)
     scores = torch.zeros(B * n, dtype=torch.float64, device=dev)
     out, alphas = [], []
-    T = int(limits.max()) + 1
-    # with the block or the numbers' constraint: each row's tokens so far, (B·n, T), filled a column a step (rows do
-    # not move here)
-    history = torch.zeros((B * n, T), dtype=torch.long, device=dev) if no_repeat_ngram or numbers_from else None
+    T = int(limits.max()) + 1 if B else 0
+    # each row's tokens so far, (B·n, T), filled a column a step (rows do not move here)
+    history = torch.zeros((B * n, T), dtype=torch.long, device=dev)
     for t in range(T):
         logp, states, alpha = ens.step(y, states, encs)  # (B·n, V), α (B·n, Tx)
-        at_limit = t >= limits
-        _mask_step(logp, no_unk, t, prefix, prefix_lens, sentences, n,
-                   history[:, :t] if history is not None else None, no_repeat_ngram, free, numbers_from, at_limit)
-        _only_eos(logp, at_limit)  # (at the limit only </s> may follow)
+        step = Step(t, history[:, :t], sentences, n, t >= limits, numbers_from)
+        for rule in rules:
+            rule.before(logp, step)
+        for rule in rules:
+            rule.mask(logp, step)
         y = choose(logp, t)  # (B·n,)
-        step = logp.gather(1, y[:, None]).squeeze(1).double()
-        scores += torch.where(done, torch.zeros_like(step), step)
+        step_lp = logp.gather(1, y[:, None]).squeeze(1).double()
+        scores += torch.where(done, torch.zeros_like(step_lp), step_lp)
         out.append(torch.where(done, torch.full_like(y, EOS), y))
-        if history is not None:
-            history[:, t] = out[-1]
+        history[:, t] = out[-1]
         if need_attention:
             alphas.append(alpha.float())
         done |= y == EOS
         if bool(done.all()):
             break
-    ids = torch.stack(out, dim=1).tolist()  # (B·n, T)
+    ids = torch.stack(out, dim=1).tolist() if out else [[] for _ in range(B * n)]  # (B·n, T)
     tokens = [row[: row.index(EOS)] if EOS in row else row for row in ids]
     return tokens, scores.tolist(), (torch.stack(alphas, dim=1) if need_attention else None)
 
@@ -116,13 +113,11 @@ def one_token_at_a_time(models, src: torch.Tensor, src_lens: torch.Tensor, choos
 def greedy(models, src: torch.Tensor, src_lens: torch.Tensor, decode: DecodeConfig = DEFAULT,
            numbers: torch.Tensor | None = None, numbers_from: SourceNumbers | None = None) -> list[Hypothesis]:
     """Batched greedy decoding: src (B, Tx) with ``</s>``, src_lens (B,) → one hypothesis per sentence, in order
-    (``decode``'s max_len_a/b, no_unk and no_repeat_ngram with ``numbers`` free, ``numbers_from`` the source-numbers
-    constraint; its beam is not read)."""
+    (``decode``'s rules, as in beam search; ``numbers`` the tokens the n-gram block leaves free, ``numbers_from`` the
+    source-numbers constraint; its beam is not read)."""
     check_numbers_from(decode, numbers_from)
-    tokens, scores, _ = one_token_at_a_time(models, src, src_lens, lambda logp, t: logp.argmax(dim=-1),
-                                            max_len_a=decode.max_len_a, max_len_b=decode.max_len_b,
-                                            no_unk=decode.no_unk, no_repeat_ngram=decode.no_repeat_ngram,
-                                            free=free_tokens(decode, numbers, src.device), numbers_from=numbers_from)
+    tokens, scores, _ = one_token_at_a_time(models, src, src_lens, lambda logp, t: logp.argmax(dim=-1), decode,
+                                            numbers=numbers, numbers_from=numbers_from)
     return [Hypothesis(toks, score, score) for toks, score in zip(tokens, scores)]
 
 
@@ -134,47 +129,12 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, decode: Decod
     """Batched beam search: src (B, Tx) with ``</s>``, src_lens (B,), optionally prefix (B, P) target ids padded
     with ``<pad>`` and prefix_lens (B,) → for each sentence its ``decode.nbest`` best hypotheses, best first (see the
     module docstring for the exact procedure; ``decode``: beam, nbest, lenpen, max_len_a/b, no_unk, coverage_penalty,
-    no_repeat_ngram, block_numbers; ``numbers``: the tokens the block leaves free; ``numbers_from``: the
+    no_repeat_ngram, min_length_ratio, ...; ``numbers``: the tokens the block leaves free; ``numbers_from``: the
     source-numbers constraint), with their attention when ``need_attention``."""
     cohort = BeamCohort(models, src, src_lens, decode, need_attention, prefix, prefix_lens, numbers, numbers_from)
     while not cohort.done:
         cohort.step()
-    return results(cohort)
-
-
-def results(cohort: BeamCohort) -> list[list[Hypothesis]]:
-    """A finished cohort's hypotheses per sentence (:meth:`BeamCohort.results`), with ``decode.all_numbers``'
-    second pass made (:func:`numbers_again`)."""
-    hyps = cohort.results()
-    if cohort.decode.all_numbers and cohort.numbers_from is not None and not cohort.banks:
-        hyps = numbers_again(cohort, hyps)
-    return hyps
-
-
-@torch.no_grad()
-def numbers_again(first: BeamCohort, hyps: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
-    """``--all-numbers``: the sentences whose best hypothesis leaves out a number they must write are searched
-    again with the beam shared by numbers written (:mod:`nmtkit.translate.numberbanks`); a sentence takes the
-    second search's hypotheses when its best writes them all and ends before its length limit, and keeps the
-    first's otherwise (a sentence whose numbers come through is never searched again, so it reads as without the
-    option)."""
-    nf = first.numbers_from
-    todo = [k for k, h in enumerate(hyps) if h and numberbanks.unmet(nf, h[0].tokens, k) > 0]
-    if not todo:
-        return hyps
-    idx = torch.tensor(todo, device=first.src.device)
-    prefix = first.prefix.index_select(0, idx.to(first.prefix.device)) if first.prefix is not None else None
-    prefix_lens = first.prefix_lens.index_select(0, idx.to(first.prefix.device)) if prefix is not None else None
-    again = BeamCohort(first.ens.models, first.src.index_select(0, idx), first.src_lens.index_select(0, idx),
-                       first.decode, first.need_attention, prefix, prefix_lens, first.numbers, nf.subset(todo),
-                       banks=True)
-    while not again.done:
-        again.step()
-    limits = again.limits.tolist()
-    for k, h, limit in zip(todo, again.results(), limits):
-        if h and h[0].unmet == 0 and len(h[0].tokens) < limit:
-            hyps[k] = h
-    return hyps
+    return cohort.results()
 
 
 @torch.no_grad()
@@ -183,7 +143,8 @@ def beam_search_reference(models, src_ids: list[int], decode: DecodeConfig = DEF
                           numbers_from: SourceNumbers | None = None) -> list[Hypothesis]:
     """The same search for one sentence (ids without ``</s>``), hypothesis by hypothesis with Python lists
     (``numbers_from``: the source-numbers constraint of a batch of this one sentence), with ``decode.all_numbers``'
-    second pass as :func:`numbers_again` makes it."""
+    second pass as :class:`~nmtkit.translate.numberrules.AllNumbers` makes it.  Each rule acts through its
+    one-hypothesis form (:meth:`~nmtkit.translate.rules.Rule.banned`)."""
     hyps = _reference(models, src_ids, decode, prefix, numbers, numbers_from, banks=False)
     if decode.all_numbers and numbers_from is not None and hyps and numberbanks.unmet(numbers_from, hyps[0].tokens, 0):
         again = _reference(models, src_ids, decode, prefix, numbers, numbers_from, banks=True)
@@ -198,16 +159,20 @@ def beam_search_reference(models, src_ids: list[int], decode: DecodeConfig = DEF
 def _reference(models, src_ids: list[int], decode: DecodeConfig, prefix: list[int] | None,
                numbers: torch.Tensor | None, numbers_from: SourceNumbers | None, banks: bool) -> list[Hypothesis]:
     """One pass of :func:`beam_search_reference`; ``banks``: the beam shared by numbers written."""
-    free = free_tokens(decode, numbers, "cpu")
-    free = frozenset() if free is None else frozenset(free.nonzero().flatten().tolist())
-    beam, nbest, lenpen, no_unk = decode.beam, decode.nbest, decode.lenpen, decode.no_unk
-    coverage_penalty, no_repeat_ngram = decode.coverage_penalty, decode.no_repeat_ngram
+    beam, nbest, lenpen = decode.beam, decode.nbest, decode.lenpen
     ens = Ensemble(models)
     src = torch.tensor([list(src_ids) + [EOS]])
     src_lens = torch.tensor([len(src_ids) + 1])
     prefix = list(prefix or [])
     encs = ens.encode(src, src_lens)
     limit = max(int(_limits(src_lens, decode.max_len_a, decode.max_len_b)[0]), len(prefix))
+    forced = torch.tensor([prefix]) if prefix else None
+    rules = build_rules(decode, Search(src_lens, torch.tensor([limit]), beam, torch.device("cpu"), forced,
+                                       torch.tensor([len(prefix)]) if prefix else None, numbers, numbers_from,
+                                       src.shape[1], beam=True, banks=banks))
+    by_kind = {type(r): r for r in rules}
+    prefix_rule, coverage_rule = by_kind.get(Prefix), by_kind.get(CoveragePenalty)
+    masks = [r for r in rules if not isinstance(r, (Prefix, CoveragePenalty))]
     live = [([], 0.0, ens.init(encs), [0.0] * len(src_ids))]  # (tokens, score, states, Σ_i α_ij per source word)
     finished: list[Hypothesis] = []
     banks = banks and numbers_from is not None and numbers_from.required[0] > 0
@@ -218,23 +183,17 @@ def _reference(models, src_ids: list[int], decode: DecodeConfig, prefix: list[in
         for h, (toks, score, states, cov) in enumerate(live):
             y = torch.tensor([toks[-1] if toks else BOS])
             logp, new_states, alpha = ens.step(y, states, encs)
-            raw = logp.clone()
-            _mask(logp, no_unk)
             new_cov = cov if alpha is None else [c + float(a) for c, a in zip(cov, alpha[0])]
-            banned = banned_after(toks, no_repeat_ngram, free)  # (the prefix counts as history; its tokens are forced)
+            bans = [r.banned(toks, t, t >= limit) for r in masks]
             state = numbers_from.state(toks, 0) if banks else None
-            if numbers_from is not None:
-                banned |= numbers_from.banned(toks, ending=t >= limit)
+            must = prefix_rule.forced(t) if prefix_rule is not None else None  # (at its own log-probability)
             for v in range(logp.shape[1]):
-                lp = -math.inf if v in banned else float(logp[0, v])
-                if t < len(prefix):
-                    lp = float(raw[0, v]) if v == prefix[t] else -math.inf
-                if t >= limit and v != EOS:
-                    lp = -math.inf
+                if must is not None:
+                    lp = float(logp[0, v]) if v == must else -math.inf
+                else:
+                    lp = -math.inf if any(v in b for b in bans) else float(logp[0, v])
                 # exact ties (which real log-probabilities practically never have) go to the lower index here;
                 # torch.topk promises no order among equal values
-                if v == EOS and banks and t < limit and numberbanks.must_end_later(numbers_from, state, 0):
-                    lp = -math.inf
                 expansions.append((score + lp, h * logp.shape[1] + v, toks, v, new_states, new_cov))
             if banks:
                 mine = expansions[-logp.shape[1]:]
@@ -251,11 +210,11 @@ def _reference(models, src_ids: list[int], decode: DecodeConfig, prefix: list[in
         next_live = []
 
         def finish(score, toks, cov):
-            cp = coverage_penalty * sum(math.log(min(max(c, 1e-12), 1.0)) for c in cov)
-            if decode.missing_numbers:
-                cp -= decode.missing_numbers * numbers_from.missing(toks, 0)
+            norm = score / (len(toks) + 1) ** lenpen
+            if coverage_rule is not None:
+                norm += coverage_rule.one(cov)
             unmet = numberbanks.unmet(numbers_from, toks, 0) if banks else 0
-            finished.append(Hypothesis(toks, score, score / (len(toks) + 1) ** lenpen + cp, unmet=unmet))
+            finished.append(Hypothesis(toks, score, norm, unmet=unmet))
 
         ended = set()
         for rank, (score, order, toks, v, states, cov) in enumerate(expansions):

@@ -1,8 +1,7 @@
-"""What every search does at a step, whatever loop runs it (:mod:`nmtkit.translate.search`'s beam search, greedy
-decoding and sampling, :mod:`nmtkit.translate.cohort`'s cohorts): the models' step as one ensemble
-(:class:`Ensemble`), the finished :class:`Hypothesis`, the length limits, the masks of a step (``<pad>``, ``<s>``,
-``<unk>``, the n-gram block, the source-numbers constraint, a forced prefix, only ``</s>`` at the limit), Wu et
-al.'s coverage penalty and a fast top-k.  The procedure they make is described in :mod:`nmtkit.translate.search`.
+"""What every search shares, whatever loop runs it (:mod:`nmtkit.translate.search`'s greedy decoding and sampling,
+:mod:`nmtkit.translate.cohort`'s beam search): the models' step as one ensemble (:class:`Ensemble`), the finished
+:class:`Hypothesis`, the length limits, the decoding rules in their order (:data:`RULES`) and a fast top-k.  What a
+decoding option changes at a step is a rule's (:mod:`nmtkit.translate.rules`); the procedure they make is described in :mod:`nmtkit.translate.search`.
 """
 
 from __future__ import annotations
@@ -13,11 +12,22 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from nmtkit.data.vocab import BOS, EOS, PAD, UNK
 from nmtkit.models.fast.policy import policy
 from nmtkit.translate.config import DecodeConfig
-from nmtkit.translate.ngramblock import ban_repeats
+from nmtkit.translate.numberrules import AllNumbers, NumberBanks, SourceNumbersRule
+from nmtkit.translate.rules import (CoveragePenalty, LengthLimit, MinLength, NgramBlock, Prefix, Rule, Search,
+                                    Vocabulary)
 from nmtkit.translate.sourcenumbers import SourceNumbers
+
+# the decoding rules (nmtkit.translate.rules) in the order they act: masks first, the forced prefix after them (it
+# keeps its token whatever they say), the length limit last; then what ranks finished hypotheses and searches again
+RULES: tuple[type[Rule], ...] = (Vocabulary, NgramBlock, SourceNumbersRule, NumberBanks, MinLength, Prefix,
+                                 LengthLimit, CoveragePenalty, AllNumbers)
+
+
+def build_rules(decode: DecodeConfig, search: Search) -> list[Rule]:
+    """The rules ``decode`` asks for in this search, in the order they act (:data:`RULES`)."""
+    return [r for r in (cls.build(decode, search) for cls in RULES) if r is not None]
 
 
 @dataclass
@@ -28,7 +38,6 @@ class Hypothesis:
     attention: torch.Tensor | None = None  # (len(tokens) + 1, Tx) α for each output token and </s>, or None
     unmet: int = 0  # with decode.all_numbers: the numbers it was to write and did not (ended at its length limit)
     posterior: np.ndarray | None = None  # (len(tokens) + 1, len(source) + 1) alignment posterior (add_posteriors)
-    unk_posterior: np.ndarray | None = None  # the same shape: the posterior at its <unk>s, else α (add_unk_posteriors)
 
     def rank(self) -> tuple[int, float]:
         """What orders finished hypotheses, best first: those that wrote all their numbers, then by norm_score."""
@@ -68,66 +77,11 @@ def check_numbers_from(decode: DecodeConfig, numbers_from: SourceNumbers | None)
                          "decoding.decode_batch or a Translator, which read them from the source lines")
 
 
-def free_tokens(decode: DecodeConfig, numbers: torch.Tensor | None, device) -> torch.Tensor | None:
-    """The tokens the n-gram block leaves free (bool (V,) on ``device``), or None: ``numbers`` unless
-    ``decode.block_numbers`` (or no block)."""
-    if numbers is None or not decode.no_repeat_ngram or decode.block_numbers:
-        return None
-    return torch.as_tensor(numbers, dtype=torch.bool).to(device)
-
-
 def _limits(src_lens: torch.Tensor, max_len_a: float, max_len_b: int,
             prefix_lens: torch.Tensor | None = None) -> torch.Tensor:
     """Most output tokens (without </s>) per sentence; src_lens count the source's </s>; at least the prefix."""
     limits = (max_len_a * (src_lens - 1).float() + max_len_b).long().clamp(min=1)
     return limits if prefix_lens is None else torch.maximum(limits, prefix_lens.to(limits.device))
-
-
-def _mask_step(logp: torch.Tensor, no_unk: bool, t: int, prefix: torch.Tensor | None = None,
-               prefix_lens: torch.Tensor | None = None, sentences: torch.Tensor | None = None, K: int = 1,
-               history: torch.Tensor | None = None, no_repeat_ngram: int = 0,
-               free: torch.Tensor | None = None, numbers_from: SourceNumbers | None = None,
-               ending: torch.Tensor | None = None, number_states: list | None = None) -> None:
-    """In place, at step t: :func:`_mask`, with ``no_repeat_ngram`` the n-gram block over the rows' tokens so
-    far, history (rows, t), with ``numbers_from`` the source-numbers constraint over the same (``ending``: the rows
-    at their length limit; ``number_states``: the rows' states, if read); then rows (K per
-    sentence, ``sentences`` (A,) their batch ids) whose prefix is longer than t may only continue with its token t,
-    at its log-probability before the masking (so never blocked)."""
-    forcing = None
-    if prefix is not None and t < prefix.shape[1]:
-        rows = (t < prefix_lens[sentences]).repeat_interleave(K).nonzero().squeeze(1)  # (R,)
-        if rows.numel():
-            tok = prefix[sentences, t].repeat_interleave(K)[rows]  # (R,)
-            forcing = rows, tok, logp[rows, tok]  # (a copy of R values, taken before the masking)
-    _mask(logp, no_unk)
-    if no_repeat_ngram:
-        ban_repeats(logp, history, no_repeat_ngram, free)
-    if numbers_from is not None:
-        numbers_from.apply(logp, history, sentences.repeat_interleave(K).tolist(), ending, number_states)
-    if forcing is not None:
-        rows, tok, kept = forcing
-        logp[rows] = -math.inf
-        logp[rows, tok] = kept
-
-
-def _only_eos(logp: torch.Tensor, forced: torch.Tensor) -> None:
-    """In place: the rows ``forced`` (bool (N,)), at their length limit, may only end (``</s>``)."""
-    if bool(forced.any()):
-        eos = torch.arange(logp.shape[1], device=logp.device) == EOS
-        logp[forced] = torch.where(eos, logp[forced], -math.inf)
-
-
-def coverage(cov: torch.Tensor, words: torch.Tensor, beta: float) -> torch.Tensor:
-    """Wu et al. (2016)'s coverage penalty: cov (N, Tx) Σ_i α_ij so far, words (N, Tx) bool, the source words (not
-    </s>, not padding) -> β Σ_j log min(cov_j, 1) (N,), at most 0 (a word never attended counts log 10⁻¹²)."""
-    return beta * (cov.clamp(min=1e-12, max=1.0).log() * words).sum(dim=1)
-
-
-def _mask(logp: torch.Tensor, no_unk: bool) -> None:
-    logp[:, PAD] = -math.inf
-    logp[:, BOS] = -math.inf
-    if no_unk:
-        logp[:, UNK] = -math.inf
 
 
 def top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -45,9 +45,8 @@ import numpy as np
 import torch
 
 # (also the library's names here)
-from nmtkit.translate import linetext, search
-from nmtkit.translate.decoding import (add_alignments, add_posteriors, build_models, decode_batch,  # noqa: F401
-                                       finish_hypotheses, load_checkpoints, start_cohort)
+from nmtkit.translate import linetext
+from nmtkit.translate.decoding import build_models, decode_batch, load_checkpoints  # noqa: F401
 from nmtkit.errors import InputError, WorkerError
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.search import Hypothesis
@@ -308,33 +307,6 @@ class Translator:
             extras["numbers_whole"] = [p.whole for p in batch]
         return extras
 
-    def begin(self, lines: list[tuple[int, str]], prefixes: list[str] | None = None, prefix_name: str = "prefixes"
-              ) -> tuple[_Window, list]:
-        """Lines to decode by continuous batching (``nmt-serve``): all of them as one window, and for each of its
-        batches a beam search begun (the batch encoded: a :class:`~nmtkit.translate.cohort.BeamCohort`), to be
-        stepped with others (:class:`~nmtkit.translate.continuous.ContinuousSearch`) in this process; once they are
-        done, :meth:`end` gives the translations, the ones :meth:`translate` gives for the same lines."""
-        if self._pool is not None or not self.models:
-            raise ValueError("begin() decodes in this process: a translator without worker processes (workers=1)")
-        if self.decode.sampling is not None:
-            raise ValueError("begin() runs beam search: sampling is decoded by translate()")
-        prefix_lines = iter(prefixes) if prefixes is not None else None
-        w = self._prepare(lines, *self._read_prefixes(prefix_lines, lines, prefix_name))
-        if prefix_lines is not None and next(prefix_lines, None) is not None:
-            raise InputError(f"has more lines than the input ({len(lines)})", prefix_name, len(lines) + 1)
-        return w, [start_cohort(self.models, [p.ids for p in b], self.device, **{**self._options, **self._extras(b)})
-                   for b in w.batches]
-
-    def end(self, w: _Window, cohorts: list) -> list[Translation]:
-        """The translations of :meth:`begin`'s lines, in order, from its cohorts, each done."""
-        if not all(c.done for c in cohorts):
-            raise ValueError("end() needs every cohort of begin() done")
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bool(self._options["bf16"])):
-            hyps = [search.results(c) for c in cohorts]  # (with --all-numbers' second pass)
-        hyps = [add_alignments(self.models, [p.ids for p in batch], finish_hypotheses(h), self.device, self.decode,
-                               self.need_attention) for batch, h in zip(w.batches, hyps)]
-        return self._assemble(w, hyps)
-
     def translate_lines(self, texts: Iterable[str]) -> list[str]:
         """Convenience: a list of raw lines → a list of translations."""
         return [t.text for t in self.translate(enumerate(texts, start=1))]
@@ -463,9 +435,8 @@ class Translator:
         toks = self.tgt_vocab.decode(h.tokens)
         forced = len(piece.prefix_tokens)
         toks[:forced] = piece.prefix_tokens  # the prefix's words as given, out-of-vocabulary too
-        if self.decode.replace_unk and h.attention is not None:  # (by the posterior where add_unk_posteriors ran)
-            weights = h.unk_posterior if h.unk_posterior is not None else h.attention
-            toks = replace_unks(toks, h.tokens, weights, piece.tokens, self.src_pre.words_of, self.unk_dict,
+        if self.decode.replace_unk and h.attention is not None:
+            toks = replace_unks(toks, h.tokens, h.attention, piece.tokens, self.src_pre.words_of, self.unk_dict,
                                 start=forced)
         return toks
 

@@ -1,13 +1,7 @@
 """Unknown-word replacement (``nmt-translate --replace-unk``, after Luong et al., 2015): each ``<unk>`` the model
-writes becomes the source word it comes from, or that word's entry in a dictionary.
-
-Which source word: by default, as fairseq and OpenNMT-py do, the most attended one (``--replace-unk-by attention``);
-or the largest alignment posterior (``posterior``; :func:`nmtkit.translate.decoding.add_unk_posteriors`),
-p(a_i = j | <unk>) ∝ α_ij · p(<unk> | c_i = h_j), the attention times how likely source word j alone, as the
-decoder's context, makes the model write ``<unk>``.  The posterior finds an unknown word among known ones better, but
-the factor p(<unk> | h_j) outweighs the attention's position within a name or phrase of several unknown words, so
-it writes the most unknown of them for each (``Munnich Munnich`` for ``Lee Munnich``), and it scores lower:
-tests/bench/results/bench_replace_unk.txt."""
+writes becomes the most attended source word (as fairseq and OpenNMT-py choose it), or that word's entry in a
+dictionary.  (The source word of the largest alignment posterior at the ``<unk>`` was tried too, and lost on every
+set: tests/bench/results/bench_replace_unk.txt.)"""
 
 from __future__ import annotations
 
@@ -35,9 +29,9 @@ def load_unk_dict(path: str) -> dict[str, str]:
 def replace_unks(tokens: list[str], ids: Sequence[int], attention, src_tokens: list[str],
                  words_of: Callable, unk_dict: dict[str, str], start: int = 0) -> list[str]:
     """``tokens`` (the decoded ``ids``) with every ``<unk>`` from position ``start`` on replaced: ``attention``
-    (Ty, ≥ Tx), the hypothesis's attention or alignment posterior over ``src_tokens``, picks the source token (its
-    largest weight); ``words_of`` maps source tokens to words
-    (subwords to the word they make up), and ``unk_dict`` that word to its translation (else the word itself)."""
+    (Ty, ≥ Tx), the hypothesis's attention over ``src_tokens``, picks the source token (its largest weight);
+    ``words_of`` maps source tokens to words (subwords to the word they make up), and ``unk_dict`` that word to its
+    translation (else the word itself)."""
     src_words, src_word_of = words_of(src_tokens)
     out = list(tokens)
     for i, tid in enumerate(ids[start:], start=start):

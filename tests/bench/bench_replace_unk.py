@@ -5,10 +5,12 @@
         NAME=SOURCE,REFERENCE ... [-- MORE nmt-translate OPTIONS, e.g. --beam 12 --no-repeat-ngram 4]
 
 For each test set, ``nmt-translate`` three times, as a user runs it: without replacement (``<unk>`` left in the
-text), ``--replace-unk`` by ``attention`` (the default: the most attended source word, as Luong et al. 2015,
-fairseq and OpenNMT-py) and by ``posterior`` (the source word of the largest alignment posterior at the ``<unk>``,
-nmtkit/translate/decoding.py add_unk_posteriors).  The beam search is the same in all three; only
-the words written for ``<unk>`` differ.  Then, on the detokenised text the user reads:
+text), with ``--replace-unk`` (``attention``: the most attended source word, as Luong et al. 2015, fairseq and
+OpenNMT-py) and with ``--replace-unk`` reading the alignment posterior instead (``posterior``: the source word of
+the largest posterior at the ``<unk>``, :func:`unk_posteriors` here, nmtkit.posterior.forced_posterior at the
+``<unk>`` rows; nmt-translate's ``--replace-unk-by posterior`` until it was removed for losing on every set, this
+script's figures in tests/bench/results/bench_replace_unk.txt).  The beam search is the same in all three; only the
+words written for ``<unk>`` differ.  Then, on the detokenised text the user reads:
 
 - sacreBLEU and chrF with signatures (``nmt-score``), paired bootstrap of each replacement against none, and of the
   posterior against the attention;
@@ -36,16 +38,60 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-VARIANTS = {"none": [], "attention": ["--replace-unk", "--replace-unk-by", "attention"],
-            "posterior": ["--replace-unk", "--replace-unk-by", "posterior"]}
+VARIANTS = {"none": [], "attention": ["--replace-unk"], "posterior": ["--replace-unk"]}
+BY_POSTERIOR = "--nmt-translate-by-posterior"  # (first argument: this script runs nmt-translate, as by_posterior)
 PLACEHOLDER = "UNKPLACEHOLDER"  # (what "<unk>" is tokenised as: one token, in no reference)
 
 
-def translate(model: str, source: str, out: Path, options: list[str], extra: list[str]) -> float:
+def translate(model: str, source: str, out: Path, variant: str, extra: list[str]) -> float:
     start = time.monotonic()
-    subprocess.run([sys.executable, str(REPO / "bin" / "nmt-translate"), "-m", model, "-i", source, "-o", str(out),
-                    "--threads", "1", "-q", *extra, *options], check=True)
+    tool = [str(REPO / "bin" / "nmt-translate")]
+    if variant == "posterior":  # (decoding in this process, where by_posterior's translator decodes)
+        tool, extra = [str(Path(__file__).resolve()), BY_POSTERIOR], [*extra, "--workers", "1"]
+    subprocess.run([sys.executable, *tool, "-m", model, "-i", source, "-o", str(out), "--threads", "1", "-q", *extra,
+                    *VARIANTS[variant]], check=True)
     return time.monotonic() - start
+
+
+def unk_posteriors(models: list, sources: list, hyps: list, device, nbest: int) -> None:
+    """In place: each of the first ``nbest`` hypotheses of a sentence (those written) that has an ``<unk>`` gets,
+    as the weights ``--replace-unk`` reads (its ``attention``), nmtkit.posterior.forced_posterior computed at its
+    ``<unk>``s only (the attention elsewhere; an ensemble's mean; in float32) -- what nmtkit/translate/decoding.py's
+    add_unk_posteriors gave ``--replace-unk-by posterior``."""
+    import numpy as np
+    import torch
+
+    from nmtkit.data.vocab import UNK
+    from nmtkit.posterior import forced_posterior
+
+    todo = [(k, h) for k, sentence in enumerate(hyps) for h in sentence[:nbest] if UNK in h.tokens]
+    if not todo:
+        return
+    src = [sources[k] for k, _ in todo]
+    tgt = [np.asarray(h.tokens, dtype=np.int64) for _, h in todo]
+    total = None
+    with torch.autocast(torch.device(device).type, enabled=False):  # (float32 under --bf16 too)
+        for model in models:
+            post = forced_posterior(model, src, tgt, batch_size=len(todo), device=device, words=(UNK,))
+            total = post if total is None else [a + b for a, b in zip(total, post)]
+    for (_, h), p in zip(todo, total):
+        h.attention = (p / len(models)).astype(np.float32)
+
+
+def by_posterior(argv: list[str]) -> None:
+    """``nmt-translate ARGV`` (with ``--replace-unk``, decoding in this process) whose ``<unk>``s are replaced by
+    the source word of the alignment posterior (:func:`unk_posteriors` on each batch's hypotheses)."""
+    from nmtkit.cli.translate import main as nmt_translate
+    from nmtkit.translate import translator
+
+    class ByPosterior(translator.Translator):
+        def _decode(self, batch):
+            hyps = super()._decode(batch)
+            unk_posteriors(self.models, [p.ids for p in batch], hyps, self.device, self.decode.nbest)
+            return hyps
+
+    translator.Translator = ByPosterior  # (the one nmt-translate builds)
+    nmt_translate(argv, prog_name="nmt-translate")
 
 
 def score(reference: str, source: str, names: list[str], files: list[Path], bootstrap: int) -> dict:
@@ -126,7 +172,7 @@ def main(argv=None) -> None:
                 seconds[name, variant] = earlier.get(name, {}).get(variant, {}).get("seconds")
         jobs = [job for job in jobs if (job[0], job[2]) not in seconds]
     with ThreadPoolExecutor(a.jobs) as pool:
-        done = {job: pool.submit(translate, a.model, job[1], out / f"{job[0]}.{job[2]}.fr", VARIANTS[job[2]], extra)
+        done = {job: pool.submit(translate, a.model, job[1], out / f"{job[0]}.{job[2]}.fr", job[2], extra)
                 for job in jobs}
         for job, future in done.items():
             seconds[job[0], job[2]] = future.result()
@@ -165,4 +211,7 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    main()
+    if sys.argv[1:2] == [BY_POSTERIOR]:
+        by_posterior(sys.argv[2:])
+    else:
+        main()

@@ -93,10 +93,7 @@ def main(argv=None) -> None:
     p.add_argument("--batch-wait-ms", default="5")
     p.add_argument("--threads", default="2")
     p.add_argument("--workers", default="1", help="nmt-serve --workers")
-    p.add_argument("--batching", default="static", help="nmt-serve --batching: static or continuous")
-    p.add_argument("--join-wait-ms", default=None, help="nmt-serve --join-wait-ms (continuous; default: the server's)")
     a = p.parse_args(argv)
-    join = ["--join-wait-ms", a.join_wait_ms] if a.join_wait_ms is not None else []
 
     lines = bench_lines(a.lines)
     print(f"bench_serve (tests/bench/bench_serve.py), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, git "
@@ -104,7 +101,7 @@ def main(argv=None) -> None:
           f"load average {os.getloadavg()[0]:.2f}")
     print(f"model {a.model}; {len(lines)} lines (Hansards test sittings and news-test-2014, alternating); beam 12; "
           f"server --max-batch {a.max_batch} --batch-wait-ms {a.batch_wait_ms} --threads {a.threads} --workers "
-          f"{a.workers} --batching {a.batching}{' ' + ' '.join(join) if join else ''}\n")
+          f"{a.workers}\n")
 
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "in.en"
@@ -118,7 +115,7 @@ def main(argv=None) -> None:
 
     server = subprocess.Popen([sys.executable, REPO / "bin" / "nmt-serve", "-m", a.model, "--port", "0", "--threads",
                                a.threads, "--max-batch", a.max_batch, "--batch-wait-ms", a.batch_wait_ms,
-                               "--workers", a.workers, "--batching", a.batching, *join, "--max-queue", "10000", "-q"],
+                               "--workers", a.workers, "--max-queue", "10000", "-q"],
                               stderr=subprocess.PIPE, text=True, env=ENV)
     url = re.search(r"(http://\S+/)", server.stderr.readline()).group(1)
     threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
