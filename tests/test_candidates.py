@@ -6,6 +6,7 @@ numbers; and on the command line, nmt-prepare's table translates the same lines 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from nmtkit.errors import InputError
 from nmtkit.models import set_backend
 from nmtkit.translate.candidates import restricted
 from nmtkit.translate.config import DecodeConfig
-from nmtkit.translate.decoding import decode_batch
+from nmtkit.translate.decoding import DecodeSetup, SourceBatch, decode_batch
 from nmtkit.translate.ngramblock import number_tokens
 from nmtkit.translate.sourcenumbers import DigitTable
 
@@ -151,10 +152,10 @@ def test_the_whole_vocabulary_as_list_decodes_as_without_one(options):
     m = _model()
     decode = DecodeConfig(**options)
     prefixes = [None, np.array([24, 25]), None, np.array([4])]
-    common = dict(prefixes=prefixes, numbers=number_tokens(TGT_TOKENS).numpy(), digit_table=DigitTable(TGT_TOKENS),
-                  source_numbers=NUMBERS if decode.source_numbers else None)
-    plain = decode_batch([m], SOURCES, "cpu", decode, **common)
-    listed = decode_batch([m], SOURCES, "cpu", decode, candidates=_whole_table(), **common)
+    batch = SourceBatch(SOURCES, prefixes, numbers=NUMBERS if decode.source_numbers else None)
+    setup = DecodeSetup(decode, numbers=number_tokens(TGT_TOKENS).numpy(), digit_table=DigitTable(TGT_TOKENS))
+    plain = decode_batch([m], batch, "cpu", setup)
+    listed = decode_batch([m], batch, "cpu", dataclasses.replace(setup, candidates=_whole_table()))
     for a, b in zip(plain, listed):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert np.allclose([h.score for h in a], [h.score for h in b], atol=1e-5)
@@ -172,8 +173,9 @@ def test_the_output_stays_in_the_list_which_keeps_prefixes_and_numbers():
                              V_TGT).sized(1, 2)
     decode = DecodeConfig(beam=4, nbest=4, no_repeat_ngram=2, max_len_a=2.0, max_len_b=8)
     digits = DigitTable(TGT_TOKENS)
-    hyps = decode_batch([m], SOURCES, "cpu", decode, prefixes=[None, np.array([27]), None, None],
-                        numbers=number_tokens(TGT_TOKENS).numpy(), candidates=table)
+    batch = SourceBatch(SOURCES, [None, np.array([27]), None, None])
+    hyps = decode_batch([m], batch, "cpu", DecodeSetup(decode, numbers=number_tokens(TGT_TOKENS).numpy(),
+                                                       candidates=table))
     allowed = {0, 1, 2, 3, 26, 27, 28}
     assert all(sentence for sentence in hyps)
     for sentence in hyps:
@@ -188,8 +190,7 @@ def test_the_output_stays_in_the_list_which_keeps_prefixes_and_numbers():
     assert sub.glue == {column[i] for i in digits.glue} and sub.size == len(vocab)
     assert sub.starts_word == {column[i] for i in digits.starts_word}
     assert not set(digits.digits) <= set(restricted(table, [m], SOURCES, "cpu", None, None, digits)[0])
-    plain = decode_batch([m], SOURCES, "cpu", decode, prefixes=[None, np.array([27]), None, None],
-                         numbers=number_tokens(TGT_TOKENS).numpy())
+    plain = decode_batch([m], batch, "cpu", DecodeSetup(decode, numbers=number_tokens(TGT_TOKENS).numpy()))
     assert any(not set(h.tokens) <= allowed for sentence in plain for h in sentence)  # (the list did restrict)
 
 

@@ -20,7 +20,7 @@ from nmtkit.data import checkpoint
 from nmtkit.data.batching import collate_source
 from nmtkit.data.vocab import EOS
 from nmtkit.translate.config import DecodeConfig
-from nmtkit.translate.decoding import decode_batch
+from nmtkit.translate.decoding import DecodeSetup, SourceBatch, decode_batch
 from nmtkit.translate.search import beam_search, beam_search_reference, greedy
 from nmtkit.translate.sourcenumbers import DigitTable, SourceNumbers, source_numbers
 
@@ -145,9 +145,9 @@ def test_batched_equals_the_reference_on_a_random_model(beam):
         assert all(h.tokens[i] not in one.banned(h.tokens[:i]) for i in range(len(h.tokens)))
     with pytest.raises(ValueError, match="source's numbers"):
         beam_search(m, src, lens, decode)
-    hyps = decode_batch([m], [np.asarray(s) for s in sents], "cpu", DecodeConfig(nbest=2, sampling="topk:10",
-                                                                                source_numbers=True),
-                        keys=[(k,) for k in range(6)], digit_table=table, source_numbers=numbers)
+    hyps = decode_batch([m], SourceBatch([np.asarray(s) for s in sents], keys=[(k,) for k in range(6)],
+                                         numbers=numbers), "cpu",
+                        DecodeSetup(DecodeConfig(nbest=2, sampling="topk:10", source_numbers=True), digit_table=table))
     for k, sentence in enumerate(hyps):
         one = SourceNumbers(table, [numbers[k]])
         assert len(sentence) == 2

@@ -17,6 +17,7 @@ from nmtkit.data import checkpoint
 from nmtkit.data.batching import collate_source
 from nmtkit.models import build_from_checkpoint, build_model
 from nmtkit.translate.config import DecodeConfig
+from nmtkit.translate.decoding import SourceBatch
 from nmtkit.translate.search import beam_search, beam_search_reference, greedy
 from nmtkit.data.text import TextConfig
 from nmtkit.data.vocab import BOS, EOS, UNK
@@ -475,8 +476,8 @@ def test_configured_translators_share_the_workers_from_several_threads_at_once(t
             with ThreadPoolExecutor(4) as pool:
                 assert all(same(got, want) for got, want in zip(pool.map(run, range(4)), expected, strict=True))
         pool_ = shared._pool
-        bad = pool_.submit([np.array([5, 6, 7])], {"decode": "not a DecodeConfig"})
-        good = pool_.submit([np.array([5, 6, 7])])
+        bad = pool_.submit(SourceBatch([np.array([5, 6, 7])]), ("not a DecodeConfig", False))
+        good = pool_.submit(SourceBatch([np.array([5, 6, 7])]))
         assert len(pool_.result(good)) == 1
         with pytest.raises(WorkerError, match="decoding failed in decoding worker"):
             pool_.result(bad)

@@ -3,13 +3,16 @@
 
 :func:`load_checkpoints` and :func:`build_models` turn checkpoint files into models in eval mode (an ensemble's
 vocabularies and preprocessing must match); :func:`decode_batch` runs beam search (:mod:`nmtkit.translate.search`) or
-sampling (:mod:`nmtkit.translate.sampling`) over one batch as a :class:`nmtkit.translate.config.DecodeConfig` says,
-optionally forced through target prefixes; then :func:`add_alignments` gives the hypotheses what the translator
+sampling (:mod:`nmtkit.translate.sampling`) over one :class:`SourceBatch` as a :class:`DecodeSetup` says (the one
+typed seam between the translator, its worker processes and the search); then :func:`add_alignments` gives the hypotheses what the translator
 reads beyond the search: with ``decode.alignment_method`` ``posterior`` and the attention asked for, each sentence's
 best hypothesis its alignment posterior (:func:`add_posteriors`).
 """
 
 from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -59,43 +62,75 @@ def collate_prefixes(prefixes: list[np.ndarray | None]) -> tuple[torch.Tensor, t
     return torch.from_numpy(out), torch.tensor(lens)
 
 
-def _inputs(sources: list[np.ndarray], decode: DecodeConfig, prefixes, digit_table, source_numbers,
-            numbers_whole=None):
-    """A batch's collated sources, prefixes and source-numbers constraint."""
-    numbers_from = None
-    if decode.source_numbers:
-        if digit_table is None or source_numbers is None or len(source_numbers) != len(sources):
-            raise ValueError("source_numbers needs the target's digit table and each sentence's source numbers")
-        numbers_from = SourceNumbers(digit_table, source_numbers, numbers_whole)
-    src, lens = collate_source(sources)
-    prefix, prefix_lens = collate_prefixes(prefixes) if prefixes is not None else (None, None)
-    return src, lens, prefix, prefix_lens, numbers_from
+@dataclass(frozen=True)
+class DecodeSetup:
+    """What every batch of a translator is decoded with: the decoding settings, whether the attention is kept
+    (alignments, ``--replace-unk``), the precision, and what the target vocabulary says of numbers -- ``numbers``,
+    bool (V,), the tokens with a digit (the n-gram block leaves them free), and ``digit_table``, its
+    :class:`~nmtkit.translate.sourcenumbers.DigitTable` (``--source-numbers``) -- and the candidate table
+    (``--candidates``; None: the whole vocabulary).  Sent once to each decoding worker (:mod:`nmtkit.translate.pool`);
+    ``nmt-serve``'s requests change only ``decode`` and ``need_attention`` (:meth:`configured`)."""
+
+    decode: DecodeConfig
+    need_attention: bool = False
+    bf16: bool = False
+    numbers: np.ndarray | None = None
+    digit_table: DigitTable | None = None
+    candidates: CandidateTable | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.decode, DecodeConfig):
+            raise TypeError(f"decode must be a DecodeConfig (got {type(self.decode).__name__})")
+
+    def configured(self, decode: DecodeConfig, need_attention: bool) -> DecodeSetup:
+        """The same set-up with other decoding settings."""
+        return dataclasses.replace(self, decode=decode, need_attention=need_attention)
 
 
-def decode_batch(models: list, sources: list[np.ndarray], device, decode: DecodeConfig,
-                 need_attention: bool = False, bf16: bool = False, prefixes: list[np.ndarray | None] | None = None,
-                 keys: list | None = None, numbers=None, digit_table: DigitTable | None = None,
-                 source_numbers: list[list[str]] | None = None, numbers_whole: list[bool] | None = None,
-                 candidates: CandidateTable | None = None) -> list[list[Hypothesis]]:
-    """Beam search (:func:`nmtkit.translate.search.beam_search`) over source id arrays (without ``</s>``) as
-    ``decode`` says, or with ``decode.sampling`` ``decode.nbest`` samples per sentence drawn with the keys
-    ``(decode.seed, *keys[k])`` (``numbers``: the target tokens the n-gram block leaves free, bool (V,); with
-    ``decode.source_numbers``, ``digit_table``, the target vocabulary's
-    :class:`~nmtkit.translate.sourcenumbers.DigitTable`, and ``source_numbers``, each sentence's
-    :func:`~nmtkit.translate.sourcenumbers.source_numbers`, with ``numbers_whole`` which sentences are whole lines
-    (default all; see :class:`~nmtkit.translate.sourcenumbers.SourceNumbers`)): each sentence's hypotheses, with attention (if asked
-    for) as float32 numpy arrays (len(tokens) + 1, Tx).  With ``candidates`` the batch is decoded over its
-    candidate list (:mod:`nmtkit.translate.candidates`)."""
+@dataclass(frozen=True)
+class SourceBatch:
+    """One batch of sentences to decode: their source ids (without ``</s>``), and per sentence what the settings
+    need besides -- a forced target prefix (ids, or None), the key of its random draws (``--sampling``: the samples of
+    sentence k are drawn with ``(decode.seed, *keys[k])``), its source numbers
+    (:func:`~nmtkit.translate.sourcenumbers.source_numbers`, ``--source-numbers``) and whether it is a whole line
+    (a piece of a line cut at ``--max-source-len`` need not write the line's numbers)."""
+
+    ids: list[np.ndarray]
+    prefixes: list[np.ndarray | None] | None = None
+    keys: list[tuple] | None = None
+    numbers: list[list[str]] | None = None
+    whole: list[bool] | None = None
+
+    def __post_init__(self):
+        for name in ("prefixes", "keys", "numbers", "whole"):
+            given = getattr(self, name)
+            if given is not None and len(given) != len(self.ids):
+                raise ValueError(f"a batch of {len(self.ids)} sentences with {len(given)} {name}")
+
+
+def decode_batch(models: list, batch: SourceBatch, device, setup: DecodeSetup) -> list[list[Hypothesis]]:
+    """Beam search (:func:`nmtkit.translate.search.beam_search`) over a batch as ``setup.decode`` says, or with
+    ``decode.sampling`` ``decode.nbest`` samples per sentence: each sentence's hypotheses, with attention (if
+    ``setup.need_attention``) as float32 numpy arrays (len(tokens) + 1, Tx).  With ``setup.candidates`` the batch
+    is decoded over its candidate list (:mod:`nmtkit.translate.candidates`)."""
+    decode, sources, prefixes = setup.decode, batch.ids, batch.prefixes
+    numbers, digit_table = setup.numbers, setup.digit_table
     device = torch.device(device)
     searched, vocab = models, None
-    if candidates is not None:
+    if setup.candidates is not None:
         vocab, searched, prefixes, numbers, digit_table = restricted(
-            candidates, models, sources, device, prefixes, numbers, digit_table, decode.source_numbers)
-    src, lens, prefix, prefix_lens, numbers_from = _inputs(sources, decode, prefixes, digit_table, source_numbers,
-                                                           numbers_whole)
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            setup.candidates, models, sources, device, prefixes, numbers, digit_table, decode.source_numbers)
+    numbers_from = None
+    if decode.source_numbers:
+        if digit_table is None or batch.numbers is None:
+            raise ValueError("source_numbers needs the target's digit table and each sentence's source numbers")
+        numbers_from = SourceNumbers(digit_table, batch.numbers, batch.whole)
+    src, lens = collate_source(sources)
+    prefix, prefix_lens = collate_prefixes(prefixes) if prefixes is not None else (None, None)
+    need_attention = setup.need_attention
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=setup.bf16):
         if decode.sampling is not None:
-            keys = keys if keys is not None else [(k,) for k in range(len(sources))]
+            keys = batch.keys if batch.keys is not None else [(k,) for k in range(len(sources))]
             hyps = sample(searched, src.to(device), lens.to(device), [(decode.seed, *k) for k in keys], decode,
                           need_attention=need_attention, prefix=prefix, prefix_lens=prefix_lens, numbers=numbers,
                           numbers_from=numbers_from)

@@ -29,11 +29,13 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from nmtkit.errors import InputError, WorkerError
+
+if TYPE_CHECKING:  # (the parent needs no torch to start workers)
+    from nmtkit.translate.config import DecodeConfig
+    from nmtkit.translate.decoding import DecodeSetup, SourceBatch
 
 DEPTH = 2  # batches handed to one worker at a time
 _HEADER = struct.Struct(">Q")
@@ -114,9 +116,10 @@ def worker_main() -> None:
             task = tasks.popleft()
         if task is None:
             return
-        ticket, sources, extras = task
-        try:  # (a batch's extras may override the set-up's options: a server's requests bring their own)
-            reply = ("done", ticket, decode_batch(models, sources, setup["device"], **{**setup["options"], **extras}))
+        ticket, batch, settings = task
+        try:  # (a batch may bring its own decoding settings: a server's requests do)
+            decode_setup = setup["setup"] if settings is None else setup["setup"].configured(*settings)
+            reply = ("done", ticket, decode_batch(models, batch, setup["device"], decode_setup))
         except Exception as e:  # noqa: BLE001
             reply = ("failed", ticket, f"{type(e).__name__}: {e}")
         try:
@@ -148,19 +151,19 @@ class _Worker:
 
 class DecodePool:
     """``workers`` processes of ``threads`` torch threads each, decoding batches with
-    ``nmtkit.translate.decoding.decode_batch(models, sources, device, **options)`` (``options``: its keyword
-    arguments, a :class:`nmtkit.translate.config.DecodeConfig` among them; a batch's extras override them).
+    ``nmtkit.translate.decoding.decode_batch(models, batch, device, setup)`` (``setup``: the
+    :class:`~nmtkit.translate.decoding.DecodeSetup` sent once; a batch may bring other decoding settings).
 
     Thread-safe: several threads may submit batches and wait for their own results at once (``nmt-serve`` decodes
     several batches at a time); one of the waiting threads reads the workers' replies for all of them.  A batch that
     fails in its worker raises :class:`WorkerError` in the thread that asks for its result, and only there."""
 
-    def __init__(self, checkpoints: list[str], workers: int, threads: int, device: str, options: dict[str, Any],
+    def __init__(self, checkpoints: list[str], workers: int, threads: int, device: str, setup: DecodeSetup,
                  backend: str | None = None):
         setup = {"checkpoints": [str(p) for p in checkpoints], "device": str(device), "threads": threads,
-                 "options": options, "backend": backend}
+                 "setup": setup, "backend": backend}
         self._workers: list[_Worker] = []
-        self._queue: deque[tuple[int, list[np.ndarray], dict]] = deque()
+        self._queue: deque[tuple[int, SourceBatch, tuple | None]] = deque()
         self._done: dict[int, Any] = {}
         self._next = self._collected = 0
         self._lock = threading.Condition()
@@ -188,12 +191,12 @@ class DecodePool:
         """Batches submitted whose results have not been collected."""
         return self._next - self._collected
 
-    def submit(self, sources: list[np.ndarray], extras: dict | None = None) -> int:
-        """Queue one batch (source id arrays without ``</s>``, and what else ``decode_batch`` needs for its
-        sentences: prefixes, sampling keys); returns its ticket for :meth:`result`."""
+    def submit(self, batch: SourceBatch, settings: tuple[DecodeConfig, bool] | None = None) -> int:
+        """Queue one batch, with its own decoding settings and whether to keep the attention (None: the set-up's);
+        returns its ticket for :meth:`result`."""
         with self._lock:
             ticket, self._next = self._next, self._next + 1
-            self._queue.append((ticket, sources, extras or {}))
+            self._queue.append((ticket, batch, settings))
             self._dispatch()
         return ticket
 

@@ -46,7 +46,8 @@ import torch
 
 # (also the library's names here)
 from nmtkit.translate import linetext
-from nmtkit.translate.decoding import build_models, decode_batch, load_checkpoints  # noqa: F401
+from nmtkit.translate.decoding import (DecodeSetup, SourceBatch, build_models, decode_batch,  # noqa: F401
+                                       load_checkpoints)
 from nmtkit.errors import InputError, WorkerError
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.search import Hypothesis
@@ -156,13 +157,12 @@ class Translator:
         if (self.need_attention or decode.attends) and not self.has_attention:
             raise InputError("alignments, attention, --coverage-penalty and --replace-unk need an attention model "
                              f"(rnnsearch); this checkpoint is {self.models[0].arch}", checkpoints[0])
-        # decode_batch's settings, also sent to the worker processes
+        # what every batch is decoded with, also sent to the worker processes
         # (numbers: the target tokens with a digit, which the n-gram block leaves free)
-        self._options = dict(decode=decode, need_attention=self.need_attention, bf16=bf16,
-                             numbers=number_tokens(self.tgt_vocab.tokens).numpy(),
-                             digit_table=DigitTable(self.tgt_vocab.tokens))
-        if candidates is not None:
-            self._options["candidates"] = load_candidates(candidates, self.src_vocab.tokens, self.tgt_vocab.tokens)
+        self.setup = DecodeSetup(decode, self.need_attention, bf16, number_tokens(self.tgt_vocab.tokens).numpy(),
+                                 DigitTable(self.tgt_vocab.tokens),
+                                 None if candidates is None else
+                                 load_candidates(candidates, self.src_vocab.tokens, self.tgt_vocab.tokens))
         # --threads 0 on a CPU: the count this process decodes with, measured as it goes (nmtkit.threads)
         self._governor = None
         if not threads and self.device.type == "cpu" and torch.get_num_threads() > 1:
@@ -176,7 +176,7 @@ class Translator:
             raise InputError(f"--workers {workers} needs --device cpu (one process drives a {self.device.type} device)")
         self.workers, self._threads, self._checkpoints = workers, threads, list(checkpoints)
         self._pool = None
-        self._batch_settings: dict = {}  # what each batch tells the workers beside the pool's options
+        self._configured = False  # (configured(): each batch brings its decoding settings to shared workers)
         if workers > 1 and not self._lazy_pool:
             self._start_pool()
 
@@ -196,15 +196,15 @@ class Translator:
         if (other.need_attention or decode.attends) and not self.has_attention:
             raise InputError("alignments, attention, --coverage-penalty and --replace-unk need an attention model "
                              f"(rnnsearch); this checkpoint is {self._arch}", self._checkpoints[0])
-        other._options = {**self._options, "decode": decode, "need_attention": other.need_attention}
-        other._batch_settings = {"decode": decode, "need_attention": other.need_attention}
+        other.setup = self.setup.configured(decode, other.need_attention)
+        other._configured = True
         return other
 
     def _start_pool(self) -> None:
         from nmtkit.translate.pool import DecodePool
 
         self._pool = DecodePool(self._checkpoints, self.workers, max(1, self._threads // self.workers), self.device,
-                                self._options, self.backend)
+                                self.setup, self.backend)
         if not self._lazy_pool:
             self.models = []  # the workers hold the models; the parent only checked that they build
         # (automatic workers: the parent keeps its models, to go on alone if the workers fail: _fall_back)
@@ -295,17 +295,14 @@ class Translator:
         """A target-side line (a prefix) as the target side's words."""
         return linetext.words(self.tgt_pre, line, self.tokenized)
 
-    def _extras(self, batch: list[_Piece]) -> dict:
-        """What a batch's sentences need beside their source ids: prefixes, and the keys of their random draws."""
-        extras: dict = dict(self._batch_settings)  # (a configured translator's settings, for shared workers)
-        if any(p.prefix is not None for p in batch):
-            extras["prefixes"] = [p.prefix for p in batch]
-        if self.decode.sampling is not None:
-            extras["keys"] = [p.key for p in batch]
-        if self.decode.source_numbers:
-            extras["source_numbers"] = [p.numbers for p in batch]
-            extras["numbers_whole"] = [p.whole for p in batch]
-        return extras
+    def _batch(self, batch: list[_Piece]) -> SourceBatch:
+        """A batch's sentences as the search takes them: ids, and what the settings need beside them."""
+        decode = self.decode
+        return SourceBatch([p.ids for p in batch],
+                           [p.prefix for p in batch] if any(p.prefix is not None for p in batch) else None,
+                           [p.key for p in batch] if decode.sampling is not None else None,
+                           [p.numbers for p in batch] if decode.source_numbers else None,
+                           [p.whole for p in batch] if decode.source_numbers else None)
 
     def translate_lines(self, texts: Iterable[str]) -> list[str]:
         """Convenience: a list of raw lines → a list of translations."""
@@ -316,7 +313,8 @@ class Translator:
         order, while ``more()`` says so.  Automatic workers that fail leave what is in flight to this process."""
         try:
             if new is not None:
-                new.tickets = [self._pool.submit([p.ids for p in b], self._extras(b)) for b in new.batches]
+                settings = (self.decode, self.need_attention) if self._configured else None
+                new.tickets = [self._pool.submit(self._batch(b), settings) for b in new.batches]
             while pending and more():
                 results = [self._pool.result(t) for t in pending[0].tickets]
                 yield from self._assemble(pending.popleft(), results)
@@ -333,9 +331,8 @@ class Translator:
             yield from self._assemble(w, [self._decode(b) for b in w.batches])
 
     def _decode(self, batch: list[_Piece]) -> list[list[Hypothesis]]:
-        options = {**self._options, **self._extras(batch)}
         t0 = time.perf_counter()
-        hyps = decode_batch(self.models, [p.ids for p in batch], self.device, **options)
+        hyps = decode_batch(self.models, self._batch(batch), self.device, self.setup)
         if self._governor is not None:  # (the work: source tokens, which a batch's cost follows)
             self._governor.step(sum(len(p.ids) for p in batch), time.perf_counter() - t0)
         return hyps
