@@ -30,7 +30,7 @@ from nmtkit.runtime import lazy_names
 
 __all__, __getattr__ = lazy_names(__name__, {
     "read_lines": "inputs", "guess_lang": "inputs", "system_names": "inputs", "read_inputs": "inputs",
-    "METRICS": "metrics", "AXIS_LABELS": "metrics", "DESCRIPTIONS": "metrics", "moses_tokenize": "metrics",
+    "METRICS": "metrics", "REGISTRY": "metrics", "Metric": "metrics", "moses_tokenize": "metrics",
     "SentenceMetric": "metrics", "make_metrics": "metrics", "paired_bootstrap": "metrics", "Shortlist":
     "subsets", "shortlist_from_checkpoint": "subsets", "shortlist_from_prepared": "subsets", "no_unk_rows":
     "subsets", "Buckets": "subsets", "length_buckets": "subsets", "model_nll": "likelihood", "ScoreConfig":

@@ -12,18 +12,6 @@ from nmtkit.errors import InputError
 MAX_BOOTSTRAP = 10_000  # paired bootstrap resamples: sacreBLEU holds them all at once, (resamples x sentences) rows
 
 
-METRICS = ("BLEU", "chrF", "TER", "BLEU-tok")
-AXIS_LABELS = {"BLEU": "BLEU (sacreBLEU, detokenized)", "chrF": "chrF2 (sacreBLEU)", "TER": "TER (sacreBLEU)",
-               "BLEU-tok": "tokenized BLEU (multi-bleu.perl style)"}
-DESCRIPTIONS = {
-    "BLEU": "sacreBLEU, detokenized",
-    "chrF": "sacreBLEU chrF2",
-    "TER": "sacreBLEU TER, lower is better",
-    "BLEU-tok": "tokenized BLEU, multi-bleu.perl style (Moses-tokenized, case-sensitive, no smoothing); "
-                "NOT comparable with sacreBLEU",
-}
-
-
 def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
     """Moses-tokenize lines as ``tokenizer.perl -l LANG -no-escape`` does (sacremoses), tokens joined by spaces."""
     from sacremoses import MosesTokenizer
@@ -61,34 +49,83 @@ class SentenceMetric:
         return None if result is None else float(result.score)
 
 
+class Metric:
+    """A kind of score ``nmt-score`` reports (sacreBLEU's ``Metric`` shape): its name, what it is, the label of a
+    figure's axis, and how to build it over references (:meth:`build`).  A new metric is one subclass here and
+    its line in :data:`REGISTRY`."""
+
+    name: str
+    description: str
+    axis_label: str
+
+    @classmethod
+    def build(cls, references: Sequence[str], target_lang: str) -> SentenceMetric:
+        raise NotImplementedError
+
+
+class Bleu(Metric):
+    name, description, axis_label = "BLEU", "sacreBLEU, detokenized", "BLEU (sacreBLEU, detokenized)"
+
+    @classmethod
+    def build(cls, references, target_lang):
+        from sacrebleu.metrics import BLEU
+
+        m = BLEU(references=[list(references)])
+        return SentenceMetric(cls.name, m, m.get_signature().format())
+
+
+class Chrf(Metric):
+    name, description, axis_label = "chrF", "sacreBLEU chrF2", "chrF2 (sacreBLEU)"
+
+    @classmethod
+    def build(cls, references, target_lang):
+        from sacrebleu.metrics import CHRF
+
+        m = CHRF(references=[list(references)])
+        return SentenceMetric(cls.name, m, m.get_signature().format())
+
+
+class Ter(Metric):
+    name, description, axis_label = "TER", "sacreBLEU TER, lower is better", "TER (sacreBLEU)"
+
+    @classmethod
+    def build(cls, references, target_lang):
+        from sacrebleu.metrics import TER
+
+        m = TER(references=[list(references)])
+        return SentenceMetric(cls.name, m, m.get_signature().format(), integer=False)
+
+
+class TokenizedBleu(Metric):
+    name = "BLEU-tok"
+    description = ("tokenized BLEU, multi-bleu.perl style (Moses-tokenized, case-sensitive, no smoothing); "
+                   "NOT comparable with sacreBLEU")
+    axis_label = "tokenized BLEU (multi-bleu.perl style)"
+
+    @classmethod
+    def build(cls, references, target_lang):
+        from importlib.metadata import version
+
+        from sacrebleu.metrics import BLEU
+
+        m = BLEU(tokenize="none", smooth_method="none", force=True,
+                 references=[moses_tokenize(references, target_lang)])
+        pretok = f"pretok:sacremoses-{version('sacremoses')}-{target_lang}-noescape|"
+        return SentenceMetric(cls.name, m, pretok + m.get_signature().format(),
+                              prepare=lambda lines, lang=target_lang: moses_tokenize(lines, lang))
+
+
+REGISTRY: dict[str, type[Metric]] = {m.name: m for m in (Bleu, Chrf, Ter, TokenizedBleu)}  # in the table's order
+METRICS = tuple(REGISTRY)
+
+
 def make_metrics(references: Sequence[str], target_lang: str, names: Sequence[str] = METRICS
                  ) -> dict[str, SentenceMetric]:
-    """The metrics named (``BLEU``, ``chrF``, ``TER``, ``BLEU-tok``) with ``references`` cached."""
-    from importlib.metadata import version
-
-    from sacrebleu.metrics import BLEU, CHRF, TER
-
-    unknown = set(names) - set(METRICS)
+    """The metrics named (:data:`REGISTRY`: ``BLEU``, ``chrF``, ``TER``, ``BLEU-tok``) with ``references`` cached."""
+    unknown = set(names) - set(REGISTRY)
     if unknown:
         raise ValueError(f"unknown metric(s) {sorted(unknown)}; known: {', '.join(METRICS)}")
-    out = {}
-    for name in names:
-        if name == "BLEU":
-            m = BLEU(references=[list(references)])
-            out[name] = SentenceMetric(name, m, m.get_signature().format())
-        elif name == "chrF":
-            m = CHRF(references=[list(references)])
-            out[name] = SentenceMetric(name, m, m.get_signature().format())
-        elif name == "TER":
-            m = TER(references=[list(references)])
-            out[name] = SentenceMetric(name, m, m.get_signature().format(), integer=False)
-        else:
-            m = BLEU(tokenize="none", smooth_method="none", force=True,
-                     references=[moses_tokenize(references, target_lang)])
-            pretok = f"pretok:sacremoses-{version('sacremoses')}-{target_lang}-noescape|"
-            out[name] = SentenceMetric(name, m, pretok + m.get_signature().format(),
-                                       prepare=lambda lines, lang=target_lang: moses_tokenize(lines, lang))
-    return out
+    return {name: REGISTRY[name].build(references, target_lang) for name in names}
 
 
 def paired_bootstrap(systems: Sequence[tuple[str, Sequence[str]]], metric: SentenceMetric, samples: int = 1000

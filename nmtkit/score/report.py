@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from nmtkit.errors import InputError
 from nmtkit.score.diagnostics import Diagnostics
 from nmtkit.score.inputs import guess_lang, read_inputs, system_names
-from nmtkit.score.metrics import AXIS_LABELS, DESCRIPTIONS, MAX_BOOTSTRAP, METRICS, make_metrics, paired_bootstrap
+from nmtkit.score.metrics import MAX_BOOTSTRAP, METRICS, REGISTRY, make_metrics, paired_bootstrap
 from nmtkit.score.subsets import length_buckets, no_unk_rows, shortlist_from_checkpoint, shortlist_from_prepared
 from nmtkit.score.likelihood import model_nll
 
@@ -115,7 +115,7 @@ def evaluate(cfg: ScoreConfig) -> dict:
     report: dict = {
         "reference": cfg.reference, "source": cfg.source, "sentences": len(refs),
         "source_lang": src_lang, "target_lang": tgt_lang,
-        "metrics": {m: {"signature": metric.signature, "description": DESCRIPTIONS[m]}
+        "metrics": {m: {"signature": metric.signature, "description": REGISTRY[m].description}
                     for m, metric in metrics.items()},
         "systems": [], "no_unk": None, "by_length": None, "bootstrap": None, "nll": None, "plot": None,
         "diagnostics": {"repeat_ngram": cfg.repeat_ngram, "reference": diagnostics.reference,
@@ -160,7 +160,7 @@ def evaluate(cfg: ScoreConfig) -> dict:
 
         by = report["by_length"]
         plot_by_length(by["labels"], by["counts"], by["scores"], cfg.plot,
-                       ylabel=AXIS_LABELS[by["metric"]],
+                       ylabel=REGISTRY[by["metric"]].axis_label,
                        xlabel=f"sentence length: {by['unit']}",
                        title=f"{by['metric']} by sentence length: {len(refs)} sentences of "
                              f"{os.path.basename(cfg.reference)}", note=by["signature"])

@@ -1,7 +1,7 @@
 """The HTTP side of ``nmt-serve``: a Starlette application (ASGI; uvicorn serves it, nmtkit/serve/server.py).
 
-Routes (the OpenAPI schema at ``GET /openapi.json`` says the same, the decoding options written from
-:class:`nmtkit.translate.config.DecodeConfig`):
+Routes (one table, :data:`nmtkit.serve.openapi.ENDPOINTS`, makes both these and the paths of the OpenAPI schema at
+``GET /openapi.json``, whose decoding options are written from :class:`nmtkit.translate.config.DecodeConfig`):
 
 - ``GET /``: a page to translate with, drawing each sentence's soft alignment (``static/index.html``: one file, no
   CDN, so that it works offline).
@@ -37,7 +37,7 @@ from starlette.routing import Route
 from nmtkit.errors import InputError
 from nmtkit.serve.batcher import Batcher, Overloaded
 from nmtkit.serve.config import ServeConfig
-from nmtkit.serve.openapi import schema
+from nmtkit.serve.openapi import ENDPOINTS, schema
 from nmtkit.serve.service import TranslationService, read_request
 
 log = logging.getLogger("nmtkit.serve")
@@ -142,8 +142,8 @@ def make_app(cfg: ServeConfig, load: Callable[[], TranslationService],
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         return error(500, f"internal error: {type(exc).__name__}: {exc}".splitlines()[0])
 
-    app = Starlette(routes=[Route("/", index), Route("/health", health), Route("/models", models),
-                            Route("/openapi.json", openapi), Route("/translate", translate, methods=["POST"])],
+    handlers = {"index": index, "health": health, "models": models, "openapi": openapi, "translate": translate}
+    app = Starlette(routes=[Route(e.path, handlers[e.handler], methods=[e.method.upper()]) for e in ENDPOINTS],
                     exception_handlers={HTTPException: http_error, Exception: server_error}, lifespan=lifespan)
     return RequestLog(app)
 

@@ -1,10 +1,13 @@
 """The OpenAPI 3.1 description of ``nmt-serve``'s routes (``GET /openapi.json``), its decoding options written from
 the fields of :class:`nmtkit.translate.config.DecodeConfig`: their types, defaults and the help ``nmt-translate``
-shows, so the schema and the command line cannot disagree."""
+shows, so the schema and the command line cannot disagree; and the routes themselves (:data:`ENDPOINTS`), from
+which both the server's routes and the schema's paths are made."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from nmtkit import __version__
 from nmtkit.serve.config import ServeConfig
@@ -14,6 +17,50 @@ _TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
 
 def _error(description: str) -> dict:
     return {"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One route of the server: its path, method, the name of its handler in :func:`nmtkit.serve.app.make_app`,
+    and what the schema says of it (``responses`` is given ``json_of``, which names a schema's JSON body)."""
+
+    path: str
+    method: str
+    handler: str
+    summary: str
+    responses: Callable[[Callable], dict]
+    request: str | None = None  # the schema of its JSON body, if it takes one
+
+
+# the server's routes, from which both Starlette's routes (app.py) and the schema's paths are made
+ENDPOINTS = (
+    Endpoint("/", "get", "index", "A page to translate with, drawing the soft alignments",
+             lambda j: {"200": {"description": "text/html"}}),
+    Endpoint("/health", "get", "health", "Ready or not", lambda j: {
+        "200": {"description": "{\"status\": \"ok\"}: loaded and warmed up"},
+        "503": {"description": "{\"status\": \"loading\"}, with Retry-After"}}),
+    Endpoint("/models", "get", "models", "What is loaded", lambda j: {
+        "200": {"description": "architecture, languages, config, vocabulary sizes, preprocessing, updates"},
+        "503": _error("still loading")}),
+    Endpoint("/openapi.json", "get", "openapi", "This schema", lambda j: {"200": {"description": "OpenAPI 3.1"}}),
+    Endpoint("/translate", "post", "translate", "Translate lines", lambda j: {
+        "200": {"description": "One result per line, in order", "content": j("Translations")},
+        "400": _error("malformed JSON, a wrong type or an unknown or bad option"),
+        "413": _error("too many lines or characters"),
+        "503": _error("loading, or the queue is full (Retry-After)"),
+        "504": _error("no translation within the timeout")}, request="Request"),
+)
+
+
+def paths(json_of: Callable[[str], dict]) -> dict:
+    """The schema's paths, one per endpoint."""
+    out: dict = {}
+    for e in ENDPOINTS:
+        operation = {"summary": e.summary, "responses": e.responses(json_of)}
+        if e.request is not None:
+            operation["requestBody"] = {"required": True, "content": json_of(e.request)}
+        out.setdefault(e.path, {})[e.method] = operation
+    return out
 
 
 def schema(cfg: ServeConfig) -> dict:
@@ -66,24 +113,7 @@ def schema(cfg: ServeConfig) -> dict:
         "info": {"title": "nmt-serve", "version": __version__,
                  "description": "nmtkit's translation server: RNNsearch / RNNencdec over HTTP, batching the lines of "
                                 "concurrent requests."},
-        "paths": {
-            "/": {"get": {"summary": "A page to translate with, drawing the soft alignments",
-                          "responses": {"200": {"description": "text/html"}}}},
-            "/health": {"get": {"summary": "Ready or not", "responses": {
-                "200": {"description": "{\"status\": \"ok\"}: loaded and warmed up"},
-                "503": {"description": "{\"status\": \"loading\"}, with Retry-After"}}}},
-            "/models": {"get": {"summary": "What is loaded", "responses": {
-                "200": {"description": "architecture, languages, config, vocabulary sizes, preprocessing, updates"},
-                "503": _error("still loading")}}},
-            "/translate": {"post": {
-                "summary": "Translate lines", "requestBody": {"required": True, "content": json_of("Request")},
-                "responses": {
-                    "200": {"description": "One result per line, in order", "content": json_of("Translations")},
-                    "400": _error("malformed JSON, a wrong type or an unknown or bad option"),
-                    "413": _error("too many lines or characters"),
-                    "503": _error("loading, or the queue is full (Retry-After)"),
-                    "504": _error("no translation within the timeout")}}},
-        },
+        "paths": paths(json_of),
         "components": {"schemas": {
             "Request": request, "Result": result,
             "Translations": {"type": "object", "properties": {
