@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent / "nmtkit"
 # matches its dotted name.
 LAYERS: list[tuple[str, list[str]]] = [
     ("runtime", ["nmtkit", "nmtkit.errors", "nmtkit.runtime", "nmtkit.files", "nmtkit.progress", "nmtkit.parallel",
-                 "nmtkit.streaming", "nmtkit.device", "nmtkit.threads"]),
+                 "nmtkit.streaming", "nmtkit.device", "nmtkit.threads", "nmtkit.settings"]),
     ("data", ["nmtkit.data", "nmtkit.data.*", "nmtkit.datasets", "nmtkit.datasets.catalogue",
               "nmtkit.datasets.content", "nmtkit.datasets.download", "nmtkit.datasets.fetch",
               "nmtkit.datasets.hansards"]),

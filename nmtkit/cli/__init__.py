@@ -26,25 +26,37 @@ from collections.abc import Callable
 import click
 
 
+def config_options(cls, defaults: dict | None = None, skip: tuple[str, ...] = ()):
+    """The options of a tool made from a config class: one per field with help (:mod:`nmtkit.settings`), with its
+    default (or ``defaults``' where a tool differs), help, metavar, choices and short flag, received by the field's
+    name; ``skip``: fields the tool declares itself."""
+    from nmtkit.settings import flag, kind, options_of
+
+    defaults = defaults or {}
+
+    def add(command):
+        for f in reversed([f for f in options_of(cls) if f.name not in skip]):
+            names = [flag(f.name), *([f.metadata["short"]] if f.metadata["short"] else []), f.name]
+            default = defaults.get(f.name, f.default)
+            if kind(f) is bool:
+                option = click.option(*names, is_flag=True, default=default, help=f.metadata["help"])
+            else:
+                value = click.Choice(f.metadata["choices"]) if f.metadata["choices"] else \
+                    click.Path(dir_okay=False) if f.metadata["path"] else kind(f)
+                option = click.option(*names, type=value, default=default, show_default=default is not None,
+                                      metavar=f.metadata["metavar"], help=f.metadata["help"])
+            command = option(command)
+        return command
+
+    return add
+
+
 def decode_options(command):
-    """The decoding options of a tool, one per field of :class:`nmtkit.translate.config.DecodeConfig` with its
-    default, help and metavar (written there once); the command receives them by their field names and builds the
-    object with ``DecodeConfig.from_dict``."""
-    import dataclasses
+    """The decoding options of a tool, one per field of :class:`nmtkit.translate.config.DecodeConfig` (written there
+    once); the command receives them by their field names and builds the object with ``DecodeConfig.from_dict``."""
+    from nmtkit.translate.config import DecodeConfig
 
-    from nmtkit.translate.config import DecodeConfig, field_kind
-
-    for f in reversed(dataclasses.fields(DecodeConfig)):
-        names = ["--" + f.name.replace("_", "-"), *([f.metadata["short"]] if f.metadata["short"] else []), f.name]
-        if field_kind(f.name) is bool:
-            option = click.option(*names, is_flag=True, default=False, help=f.metadata["help"])
-        else:
-            kind = click.Choice(f.metadata["choices"]) if f.metadata["choices"] else field_kind(f.name)
-            option = click.option(*names, type=kind, default=f.default,
-                                  show_default=f.default is not None, metavar=f.metadata["metavar"],
-                                  help=f.metadata["help"])
-        command = option(command)
-    return command
+    return config_options(DecodeConfig)(command)
 
 
 def retired(options: dict[str, str]):

@@ -8,8 +8,9 @@ import sys
 
 import click
 
-from nmtkit.cli import CONTEXT, ToolCommand, backend_option, decode_options, retired, run, setup_logging
+from nmtkit.cli import CONTEXT, ToolCommand, config_options, decode_options, retired, run, setup_logging
 from nmtkit.runtime import tune_malloc
+from nmtkit.translate.config import DecodeConfig, TranslatorConfig
 from nmtkit.translate.retired import RETIRED
 
 
@@ -62,25 +63,10 @@ def _output(path: str | None):
 @click.option("--attention", type=click.Path(dir_okay=False),
               help="Write the soft attention matrices here (JSON lines, for nmt-align and plotting).")
 @click.option("--scores", type=click.Path(dir_okay=False), help="Write each translation's log-probability here.")
-@click.option("--tokenized", is_flag=True, help="Input is tokenised words; output tokenised words (no detok).")
-@click.option("--batch-size", default=64, show_default=True, help="Sentences decoded together.")
-@click.option("--window", default=0, help="Lines read and length-sorted together [10 x batch size].")
-@click.option("--max-source-len", default=250, show_default=True,
-              help="Longer lines are translated in pieces of at most this many tokens (with a warning).")
-@click.option("--device", default="cpu", show_default=True)
-@click.option("--threads", default=0,
-              help="Torch threads in all (0 = one per core; fewer in this process while other work makes fewer faster).")
-@click.option("--workers", default=0, show_default=True,
-              help="Decoding processes sharing the threads (0 = on CPU min(threads, 4), else 1).")
-@click.option("--bf16", is_flag=True, help="bfloat16 autocast.")
-@click.option("--candidates", type=click.Path(dir_okay=False),
-              help="Decode each batch over its candidate list from this table (nmt-prepare's candidates.npz): "
-                   "faster, at nearly the same output.")
-@backend_option("translations")
+@config_options(TranslatorConfig, defaults={"workers": 0})
 @click.option("--quiet", "-q", is_flag=True)
-def main(models, input_path, output_path, prefix_path, unk_dict, nbest_file, alignments, attention, scores, tokenized,
-         batch_size, window, max_source_len, device, threads, workers, bf16, candidates, backend, quiet,
-         **decoding):
+def main(models, input_path, output_path, prefix_path, unk_dict, nbest_file, alignments, attention, scores, quiet,
+         **settings):
     """Translate text with one or more checkpoints: exactly one output line per input line, in order.
 
     \b
@@ -96,22 +82,21 @@ def main(models, input_path, output_path, prefix_path, unk_dict, nbest_file, ali
 
 
 def _translate(models, input_path, output_path, prefix_path, unk_dict, nbest_file, alignments, attention, scores,
-               tokenized, batch_size, window, max_source_len, device, threads, workers, bf16, candidates, backend,
-               quiet, decoding):
+               quiet, settings):
     import torch
 
     from nmtkit.errors import InputError
     from nmtkit.files import check_distinct
-    from nmtkit.translate.config import DecodeConfig
+    from nmtkit.settings import from_options
     from nmtkit.translate.translator import Translator
     from nmtkit.translate.unkreplace import load_unk_dict
     from nmtkit.translate import outputs
 
-    if threads < 0:  # (checked here: torch.set_num_threads refuses it with a traceback)
-        raise InputError(f"--threads must be at least 0 (got {threads}; 0 = automatic)")
-    if threads:
-        torch.set_num_threads(threads)
-    decode = DecodeConfig.from_dict(decoding)  # (checked before any file is opened)
+    # (both checked before any file is opened)
+    config = from_options(TranslatorConfig, settings)
+    decode = DecodeConfig.from_dict({k: v for k, v in settings.items() if k not in config.__dataclass_fields__})
+    if config.threads:
+        torch.set_num_threads(config.threads)
     if decode.alignment_method != "attention" and not alignments:
         raise InputError(f"--alignment-method {decode.alignment_method} says how --alignments are made: give "
                          "--alignments FILE")
@@ -130,11 +115,8 @@ def _translate(models, input_path, output_path, prefix_path, unk_dict, nbest_fil
     if prefix_path is not None:  # (opened before the checkpoints are loaded: a missing file is reported at once)
         prefix_stream, prefix_name = _open_input(prefix_path, "--prefix")
         prefixes = (text for _, text in read_input(prefix_stream, prefix_name))
-    translator = Translator(list(models), decode, device=device,
-                            unk_dict=load_unk_dict(unk_dict) if unk_dict else None, batch_size=batch_size,
-                            window=window or None, tokenized=tokenized, max_source_len=max_source_len,
-                            need_attention=bool(alignments or attention), bf16=bf16, workers=workers,
-                            threads=threads, backend=backend, candidates=candidates)
+    translator = Translator(list(models), decode, config, unk_dict=load_unk_dict(unk_dict) if unk_dict else None,
+                            need_attention=bool(alignments or attention))
     progress = None
     if sys.stderr.isatty() and not quiet:
         from tqdm import tqdm

@@ -34,9 +34,10 @@ def workers(cfg: ServeConfig) -> int:
     """The decoding processes ``cfg`` asks for (``--workers 0``: on a CPU one per thread, at most 4; else 1)."""
     import torch
 
-    if cfg.workers:
-        return cfg.workers
-    return min(cfg.threads or torch.get_num_threads(), 4) if cfg.device == "cpu" else 1
+    t = cfg.translator
+    if t.workers:
+        return t.workers
+    return min(t.threads or torch.get_num_threads(), 4) if t.device == "cpu" else 1
 
 
 def load(cfg: ServeConfig) -> TranslationService:
@@ -47,11 +48,10 @@ def load(cfg: ServeConfig) -> TranslationService:
     from nmtkit.translate.config import DecodeConfig
     from nmtkit.translate.translator import Translator
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    translator = Translator(list(cfg.checkpoints), DecodeConfig(), device=cfg.device, unk_dict=cfg.unk_dict,
-                            batch_size=cfg.batch_size, tokenized=cfg.tokenized, max_source_len=cfg.max_source_len,
-                            workers=workers(cfg), threads=cfg.threads, backend=cfg.backend)
+    if cfg.translator.threads:
+        torch.set_num_threads(cfg.translator.threads)
+    translator = Translator(list(cfg.checkpoints), DecodeConfig(), cfg.translator, unk_dict=cfg.unk_dict,
+                            workers=workers(cfg))
     service = TranslationService(translator)
     try:  # one warm-up a worker, at once (the pool hands each to the idlest)
         with ThreadPoolExecutor(service.concurrency) as pool:

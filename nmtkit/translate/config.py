@@ -16,57 +16,52 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from nmtkit.errors import InputError
+from nmtkit.runtime import BACKEND_NAMES
+from nmtkit.settings import setting
 from nmtkit.translate.retired import refuse
 
 ALIGNMENT_METHODS = ("attention", "posterior")  # how --alignments are read (nmtkit.translate.decoding.add_posteriors)
 MAX_COVERAGE_PENALTY = 10.0  # (Wu et al. use 0.2; far above, the penalty alone ranks and its sums overflow)
 
 
-def _setting(default, help: str, metavar: str | None = None, short: str | None = None,
-             choices: tuple[str, ...] | None = None):
-    """A field with what its command-line option shows (``help``, ``metavar``, a ``short`` flag) and, for text, the
-    values it may take (``choices``)."""
-    return field(default=default, metadata={"help": help, "metavar": metavar, "short": short, "choices": choices})
-
-
 @dataclass(frozen=True)
 class DecodeConfig:
     """How translations are searched for (or sampled): one field per option of ``nmt-translate``."""
 
-    beam: int = _setting(12, "Beam size; 1 = greedy.", short="-b")
-    nbest: int = _setting(1, "Write the N best hypotheses (Moses n-best format); with --sampling, N samples a line.")
-    lenpen: float = _setting(1.0, "Rank finished hypotheses by logprob / length**LENPEN (0 = raw log-probability).")
-    max_len_a: float = _setting(2.0, "At most A * source words + B output tokens.")
-    max_len_b: int = _setting(10, "See --max-len-a.")
-    coverage_penalty: float = _setting(
+    beam: int = setting(12, "Beam size; 1 = greedy.", short="-b")
+    nbest: int = setting(1, "Write the N best hypotheses (Moses n-best format); with --sampling, N samples a line.")
+    lenpen: float = setting(1.0, "Rank finished hypotheses by logprob / length**LENPEN (0 = raw log-probability).")
+    max_len_a: float = setting(2.0, "At most A * source words + B output tokens.")
+    max_len_b: int = setting(10, "See --max-len-a.")
+    coverage_penalty: float = setting(
         0.0, "Rank finished hypotheses with Wu et al. (2016)'s coverage penalty BETA * sum_j log min(sum_i alpha_ij, 1) "
              f"added (attention models; 0 = off, at most {MAX_COVERAGE_PENALTY:g}; OpenNMT-py's beta, e.g. 0.2).",
         metavar="BETA")
-    no_repeat_ngram: int = _setting(
+    no_repeat_ngram: int = setting(
         0, "No hypothesis may produce a target n-gram of N tokens twice (fairseq's --no-repeat-ngram-size; against "
            "loops; 0 = off; 1 forbids any repeated token). A number's tokens are never blocked (numbers repeat "
            "digits: \"1 000 000\"). A --prefix is kept as given.", metavar="N")
-    source_numbers: bool = _setting(
+    source_numbers: bool = setting(
         False, "Write digits only as parts of the source's numbers: a number the source does not have, one of its "
                "numbers changed, cut short or run on, or written more often than the source has it, is never written "
                "(grouping and separators are the model's; a '%' also allows the French 'p. 100').")
-    all_numbers: bool = _setting(
+    all_numbers: bool = setting(
         False, "With --source-numbers: a line whose best translation leaves out a source number is searched again "
                "with the beam shared among hypotheses by the numbers' digits written (Post & Vilar 2018's dynamic "
                "beam allocation), none ending before it has written them all; that translation is taken when it "
                "ends before the length limit ('%' needs no 'p. 100'). Other lines read as without it.")
-    min_length_ratio: float = _setting(
+    min_length_ratio: float = setting(
         0.0, "No hypothesis may end before RATIO * source words output tokens (against translations cut short; "
              "0 = off; a forced --prefix counts; never past the length limit).", metavar="RATIO")
-    no_unk: bool = _setting(False, "Never generate the unknown-word token.")
-    replace_unk: bool = _setting(
+    no_unk: bool = setting(False, "Never generate the unknown-word token.")
+    replace_unk: bool = setting(
         False, "Replace each generated <unk> by the source word it attends to most (Luong et al. 2015, as fairseq "
                "and OpenNMT-py do), or by that word's --unk-dict entry.")
-    alignment_method: str = _setting(
+    alignment_method: str = setting(
         "attention", "How --alignments (and nmt-serve's \"alignment\") link words: 'attention', each target word to "
                      "its most attended source word (as fairseq and Marian print them), or 'posterior', to the source "
                      "word of the largest alignment posterior (nmt-align --method posterior: the attention times how "
@@ -74,10 +69,10 @@ class DecodeConfig:
                      "attention's error), which costs an output layer per source word and target token of the best "
                      "translation (several times the decoding's time).  The translations are the same.",
         choices=ALIGNMENT_METHODS)
-    sampling: str | None = _setting(
+    sampling: str | None = setting(
         None, "Sample instead of searching: topk:K, topp:P, temperature:T or several joined by commas (e.g. "
               "topk:10,temperature:0.8); --nbest N draws N samples per line.", metavar="SPEC")
-    seed: int = _setting(1, "With --sampling: the seed; the samples of a line depend only on it and the line number.")
+    seed: int = setting(1, "With --sampling: the seed; the samples of a line depend only on it and the line number.")
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -149,6 +144,46 @@ class DecodeConfig:
     def replace(self, **changes: Any) -> DecodeConfig:
         """A copy with ``changes`` (checked as a new one is)."""
         return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class TranslatorConfig:
+    """How a :class:`~nmtkit.translate.translator.Translator` reads, batches and runs lines, whatever it decodes
+    them with: ``nmt-translate``'s and ``nmt-serve``'s options alike (``nmt-translate``'s default ``workers`` is 0,
+    automatic)."""
+
+    batch_size: int = setting(64, "Sentences decoded together.")
+    window: int = setting(0, "Lines read and length-sorted together (0 = 10 x the batch size).")
+    max_source_len: int = setting(
+        250, "Longer lines are translated in pieces of at most this many tokens (with a warning).")
+    device: str = setting("cpu", "Where to decode: cpu, cuda or cuda:N.")
+    threads: int = setting(
+        0, "Torch threads in all (0 = one per core; fewer in this process while other work makes fewer faster).")
+    workers: int = setting(1, "Decoding processes sharing the threads, each decoding a batch of its own (0 = on CPU "
+                              "min(threads, 4), else 1).")
+    bf16: bool = setting(False, "bfloat16 autocast (fast where the processor has native bf16; a warning where not).")
+    tokenized: bool = setting(False, "Lines are tokenised words; translations are too (no detokenisation).")
+    candidates: str | None = setting(
+        None, "Decode each batch over its candidate list from this table (nmt-prepare's candidates.npz): faster, at "
+              "nearly the same output.", metavar="FILE", path=True)
+    backend: str | None = setting(
+        None, "How the model computes: the fast paths, or the paper's equations as they read "
+              "(nmtkit/models/reference.py; the same translations, slowly) [$NMTKIT_BACKEND, else fast].",
+        choices=BACKEND_NAMES)
+
+    def __post_init__(self):
+        for name in ("batch_size", "max_source_len"):
+            if getattr(self, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
+        if self.window < 0:
+            raise InputError(f"--window must be at least 1 line (got {self.window}; 0 = 10 x the batch size)")
+        for name in ("workers", "threads"):
+            if getattr(self, name) < 0:
+                raise InputError(f"--{name} must be at least 0 (got {getattr(self, name)}; 0 = automatic)")
+        if self.backend is not None and self.backend not in BACKEND_NAMES:
+            raise InputError(f"unknown --backend '{self.backend}' (choose from {', '.join(BACKEND_NAMES)})")
+        if self.workers > 1 and not str(self.device).startswith("cpu"):
+            raise InputError(f"--workers {self.workers} needs --device cpu (one process drives a {self.device} device)")
 
 
 def field_kind(name: str) -> type:

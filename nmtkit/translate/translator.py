@@ -35,6 +35,7 @@ target word; with ``DecodeConfig.alignment_method`` ``posterior``, of the alignm
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -49,7 +50,7 @@ from nmtkit.translate import linetext
 from nmtkit.translate.decoding import (DecodeSetup, SourceBatch, build_models, decode_batch,  # noqa: F401
                                        load_checkpoints)
 from nmtkit.errors import InputError, WorkerError
-from nmtkit.translate.config import DecodeConfig
+from nmtkit.translate.config import DecodeConfig, TranslatorConfig
 from nmtkit.translate.search import Hypothesis
 from nmtkit.translate.ngramblock import number_tokens
 from nmtkit.translate.sourcenumbers import DigitTable, source_numbers
@@ -107,35 +108,32 @@ def checkpoint_info(path: str, payload: dict) -> dict:
 class Translator:
     """Checkpoint(s) + decoding settings → :meth:`translate` over lines."""
 
-    def __init__(self, checkpoints: list[str], decode: DecodeConfig | None = None, device: str = "cpu",
-                 unk_dict: dict[str, str] | None = None, batch_size: int = 64, window: int | None = None,
-                 tokenized: bool = False, max_source_len: int = 250, need_attention: bool = False,
-                 bf16: bool = False, workers: int = 1, threads: int = 0, backend: str | None = None,
-                 candidates: str | None = None):
+    def __init__(self, checkpoints: list[str], decode: DecodeConfig | None = None,
+                 config: TranslatorConfig | None = None, unk_dict: dict[str, str] | None = None,
+                 need_attention: bool = False, **settings):
         """``decode``: how to search or sample (:class:`nmtkit.translate.config.DecodeConfig`; None: its defaults);
-        the other settings are how lines are read, batched and run (``need_attention``: give every translation its
-        attention and alignment; ``candidates``: a candidate table's file, to decode each batch over its candidate
-        list, :mod:`nmtkit.translate.candidates`)."""
+        ``config``: how lines are read, batched and run (:class:`~nmtkit.translate.config.TranslatorConfig`, or its
+        fields as keywords: ``Translator(paths, workers=2)``; ``candidates``: a candidate table's file, to decode
+        each batch over its candidate list, :mod:`nmtkit.translate.candidates`); ``need_attention``: give every
+        translation its attention and alignment."""
         if not checkpoints:
             raise InputError("no checkpoint given (-m CHECKPOINT)")
         decode = DecodeConfig() if decode is None else decode
         if not isinstance(decode, DecodeConfig):
             raise TypeError(f"decode must be a DecodeConfig (got {type(decode).__name__})")
-        if batch_size < 1 or max_source_len < 1:
-            raise InputError("--batch-size and --max-source-len must be at least 1")
-        if workers < 0 or threads < 0:
-            raise InputError("--workers and --threads must be at least 0 (0 = automatic)")
-        if window is not None and window < 1:
-            raise InputError(f"--window must be at least 1 line (got {window}; 0 = 10 x the batch size)")
+        if settings.get("window") is None:
+            settings.pop("window", None)  # (None as 0: 10 x the batch size)
+        config = TranslatorConfig(**settings) if config is None else dataclasses.replace(config, **settings)
+        self.config = config
+        device, batch_size, window, workers, threads, bf16, backend, candidates = (
+            config.device, config.batch_size, config.window, config.workers, config.threads, config.bf16,
+            config.backend, config.candidates)
+        tokenized, max_source_len = config.tokenized, config.max_source_len
         from nmtkit.device import resolve_device, warn_if_slow_bf16
 
         self.device = resolve_device(str(device))
         if bf16:
             warn_if_slow_bf16(self.device, log)
-        from nmtkit.models import BACKENDS
-
-        if backend is not None and backend not in BACKENDS:
-            raise InputError(f"unknown --backend '{backend}' (choose from {', '.join(BACKENDS)})")
         payloads = load_checkpoints(checkpoints)
         first = payloads[0]
         self.checkpoint_info = [checkpoint_info(path, p) for path, p in zip(checkpoints, payloads)]
@@ -172,8 +170,6 @@ class Translator:
         self._lazy_pool = workers == 0  # automatic: start processes only for an input that fills a window
         if workers == 0:  # processes rather than threads on a CPU (see nmtkit.translate.pool)
             workers = min(threads, MAX_AUTO_WORKERS) if self.device.type == "cpu" else 1
-        if workers > 1 and self.device.type != "cpu":
-            raise InputError(f"--workers {workers} needs --device cpu (one process drives a {self.device.type} device)")
         self.workers, self._threads, self._checkpoints = workers, threads, list(checkpoints)
         self._pool = None
         self._configured = False  # (configured(): each batch brings its decoding settings to shared workers)
