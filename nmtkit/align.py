@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nmtkit.errors import InputError
+from nmtkit.settings import model_backend, setting
+from nmtkit.symmetrize import METHODS
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.wordalign import hard_links, word_matrix
 
@@ -238,6 +240,58 @@ def forced_attention(model, src_ids: Sequence[np.ndarray], tgt_ids: Sequence[np.
 
 
 SOFT_ALIGNMENTS = ("attention", "posterior")  # what nmt-align reads links from (Aligner's ``method``)
+
+
+@dataclass
+class AlignConfig:
+    """The settings of one ``nmt-align`` run: one field per option (:mod:`nmtkit.settings`; its help is written
+    here, once).  The checks of the settings together are made here; those of the inputs, by :func:`align_files`."""
+
+    model: str = setting(help="An RNNsearch checkpoint.", short="-m", path=True)
+    source: str = setting(help="Source sentences.", short="-s", path=True)
+    target: str | None = setting(
+        None, "Target sentences to force-decode [the model's own beam translations].", short="-t", path=True)
+    tokenized: bool = setting(
+        False, "The text is whitespace-separated words already (as gold alignments count them); only the model's "
+               "lowercasing and BPE are applied.")
+    pharaoh: str | None = setting(
+        None, "Write hard alignments here, 'i-j' 0-based source-target [stdout when nothing else is asked].",
+        path="-")
+    method: str = setting(
+        "attention", "What links are read from: the attention α (the paper's Figure 3), or the posterior α_ij p(y_i | "
+                     "c_i = h_j), normalised over j: the attention reweighted by how well each source word alone "
+                     "predicts the target word (nmtkit/posterior.py; Tx times the computation, and it aligns better: "
+                     "tests/bench/results/bench_posterior.txt).", choices=SOFT_ALIGNMENTS)
+    rule: str = setting(
+        "argmax", "Hard links: the most attended source word per target word, or also every α >= --threshold.",
+        choices=("argmax", "threshold"))
+    threshold: float = setting(
+        0.5, "Weight threshold of --rule threshold (of α, or of the posterior with --method posterior).")
+    plot_dir: str | None = setting(
+        None, "Draw each sentence's α here, one image per sentence (with an index.tsv).", path="dir")
+    plot_format: str = setting("png", choices=("png", "pdf", "svg"))
+    plot_sentences: str | None = setting(None, "Which lines to draw, e.g. 1,3,5-9 [all].", metavar="LINES")
+    force: bool = setting(False, "Replace an earlier --plot-dir.")
+    gold: str | None = setting(None, "Gold alignments to compute AER against (needs -t).", path=True)
+    gold_format: str = setting(
+        "auto", "Pharaoh (i-j Sure, i-j-P Possible, 0-based) or NAACL 2003 (sent a b S|P, 1-based).",
+        choices=("auto", "pharaoh", "naacl"))
+    gold_order: str = setting("src-tgt", "Which side the gold file writes first.", choices=("src-tgt", "tgt-src"))
+    reverse_model: str | None = setting(
+        None, "An RNNsearch of the other direction (target to source): the target sentences are aligned to the "
+              "source by it too, and the two directions' links symmetrised (needs -t).", path=True)
+    symmetrization: str = setting(
+        "grow-diag-final", "How --reverse-model's links and the model's are combined (Koehn et al. 2003; Moses's "
+                           "symal), or 'soft': their attention, before links are read off (nmtkit/symmetrize.py); the "
+                           "AER report lists every way.", choices=METHODS, flag="--symmetrize")
+    beam: int = setting(DecodeConfig.beam, "Beam size for the model's translations (no -t).")
+    batch_size: int = setting(32)
+    device: str = setting("cpu")
+    backend: str | None = model_backend("alignments")
+
+    def __post_init__(self):
+        if self.plot_sentences is not None and self.plot_dir is None:
+            raise InputError("--plot-sentences chooses what --plot-dir draws: give --plot-dir DIR")
 
 
 class Aligner:

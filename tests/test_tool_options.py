@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import MISSING
 
 import click
 import pytest
 
+from nmtkit.align import AlignConfig
+from nmtkit.prepare.config import PrepareConfig
+from nmtkit.score.report import ScoreConfig
+from nmtkit.select.config import SelectConfig
 from nmtkit.serve.config import ServeConfig
-from nmtkit.settings import kind, options_of
+from nmtkit.settings import flag_of, kind, options_of, repeated
+from nmtkit.train.config import TrainConfig
 from nmtkit.translate.config import DecodeConfig, TranslatorConfig
 
 from conftest import REPO
@@ -24,6 +30,16 @@ TOOLS = {
                       {"models", "input_path", "output_path", "prefix_path", "unk_dict", "nbest_file", "alignments",
                        "attention", "scores", "quiet"}),
     "nmt-serve": ("nmtkit.cli.serve", (ServeConfig, TranslatorConfig), {}, {"models", "unk_dict", "quiet"}),
+    # (--init, --optimizer, --lr-scheduler: their choices and help come from nmtkit/train/registry.py, their defaults
+    # from TrainConfig, tests/test_registries.py)
+    "nmt-train": ("nmtkit.cli.train", (TrainConfig,), {"recipe": None},
+                  {"data", "arch", "list_archs", "save_dir", "model_options", "init", "optimizer", "lr_scheduler",
+                   "quiet"}),
+    "nmt-prepare": ("nmtkit.cli.prepare", (PrepareConfig,), {}, {"quiet"}),
+    "nmt-select": ("nmtkit.cli.select", (SelectConfig,), {}, {"quiet"}),
+    "nmt-align": ("nmtkit.cli.align", (AlignConfig,), {}, {"as_json", "quiet"}),
+    # (--metrics: a comma-separated list of ScoreConfig.metrics)
+    "nmt-score": ("nmtkit.cli.score", (ScoreConfig,), {}, {"hypotheses", "metrics", "as_json", "quiet"}),
 }
 TYPES = {int: click.INT, float: click.FLOAT, str: click.STRING}
 
@@ -38,10 +54,17 @@ def test_every_config_field_is_an_option_with_its_default_and_help(tool):
         assert fields, cls
         for f in fields:
             p = params[f.name]
-            assert p.opts[0] == "--" + f.name.replace("_", "-") and p.help == f.metadata["help"], f.name
-            assert p.default == own.get(f.name, f.default), f.name
+            assert p.opts[0] == flag_of(f) and (p.help or "") == f.metadata["help"], f.name
+            if f.metadata["short"]:
+                assert f.metadata["short"] in p.opts, f.name
+            required = f.default is MISSING and f.default_factory is MISSING and f.name not in own
+            assert p.required == required, f.name
+            if repeated(f):
+                assert p.multiple, f.name
+            elif not required:
+                assert p.default == own.get(f.name, f.default), f.name
             if kind(f) is bool:
-                assert p.is_flag
+                assert p.is_flag and p.flag_value == (not f.default), f.name
             elif f.metadata["choices"]:
                 assert tuple(p.type.choices) == f.metadata["choices"]
             elif f.metadata["path"]:
@@ -80,6 +103,20 @@ def test_a_cross_field_check_is_made_once_in_the_config_and_reads_as_one_line(tr
         lines = proc.stderr.decode().strip().splitlines()
         assert proc.returncode == 1 and len(lines) == 1 and message in lines[0], (tool, proc.stderr.decode())
         assert lines[0].startswith(f"{tool}: error: ")
+
+
+def test_a_switch_turns_its_default_around_and_a_repeated_option_gives_a_list():
+    """--no-normalize sets normalize_punctuation to False; --train, given twice, is a list of two; --test, not given,
+    leaves its field's default (and -n, not given, nmt-score's names their default, None)."""
+    from nmtkit.cli.prepare import main
+    from nmtkit.settings import from_options
+
+    args = ["-s", "en", "-t", "fr", "--train", "a", "--train", "b", "-d", "out", "--no-normalize"]
+    values = main.make_context("nmt-prepare", args).params
+    cfg = from_options(PrepareConfig, values)
+    assert cfg.train == ["a", "b"] and cfg.test == [] and cfg.normalize_punctuation is False and cfg.dest == "out"
+    assert from_options(PrepareConfig, {**values, "normalize_punctuation": True}).normalize_punctuation
+    assert from_options(ScoreConfig, {"reference": "r", "names": ()}, hypotheses=["h"]).names is None
 
 
 def test_the_library_gets_what_the_command_line_says():

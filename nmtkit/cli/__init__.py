@@ -27,24 +27,32 @@ import click
 
 
 def config_options(cls, defaults: dict | None = None, skip: tuple[str, ...] = ()):
-    """The options of a tool made from a config class: one per field with help (:mod:`nmtkit.settings`), with its
-    default (or ``defaults``' where a tool differs), help, metavar, choices and short flag, received by the field's
-    name; ``skip``: fields the tool declares itself."""
-    from nmtkit.settings import flag, kind, options_of
+    """The options of a tool made from a config class: one per field made by :func:`nmtkit.settings.setting`, with
+    its default (or ``defaults``' where a tool differs), help, metavar, choices, short flag and path kind, received
+    by the field's name; a field without a default is required, a list repeatable, a bool a switch that turns its
+    default around; ``skip``: fields the tool declares itself."""
+    from dataclasses import MISSING
+
+    from nmtkit.settings import PATHS, flag_of, kind, options_of, repeated
 
     defaults = defaults or {}
 
     def add(command):
         for f in reversed([f for f in options_of(cls) if f.name not in skip]):
-            names = [flag(f.name), *([f.metadata["short"]] if f.metadata["short"] else []), f.name]
-            default = defaults.get(f.name, f.default)
+            names = [flag_of(f), *([f.metadata["short"]] if f.metadata["short"] else []), f.name]
+            default = defaults.get(f.name, None if f.default is MISSING else f.default)
+            shown = dict(help=f.metadata["help"] or None, metavar=f.metadata["metavar"])
             if kind(f) is bool:
-                option = click.option(*names, is_flag=True, default=default, help=f.metadata["help"])
+                option = click.option(*names, is_flag=True, flag_value=not default, default=default, **shown)
             else:
                 value = click.Choice(f.metadata["choices"]) if f.metadata["choices"] else \
-                    click.Path(dir_okay=False) if f.metadata["path"] else kind(f)
-                option = click.option(*names, type=value, default=default, show_default=default is not None,
-                                      metavar=f.metadata["metavar"], help=f.metadata["help"])
+                    click.Path(**PATHS[f.metadata["path"]]) if f.metadata["path"] else kind(f)
+                if f.default is MISSING and f.default_factory is MISSING and f.name not in defaults:
+                    shown["required"] = True  # (and no default: click's None would count as a value given)
+                else:
+                    shown["default"] = default
+                option = click.option(*names, type=value, show_default=default is not None, multiple=repeated(f),
+                                      **shown)
             command = option(command)
         return command
 
@@ -86,15 +94,6 @@ def _refuse(flag: str, message: str):
             raise _RetiredOption(f"{flag}: {message}", ctx)
 
     return callback
-
-
-def backend_option(computes: str):
-    """The ``--backend`` option of the tools that run a model; ``computes``: what the reference gives the same of."""
-    from nmtkit.runtime import BACKEND_NAMES
-
-    return click.option("--backend", type=click.Choice(BACKEND_NAMES), default=None,
-                        help="How the model computes: the fast paths, or the paper's equations as they read "
-                        f"(nmtkit/models/reference.py; the same {computes}, slowly) [$NMTKIT_BACKEND, else fast].")
 
 
 def setup_logging(quiet: bool = False) -> None:

@@ -12,7 +12,8 @@ import sys
 
 import click
 
-from nmtkit.cli import CONTEXT, ToolCommand, backend_option, run, setup_logging
+from nmtkit.cli import CONTEXT, ToolCommand, config_options, run, setup_logging
+from nmtkit.score.report import ScoreConfig
 
 
 def _num(x, digits: int = 2) -> str:
@@ -103,39 +104,12 @@ def _noticed(report: dict) -> list[str]:
 
 @click.command(cls=ToolCommand, context_settings=CONTEXT)
 @click.argument("hypotheses", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--reference", "-r", required=True, type=click.Path(dir_okay=False),
-              help="Reference translations (plain text, gzip or WMT SGML).")
-@click.option("--source", "-s", type=click.Path(dir_okay=False),
-              help="Source sentences: needed for --model, --vocab, --by-length, --plot and the numbers check.")
-@click.option("--name", "-n", "names", multiple=True, help="A name for each hypothesis file, in order [file names].")
-@click.option("--model", "-m", type=click.Path(dir_okay=False),
-              help="Checkpoint: its shortlists give the no-UNK subset; also the references' NLL under it.")
-@click.option("--vocab", type=click.Path(file_okay=False),
-              help="Prepared directory (nmt-prepare): its shortlists give the no-UNK subset.")
-@click.option("--src-lang", help="Source language for length counting and the source's numbers "
-              "[checkpoint's/prepared data's, or from -s].")
-@click.option("--tgt-lang", help="Target language for BLEU-tok's Moses tokenizer and the translations' numbers "
-              "[likewise, or from -r].")
-@click.option("--by-length", is_flag=True, help="Scores per source-length bucket (the paper's Figure 2).")
-@click.option("--bucket-width", default=10, show_default=True, help="Words per length bucket.")
-@click.option("--max-length", default=60, show_default=True, help="The last bucket holds this many words and more.")
-@click.option("--length-metric", default="BLEU", show_default=True,
-              type=click.Choice(["BLEU", "chrF", "TER", "BLEU-tok"]), help="The score of --by-length and --plot.")
-@click.option("--plot", type=click.Path(dir_okay=False),
-              help="Draw the by-length scores, one line per system (.png, .svg or .pdf); implies --by-length.")
-@click.option("--bootstrap", default=0, show_default=True, metavar="N",
-              help="Paired bootstrap resampling with N resamples: the first system against each other one.")
-@click.option("--batch-size", default=16, show_default=True, help="Sentences per batch for --model's NLL.")
-@click.option("--device", default="cpu", show_default=True, help="Device for --model's NLL.")
-@backend_option("NLL")
-@click.option("--metrics", default="BLEU,chrF,TER,BLEU-tok", show_default=True,
+@config_options(ScoreConfig)
+@click.option("--metrics", default=",".join(ScoreConfig.__dataclass_fields__["metrics"].default), show_default=True,
               help="The scores to give, comma-separated, in this order (TER is by far the slowest to compute).")
-@click.option("--repeat-ngram", default=3, show_default=True, metavar="N",
-              help="Count the lines that repeat a word N-gram more often than the reference does.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True)
-def main(hypotheses, reference, source, names, model, vocab, src_lang, tgt_lang, by_length, bucket_width, max_length,
-         length_metric, plot, bootstrap, batch_size, device, backend, metrics, repeat_ngram, as_json, quiet):
+def main(hypotheses, metrics, as_json, quiet, **settings):
     """Score one or more translations of the same source against a reference, side by side.
 
     BLEU is sacreBLEU's detokenized BLEU and chrF its chrF2, each printed with its signature; BLEU-tok is the
@@ -150,14 +124,10 @@ def main(hypotheses, reference, source, names, model, vocab, src_lang, tgt_lang,
       nmt-score -r newstest2014.fr -s newstest2014.en -m model.pt --by-length --plot len.png --bootstrap 1000 \\
           rnnsearch.fr moses.fr
     """
-    from nmtkit.score import ScoreConfig
+    from nmtkit.settings import from_options
 
-    cfg = ScoreConfig(reference=reference, hypotheses=list(hypotheses), source=source,
-                      names=list(names) or None, model=model, vocab=vocab, source_lang=src_lang,
-                      target_lang=tgt_lang, by_length=by_length, bucket_width=bucket_width, max_length=max_length,
-                      length_metric=length_metric, plot=plot, bootstrap=bootstrap, batch_size=batch_size,
-                      metrics=[m.strip() for m in metrics.split(",") if m.strip()],
-                      device=device, backend=backend, repeat_ngram=repeat_ngram)
+    cfg = from_options(ScoreConfig, settings, hypotheses=list(hypotheses),
+                       metrics=[m.strip() for m in metrics.split(",") if m.strip()])
     setup_logging(quiet)
     run("nmt-score", lambda: _score(cfg, as_json))
 

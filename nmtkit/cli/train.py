@@ -8,12 +8,14 @@ import sys
 
 import click
 
-from nmtkit.cli import CONTEXT, ToolCommand, backend_option, run, setup_logging
+from nmtkit.cli import CONTEXT, ToolCommand, config_options, run, setup_logging
 from nmtkit.runtime import tune_malloc
-from nmtkit.train.recipes import RECIPES
+from nmtkit.train.config import TrainConfig
 from nmtkit.train.registry import INITS, OPTIMIZERS, SCHEDULES
 
-PAPER = RECIPES["paper"]  # (the defaults: TrainConfig's are the paper's recipe, tests/test_registries.py)
+# the options made from the registries (their choices and help; their defaults are TrainConfig's, the paper's
+# recipe: tests/test_registries.py); every other option of nmt-train is a field of TrainConfig
+DEFAULTS = TrainConfig.__dataclass_fields__
 
 
 def _model_option(ctx, param, values):
@@ -56,90 +58,13 @@ def _list_archs(ctx, param, value):
 @click.option("--save-dir", required=True, type=click.Path(file_okay=False), help="Where checkpoints go.")
 @click.option("--model-option", "-o", "model_options", multiple=True, callback=_model_option, metavar="KEY=VALUE",
               help="Override a model setting, e.g. -o hidden_dim=512 -o dropout=0.2. Repeatable.")
-@click.option("--recipe", type=click.Choice(list(RECIPES)),
-              help="Training recipe: the paper's (Adadelta, Appendix B.1 init); 'fast', which learns within a CPU "
-                   "budget (Glorot init, Adam 1e-3); 'budget', fast annealed to its floor as --max-time or "
-                   "--max-updates runs out (see nmtkit/train/recipes.py). Options given explicitly win over it. "
-                   "[fast for rnnsearch-small/rnnencdec-small, else paper]")
-@click.option("--init", type=click.Choice(INITS.names()), default=PAPER["init"], show_default=True,
+@click.option("--init", type=click.Choice(INITS.names()), default=DEFAULTS["init"].default, show_default=True,
               help=f"Weight initialisation: {INITS.describe()}.")
-@click.option("--seed", default=1, show_default=True)
-@click.option("--batch-size", default=80, show_default=True, help="Sentence pairs per minibatch.")
-@click.option("--pool-batches", default=20, show_default=True,
-              help="Minibatches per length-sorted pool (the paper: 20 x 80 = 1,600 pairs).")
-@click.option("--max-len", type=int, help="Train on pairs of at most this many tokens a side [the model's: 30/50].")
-@click.option("--update-freq", default=1, show_default=True,
-              help="Minibatches per update (gradient accumulation): the update of one batch N times as large.")
-@click.option("--init-from", type=click.Path(dir_okay=False), metavar="CKPT",
-              help="Start a new run from this checkpoint's weights (fine-tuning): new optimizer, schedule and data; "
-                   "its vocabularies must be the data's (nmt-prepare --vocab-from). --resume continues a run instead.")
-@click.option("--optimizer", type=click.Choice(OPTIMIZERS.names()), default=PAPER["optimizer"], show_default=True,
-              help=f"The update rule: {OPTIMIZERS.describe()}.")
-@click.option("--lr", default=PAPER["lr"], show_default=True, help="Learning rate (Adadelta: 1.0).")
-@click.option("--lr-scheduler", type=click.Choice(SCHEDULES.names()), default=PAPER["lr_scheduler"],
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS.names()), default=DEFAULTS["optimizer"].default,
+              show_default=True, help=f"The update rule: {OPTIMIZERS.describe()}.")
+@click.option("--lr-scheduler", type=click.Choice(SCHEDULES.names()), default=DEFAULTS["lr_scheduler"].default,
               show_default=True, help=f"Learning-rate schedule: {SCHEDULES.describe()}.")
-@click.option("--warmup-updates", default=0, show_default=True,
-              help="Linear warm-up: lr·u/N for the first N updates (any scheduler; 0 = none).")
-@click.option("--lr-decay", default=0.5, show_default=True, help="plateau: factor of each decay.")
-@click.option("--lr-patience", default=1, show_default=True,
-              help="plateau: decay after this many validations without improvement of --best-metric.")
-@click.option("--min-lr", default=0.0, show_default=True, help="Floor of the decaying schedules (after warm-up).")
-@click.option("--decay-fraction", default=1.0, show_default=True, metavar="F",
-              help="linear, cosine: hold lr, then decay over the last F of the run (warm-up, stable, decay); 1 = "
-              "decay from the end of the warm-up.")
-@click.option("--schedule-updates", default=0, show_default=True, metavar="T",
-              help="linear, cosine: the update at which the rate reaches --min-lr (0 = --max-updates). Set it to "
-              "stop a run early with --max-updates and resume it on the same schedule.")
-@click.option("--ema-decay", default=0.0, show_default=True,
-              help="Validate and save an exponential moving average of the weights with this decay (e.g. 0.999; "
-                   "0 = off). The raw weights stay in the checkpoint for --resume.")
-@click.option("--average-last", default=0, show_default=True,
-              help="Validate and save the mean of the weights at the last N validations (0 = off; needs "
-                   "--keep-last >= N).")
-@click.option("--rho", default=0.95, show_default=True, help="Adadelta decay rate.")
-@click.option("--eps", default=1e-6, show_default=True, help="Adadelta epsilon.")
-@click.option("--label-smoothing", default=0.0, show_default=True,
-              help="Label smoothing ε: cross-entropy against (1-ε)·onehot + ε/V (0 = the paper's loss).")
-@click.option("--bpe-dropout", type=float, metavar="P",
-              help="BPE-dropout: segment the training pairs anew in every epoch, skipping each merge with "
-                   "probability P (Provilkov et al. 2020; 0.1 is usual; needs BPE data; 0 = off). Translation "
-                   "keeps the deterministic segmentation. [the prepared corpus's nmt-prepare --bpe-dropout]")
-@click.option("--guided-alignment", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
-              help="Guided alignment (Chen et al. 2016): also train the attention towards these word links, a "
-                   "Pharaoh file with one line per line of the prepared train.tok.* (e.g. eflomal's on them; "
-                   "examples/guide_links.py). RNNsearch only.")
-@click.option("--guided-alignment-order", type=click.Choice(["src-tgt", "tgt-src"]), default="src-tgt",
-              show_default=True, help="Which side the links of --guided-alignment name first.")
-@click.option("--guided-alignment-weight", default=0.1, show_default=True,
-              help="λ: the weight of the attention's cross-entropy against the links, per guided target unit, "
-                   "beside each target unit's translation loss (Marian's default scale).")
-@click.option("--clip-norm", default=1.0, show_default=True, help="Rescale gradients to this L2 norm; 0 = off.")
-@click.option("--max-updates", default=0, show_default=True, help="Stop after this many updates (0 = no limit).")
-@click.option("--max-epochs", default=0, show_default=True, help="Stop after this many epochs (0 = no limit).")
-@click.option("--max-time", default=0.0, show_default=True,
-              help="Stop after this many seconds of training (updates and validations, across resumptions; 0 = no "
-              "limit). linear and cosine then reach --min-lr when the time runs out, at the update rate measured.")
-@click.option("--valid-every", default=1000, show_default=True, help="Validate and save every N updates.")
-@click.option("--valid-bleu-sentences", default=500, show_default=True,
-              help="Greedy BLEU on the first N validation sentences (0 = none, -1 = all).")
-@click.option("--valid-beam", default=1, show_default=True, help="Beam size of the validation BLEU decoding.")
-@click.option("--valid-batch-size", default=80, show_default=True)
-@click.option("--best-metric", type=click.Choice(["bleu", "loss"]), default="bleu", show_default=True)
-@click.option("--patience", default=0, show_default=True,
-              help="Stop after N validations without improvement (0 = never).")
-@click.option("--keep-last", default=3, show_default=True, help="Numbered checkpoints to keep.")
-@click.option("--log-every", default=100, show_default=True, help="Updates per log line / JSON record.")
-@click.option("--log-file", type=click.Path(dir_okay=False), help="JSON-lines log [SAVE_DIR/train.jsonl].")
-@click.option("--tensorboard", type=click.Path(file_okay=False),
-              help="Also write the log as TensorBoard events here (loss, ppl, BLEU, lr, gradient norm, tokens/s; "
-                   "needs pip install 'nmtkit[tensorboard]').")
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:1, ...")
-@click.option("--bf16", is_flag=True, help="bfloat16 autocast (mixed precision).")
-@backend_option("updates to float rounding")
-@click.option("--threads", default=0, show_default=True,
-              help="Torch threads; 0 = measured: every core, or fewer while other work makes fewer faster.")
-@click.option("--resume", is_flag=True, help="Continue the run in SAVE_DIR from checkpoint_last.pt.")
-@click.option("--force", is_flag=True, help="Start over in a SAVE_DIR that holds checkpoints (they are deleted).")
+@config_options(TrainConfig, defaults={"recipe": None})  # (None: the preset's recipe, nmtkit.train.recipes)
 @click.option("--quiet", "-q", is_flag=True)
 def main(data, arch, save_dir, model_options, quiet, recipe, **options):
     """Train a model on the prepared corpus DATA (made by nmt-prepare).

@@ -3,41 +3,62 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from nmtkit.errors import InputError
+from nmtkit.settings import setting
 
 DEFAULT_SHORTLIST = 30000  # the paper's shortlists: the 30,000 most frequent words of each language
+SPM_TYPES = ("unigram", "bpe")  # SentencePiece's model types
 
 
 @dataclass
 class PrepareConfig:
-    """Every setting of a preparation run (the click command fills this from its options)."""
+    """Every setting of a preparation run: one field per option of ``nmt-prepare`` (:mod:`nmtkit.settings`)."""
 
-    source_lang: str
-    target_lang: str
-    train: list[str]
-    dest: str
-    valid: str | None = None
-    test: list[str] = field(default_factory=list)
-    src_vocab_size: int | None = None  # the source shortlist: the K most frequent training tokens (None: 30,000)
-    tgt_vocab_size: int | None = None  # (either refused with vocab_from, which brings its directory's)
-    max_len: int = 50
-    max_ratio: float | None = None  # drop training pairs whose token counts differ more than this factor (Moses)
-    dedup: bool = False  # drop training pairs that repeat an earlier pair exactly (after tokenisation)
-    lowercase: bool = False
-    normalize_punctuation: bool = True
-    aggressive_dash_splits: bool = False
-    bpe_merges: int | None = None
-    bpe_codes: str | None = None  # path of an existing codes file
-    spm_vocab_size: int | None = None  # learn a joint SentencePiece model of this many units
-    spm_model: str | None = None  # path of an existing SentencePiece model file
-    spm_type: str = "unigram"  # SentencePiece's model type when learning one: unigram or bpe
-    spm_split_digits: bool = False  # when learning one: every digit a unit of its own
-    bpe_dropout: float = 0.0  # BPE-dropout the training will use: the shortlists also count one such segmentation
-    vocab_from: str | None = None  # a prepared directory whose vocabularies, BPE codes and text settings are reused
-    workers: int = 1
-    force: bool = False
+    source_lang: str = setting(help="Source language code, the suffix of source files (en).", short="-s")
+    target_lang: str = setting(help="Target language code (fr).", short="-t")
+    train: list[str] = setting(
+        help="Training corpus PREFIX (PREFIX.en/PREFIX.fr; plain, .gz or WMT SGML), or SRC_FILE,TGT_FILE. Repeat to "
+             "concatenate corpora.", metavar="PREFIX")
+    dest: str = setting(help="Directory to create.", short="-d", path="dir")
+    valid: str | None = setting(None, "Validation corpus (never filtered or reordered).", metavar="PREFIX")
+    test: list[str] = setting(
+        help="Test corpus; repeat for several (splits test, test1, ...). Never filtered or reordered.",
+        metavar="PREFIX", default_factory=list)
+    src_vocab_size: int | None = setting(
+        None, "Source shortlist: the K most frequent training tokens (4 specials are added) [30000; not with "
+              "--vocab-from].")
+    tgt_vocab_size: int | None = setting(None, "Target shortlist size K [30000; not with --vocab-from].")
+    #   (None: DEFAULT_SHORTLIST; either refused with vocab_from, which brings its directory's)
+    max_len: int = setting(
+        50, "Drop training pairs with a side longer than this many tokens (the paper: 30 or 50).")
+    lowercase: bool = setting(False, "Lowercase after tokenisation.")
+    normalize_punctuation: bool = setting(True, "Skip Moses punctuation normalisation.", flag="--no-normalize")
+    aggressive_dash_splits: bool = setting(False, "Split hyphenated words (tokenizer.perl -a).")
+    bpe_merges: int | None = setting(None, "Learn N joint BPE merges on the training data.", metavar="N")
+    bpe_codes: str | None = setting(None, "Apply these subword-nmt codes.", metavar="FILE", path=True)
+    bpe_dropout: float = setting(
+        0.0, "Prepare for training with BPE-dropout P (nmt-train applies it): the shortlists also count one dropout "
+             "segmentation of the training pairs, so they hold the units dropout makes.", metavar="P")
+    spm_vocab_size: int | None = setting(
+        None, "Learn a joint SentencePiece model of N units on the training words (instead of BPE).", metavar="N")
+    spm_type: str = setting("unigram", "SentencePiece's model type, with --spm-vocab-size.", choices=SPM_TYPES)
+    spm_split_digits: bool = setting(
+        False, "With --spm-vocab-size: every digit is a unit of its own, so that a number is spelt digit by digit in "
+               "both languages and a model can copy numbers it never saw.")
+    spm_model: str | None = setting(
+        None, "Apply this SentencePiece model (a .model file) to the Moses words.", metavar="FILE", path=True)
+    vocab_from: str | None = setting(
+        None, "Reuse another prepared directory's vocabularies and subword model (to fine-tune its models here with "
+              "nmt-train --init-from).", metavar="DIR", path="dir")
+    #   (its vocabularies, BPE codes and text settings are reused)
+    max_ratio: float | None = setting(
+        None, "Drop training pairs one side of which has more than R times the other's tokens (clean-corpus-n.perl's "
+              "ratio; Moses uses 9) [off].", metavar="R")
+    dedup: bool = setting(False, "Drop training pairs that repeat an earlier pair exactly.")
+    workers: int = setting(1, "Tokenise in this many processes.", short="-j")
+    force: bool = setting(False, "Replace DEST if it already holds a prepared corpus.")
 
     def shortlist(self, lang: str) -> int:
         """The shortlist size of language ``lang`` (the source's or the target's)."""
@@ -77,7 +98,7 @@ class PrepareConfig:
         if self.spm_split_digits and self.spm_vocab_size is None:
             raise InputError("--spm-split-digits is a setting of a SentencePiece model being learned: it needs "
                              "--spm-vocab-size")
-        if self.spm_type not in ("unigram", "bpe"):
+        if self.spm_type not in SPM_TYPES:
             raise InputError(f"--spm-type must be unigram or bpe (got '{self.spm_type}')")
         if self.max_ratio is not None and not (1 <= self.max_ratio < math.inf):
             raise InputError(f"--max-ratio must be a finite number of at least 1 (got {self.max_ratio})")

@@ -13,31 +13,47 @@ from nmtkit.score.inputs import guess_lang, read_inputs, system_names
 from nmtkit.score.metrics import MAX_BOOTSTRAP, METRICS, REGISTRY, make_metrics, paired_bootstrap
 from nmtkit.score.subsets import length_buckets, no_unk_rows, shortlist_from_checkpoint, shortlist_from_prepared
 from nmtkit.score.likelihood import model_nll
+from nmtkit.settings import model_backend, setting
 
 
 @dataclass
 class ScoreConfig:
-    """The settings of one scoring run (``nmt-score``'s options)."""
+    """The settings of one scoring run: one field per option of ``nmt-score`` (:mod:`nmtkit.settings`; the
+    hypothesis files are its arguments, and ``--metrics`` a comma-separated list of ``metrics``)."""
 
-    reference: str
-    hypotheses: list[str]
-    source: str | None = None
-    names: list[str] | None = None  # one per hypothesis file; default: the file names
-    model: str | None = None  # checkpoint: shortlists for the no-UNK subset, and the references' NLL
-    vocab: str | None = None  # prepared directory: shortlists for the no-UNK subset
-    source_lang: str | None = None  # default: the checkpoint's / prepared data's, else the file name's
-    target_lang: str | None = None
-    by_length: bool = False
-    bucket_width: int = 10
-    max_length: int = 60  # the last bucket holds this many words and more
-    length_metric: str = "BLEU"
-    plot: str | None = None  # PNG/SVG/PDF of the by-length scores (implies by_length)
-    bootstrap: int = 0  # resamples; 0 = no significance test
-    batch_size: int = 16
-    device: str = "cpu"
-    backend: str | None = None  # how --model computes (nmtkit.models.BACKENDS; None: $NMTKIT_BACKEND, else fast)
-    metrics: list[str] | tuple[str, ...] = METRICS  # which scores, in the table's order
-    repeat_ngram: int = 3  # the word n-gram whose repetition the diagnostics count
+    reference: str = setting(help="Reference translations (plain text, gzip or WMT SGML).", short="-r", path=True)
+    hypotheses: list[str]  # (nmt-score's arguments)
+    source: str | None = setting(
+        None, "Source sentences: needed for --model, --vocab, --by-length, --plot and the numbers check.", short="-s",
+        path=True)
+    names: list[str] | None = setting(
+        None, "A name for each hypothesis file, in order [file names].", short="-n", flag="--name")
+    #   (one per hypothesis file; None: the file names)
+    model: str | None = setting(
+        None, "Checkpoint: its shortlists give the no-UNK subset; also the references' NLL under it.", short="-m",
+        path=True)
+    vocab: str | None = setting(
+        None, "Prepared directory (nmt-prepare): its shortlists give the no-UNK subset.", path="dir")
+    source_lang: str | None = setting(
+        None, "Source language for length counting and the source's numbers [checkpoint's/prepared data's, or from "
+              "-s].", flag="--src-lang")
+    target_lang: str | None = setting(
+        None, "Target language for BLEU-tok's Moses tokenizer and the translations' numbers [likewise, or from -r].",
+        flag="--tgt-lang")
+    by_length: bool = setting(False, "Scores per source-length bucket (the paper's Figure 2).")
+    bucket_width: int = setting(10, "Words per length bucket.")
+    max_length: int = setting(60, "The last bucket holds this many words and more.")
+    length_metric: str = setting("BLEU", "The score of --by-length and --plot.", choices=METRICS)
+    plot: str | None = setting(
+        None, "Draw the by-length scores, one line per system (.png, .svg or .pdf); implies --by-length.", path=True)
+    bootstrap: int = setting(
+        0, "Paired bootstrap resampling with N resamples: the first system against each other one.", metavar="N")
+    batch_size: int = setting(16, "Sentences per batch for --model's NLL.")
+    device: str = setting("cpu", "Device for --model's NLL.")
+    backend: str | None = model_backend("NLL")  # (None: $NMTKIT_BACKEND, else fast)
+    metrics: list[str] | tuple[str, ...] = METRICS  # which scores, in the table's order (nmt-score --metrics A,B)
+    repeat_ngram: int = setting(
+        3, "Count the lines that repeat a word N-gram more often than the reference does.", metavar="N")
 
     def check(self) -> None:
         """Reject contradictory or incomplete settings before any file is read."""

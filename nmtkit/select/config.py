@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from nmtkit.errors import InputError
+from nmtkit.settings import setting
 
 SIDES = ("both", "source", "target")
 FOLDS = 2  # general model k scores the general pairs of fold k (fold_of), trained on a sample of the others
@@ -27,27 +28,41 @@ _MASK64 = (1 << 64) - 1
 
 @dataclass
 class SelectConfig:
-    """Every setting of a selection run (the click command fills this from its options)."""
+    """Every setting of a selection run: one field per option of ``nmt-select`` (:mod:`nmtkit.settings`)."""
 
-    source_lang: str
-    in_domain: list[str]
-    general: list[str]
-    output: str  # prefix: OUTPUT.<lang>, OUTPUT.scores, OUTPUT.report.json
-    target_lang: str | None = None  # None: monolingual corpora of the source language
-    side: str = "both"  # both (Axelrod et al.), source or target (Moore & Lewis)
-    top_words: int | None = None
-    top_pairs: int | None = None
-    threshold: float | None = None
-    order: int = 4
-    min_count: int = 2
-    heldout_every: int = 10
-    seed: int = 1
-    workers: int = 1
-    scores: str | None = None  # default OUTPUT.scores
-    write_arpa: bool = False  # OUTPUT.{in,gen0,gen1}.<lang>.arpa
-    lowercase: bool = False
-    normalize_punctuation: bool = True
-    aggressive_dash_splits: bool = False
+    source_lang: str = setting(help="Source language code, the suffix of source files (en).", short="-s")
+    in_domain: list[str] = setting(
+        help="In-domain corpus PREFIX (PREFIX.en/PREFIX.fr; plain, .gz or WMT SGML) or SRC_FILE,TGT_FILE. Repeat to "
+             "concatenate.", metavar="PREFIX")
+    general: list[str] = setting(
+        help="General corpus to select from (streamed, any size); repeat to concatenate.", metavar="PREFIX")
+    output: str = setting(
+        help="Writes OUT_PREFIX.<lang> (the selected lines), OUT_PREFIX.scores and OUT_PREFIX.report.json.",
+        short="-o", metavar="OUT_PREFIX")  # prefix: OUTPUT.<lang>, OUTPUT.scores, OUTPUT.report.json
+    target_lang: str | None = setting(
+        None, "Target language code (fr); leave out for monolingual corpora.", short="-t")
+    #   (None: monolingual corpora of the source language)
+    top_words: int | None = setting(
+        None, "Select the best pairs until they hold N source words (tokens; target words with --side target).",
+        metavar="N")
+    top_pairs: int | None = setting(None, "Select the N best pairs.", metavar="N")
+    threshold: float | None = setting(None, "Select every pair whose score is below X.", metavar="X")
+    side: str = setting(
+        "both", "Score both sides (Axelrod et al.) or one side only (Moore & Lewis).", choices=SIDES)
+    order: int = setting(4, "N-gram order of the language models.")
+    min_count: int = setting(2, "LM vocabulary: in-domain words seen at least this often; the others are <unk>.")
+    heldout_every: int = setting(
+        10, "Hold out every K-th in-domain pair to report perplexities (0: none).", metavar="K")
+    seed: int = setting(
+        1, "Seed of the random general-corpus samples for the general LMs (one per half of the pairs).")
+    workers: int = setting(1, "Tokenise and score in this many processes.", short="-j")
+    scores: str | None = setting(
+        None, "Where the per-pair scores go [OUT_PREFIX.scores].", metavar="FILE", path=True)
+    write_arpa: bool = setting(
+        False, "Also write the LMs as OUT_PREFIX.{in,gen0,gen1}.<lang>.arpa (genK scores the pairs of fold K).")
+    lowercase: bool = setting(False, "Lowercase after tokenisation (as nmt-prepare --lowercase).")
+    normalize_punctuation: bool = setting(True, "Skip Moses punctuation normalisation.", flag="--no-normalize")
+    aggressive_dash_splits: bool = setting(False, "Split hyphenated words (tokenizer.perl -a).")
 
     def check(self) -> None:
         if self.side not in SIDES:

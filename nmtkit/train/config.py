@@ -9,69 +9,109 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nmtkit.errors import InputError
-from nmtkit.models.registry import BACKENDS, default_backend
+from nmtkit.runtime import BACKEND_NAMES, backend_setting
 from nmtkit.train.recipes import RECIPES, default_recipe, recipe_settings
+from nmtkit.settings import model_backend, setting
 from nmtkit.train.registry import INITS, OPTIMIZERS, SCHEDULES
+
 METRICS = ("bleu", "loss")
 
 
 @dataclass
 class TrainConfig:
-    """Every setting of a training run; the defaults are the paper's recipe."""
+    """Every setting of a training run; the defaults are the paper's recipe.  One field per option of
+    ``nmt-train`` (:mod:`nmtkit.settings`: its help, metavar and choices are written here, once)."""
 
     data: str
     arch: str
     save_dir: str
     model_options: dict = field(default_factory=dict)  # overrides of the model config (emb_dim=…, dropout=…)
-    recipe: str = "paper"  # the recipe the settings came from (nmtkit.train.recipes; recorded, the fields rule)
+    # (the options of nmt-train, in its --help's order; --optimizer, --lr-scheduler and --init are declared by
+    # nmt-train from the registries, nmtkit/train/registry.py)
+    recipe: str = setting(
+        "paper", "Training recipe: the paper's (Adadelta, Appendix B.1 init); 'fast', which learns within a CPU "
+                 "budget (Glorot init, Adam 1e-3); 'budget', fast annealed to its floor as --max-time or "
+                 "--max-updates runs out (see nmtkit/train/recipes.py). Options given explicitly win over it. "
+                 "[fast for rnnsearch-small/rnnencdec-small, else paper]", choices=tuple(RECIPES))
+    # (the recipe the settings came from, nmtkit.train.recipes; recorded, the fields rule)
     init: str = "paper"  # weight initialisation (nmtkit.train.registry.INITS): Appendix B.1 or Glorot
-    label_smoothing: float = 0.0  # ε: train on the cross-entropy against (1 − ε)·onehot(y) + ε/V; 0 = the paper's
-    bpe_dropout: float | None = None  # skip each BPE merge of the training pairs with this probability
-    #   (nmtkit.data.bpedropout); None = the prepared corpus's (nmt-prepare --bpe-dropout), 0 when it has none
-    guided_alignment: str | None = None  # a Pharaoh file of word links, one line per line of train.tok.*: train the
-    #   attention towards them (nmtkit.train.guided)
-    guided_alignment_order: str = "src-tgt"  # which side its links name first
-    guided_alignment_weight: float = 0.1  # λ: the weight of the attention's cross-entropy (per guided row) in the loss
-    seed: int = 1
-    batch_size: int = 80
-    pool_batches: int = 20  # minibatches per length-sorted pool (the paper: 20, i.e. 1,600 pairs)
-    max_len: int | None = None  # train on pairs of at most this many tokens per side (default: the model's)
-    update_freq: int = 1  # minibatches per update (gradient accumulation: the update of one N times as large)
-    init_from: str | None = None  # a checkpoint whose weights start a new run (not --resume: a fresh optimizer)
+    seed: int = setting(1)
+    batch_size: int = setting(80, "Sentence pairs per minibatch.")
+    pool_batches: int = setting(20, "Minibatches per length-sorted pool (the paper: 20 x 80 = 1,600 pairs).")
+    max_len: int | None = setting(
+        None, "Train on pairs of at most this many tokens a side [the model's: 30/50].")
+    update_freq: int = setting(
+        1, "Minibatches per update (gradient accumulation): the update of one batch N times as large.")
+    init_from: str | None = setting(
+        None, "Start a new run from this checkpoint's weights (fine-tuning): new optimizer, schedule and data; its "
+              "vocabularies must be the data's (nmt-prepare --vocab-from). --resume continues a run instead.",
+        metavar="CKPT", path=True)
     optimizer: str = "adadelta"  # nmtkit.train.registry.OPTIMIZERS
-    lr: float = 1.0
+    lr: float = setting(1.0, "Learning rate (Adadelta: 1.0).")
     lr_scheduler: str = "constant"  # nmtkit.train.registry.SCHEDULES: constant, inverse-sqrt, linear, cosine, ...
-    warmup_updates: int = 0  # linear warm-up over the first N updates (lr·u/N), with every scheduler
-    lr_decay: float = 0.5  # plateau: the factor of each decay
-    lr_patience: int = 1  # plateau: decay after this many validations without improvement
-    min_lr: float = 0.0  # the floor of the decaying schedules (after warm-up)
-    schedule_updates: int = 0  # linear, cosine: the update at which the rate reaches min_lr; 0 = max_updates, and/or
-    #   the time budget (max_time), whichever comes first
-    decay_fraction: float = 1.0  # linear, cosine: decay over this last part of the span, holding lr before
-    ema_decay: float = 0.0  # validate and save an exponential moving average of the weights; 0 = off
-    average_last: int = 0  # validate and save the mean of the weights at the last N validations; 0 = off
-    rho: float = 0.95  # Adadelta's decay
-    eps: float = 1e-6  # Adadelta's ε
-    clip_norm: float = 1.0  # rescale the gradient to this L2 norm when larger; 0 = never
-    max_updates: int = 0  # 0 = no limit
-    max_epochs: int = 0
-    max_time: float = 0.0  # seconds of training (updates and scheduled validations, across resumptions), 0 = none
-    valid_every: int = 1000
-    valid_bleu_sentences: int = 500  # BLEU on the first N validation sentences; 0 = no BLEU, -1 = all
-    valid_beam: int = 1  # beam size of that decoding (1 = greedy)
-    valid_batch_size: int = 80
-    best_metric: str = "bleu"
-    patience: int = 0  # stop after this many validations without improvement; 0 = never
-    keep_last: int = 3
-    log_every: int = 100
-    log_file: str | None = None  # JSON lines; default SAVE_DIR/train.jsonl
-    tensorboard: str | None = None  # also write the log's records as TensorBoard events in this directory
-    device: str = "cpu"
-    bf16: bool = False
-    backend: str | None = None  # nmtkit.models.BACKENDS: how the model computes (None: $NMTKIT_BACKEND, else fast)
-    threads: int = 0  # torch intra-op threads; 0 = measured as the run goes (nmtkit.threads)
-    resume: bool = False
-    force: bool = False
+    warmup_updates: int = setting(0, "Linear warm-up: lr·u/N for the first N updates (any scheduler; 0 = none).")
+    lr_decay: float = setting(0.5, "plateau: factor of each decay.")
+    lr_patience: int = setting(
+        1, "plateau: decay after this many validations without improvement of --best-metric.")
+    min_lr: float = setting(0.0, "Floor of the decaying schedules (after warm-up).")
+    decay_fraction: float = setting(
+        1.0, "linear, cosine: hold lr, then decay over the last F of the run (warm-up, stable, decay); 1 = decay "
+             "from the end of the warm-up.", metavar="F")
+    schedule_updates: int = setting(
+        0, "linear, cosine: the update at which the rate reaches --min-lr (0 = --max-updates). Set it to stop a run "
+           "early with --max-updates and resume it on the same schedule.", metavar="T")
+    #   (0: max_updates, and/or the time budget, max_time, whichever comes first)
+    ema_decay: float = setting(
+        0.0, "Validate and save an exponential moving average of the weights with this decay (e.g. 0.999; 0 = off). "
+             "The raw weights stay in the checkpoint for --resume.")
+    average_last: int = setting(
+        0, "Validate and save the mean of the weights at the last N validations (0 = off; needs --keep-last >= N).")
+    rho: float = setting(0.95, "Adadelta decay rate.")
+    eps: float = setting(1e-6, "Adadelta epsilon.")
+    label_smoothing: float = setting(
+        0.0, "Label smoothing ε: cross-entropy against (1-ε)·onehot + ε/V (0 = the paper's loss).")
+    bpe_dropout: float | None = setting(
+        None, "BPE-dropout: segment the training pairs anew in every epoch, skipping each merge with probability P "
+              "(Provilkov et al. 2020; 0.1 is usual; needs BPE data; 0 = off). Translation keeps the deterministic "
+              "segmentation. [the prepared corpus's nmt-prepare --bpe-dropout]", metavar="P")
+    #   (nmtkit.data.bpedropout; None = the prepared corpus's, 0 when it has none)
+    guided_alignment: str | None = setting(
+        None, "Guided alignment (Chen et al. 2016): also train the attention towards these word links, a Pharaoh "
+              "file with one line per line of the prepared train.tok.* (e.g. eflomal's on them; "
+              "examples/guide_links.py). RNNsearch only.", metavar="FILE", path="existing")
+    #   (nmtkit.train.guided)
+    guided_alignment_order: str = setting(
+        "src-tgt", "Which side the links of --guided-alignment name first.", choices=("src-tgt", "tgt-src"))
+    guided_alignment_weight: float = setting(
+        0.1, "λ: the weight of the attention's cross-entropy against the links, per guided target unit, beside each "
+             "target unit's translation loss (Marian's default scale).")
+    clip_norm: float = setting(1.0, "Rescale gradients to this L2 norm; 0 = off.")
+    max_updates: int = setting(0, "Stop after this many updates (0 = no limit).")
+    max_epochs: int = setting(0, "Stop after this many epochs (0 = no limit).")
+    max_time: float = setting(
+        0.0, "Stop after this many seconds of training (updates and validations, across resumptions; 0 = no limit). "
+             "linear and cosine then reach --min-lr when the time runs out, at the update rate measured.")
+    valid_every: int = setting(1000, "Validate and save every N updates.")
+    valid_bleu_sentences: int = setting(500, "Greedy BLEU on the first N validation sentences (0 = none, -1 = all).")
+    valid_beam: int = setting(1, "Beam size of the validation BLEU decoding.")
+    valid_batch_size: int = setting(80)
+    best_metric: str = setting("bleu", choices=METRICS)
+    patience: int = setting(0, "Stop after N validations without improvement (0 = never).")
+    keep_last: int = setting(3, "Numbered checkpoints to keep.")
+    log_every: int = setting(100, "Updates per log line / JSON record.")
+    log_file: str | None = setting(None, "JSON-lines log [SAVE_DIR/train.jsonl].", path=True)
+    tensorboard: str | None = setting(
+        None, "Also write the log as TensorBoard events here (loss, ppl, BLEU, lr, gradient norm, tokens/s; needs "
+              "pip install 'nmtkit[tensorboard]').", path="dir")
+    device: str = setting("cpu", "cpu, cuda, cuda:1, ...")
+    bf16: bool = setting(False, "bfloat16 autocast (mixed precision).")
+    backend: str | None = model_backend("updates to float rounding")
+    #   (nmtkit.models.BACKENDS; None: $NMTKIT_BACKEND, else fast)
+    threads: int = setting(
+        0, "Torch threads; 0 = measured: every core, or fewer while other work makes fewer faster.")
+    #   (torch intra-op threads; 0 = measured as the run goes, nmtkit.threads)
+    resume: bool = setting(False, "Continue the run in SAVE_DIR from checkpoint_last.pt.")
+    force: bool = setting(False, "Start over in a SAVE_DIR that holds checkpoints (they are deleted).")
 
     @property
     def horizon(self) -> int:
@@ -88,11 +128,11 @@ class TrainConfig:
         OPTIMIZERS.check(self.optimizer)
         if self.recipe not in RECIPES:
             raise InputError(f"unknown recipe '{self.recipe}' (choose from {', '.join(RECIPES)})")
-        if self.backend is not None and self.backend not in BACKENDS:
-            raise InputError(f"unknown --backend '{self.backend}' (choose from {', '.join(BACKENDS)})")
+        if self.backend is not None and self.backend not in BACKEND_NAMES:
+            raise InputError(f"unknown --backend '{self.backend}' (choose from {', '.join(BACKEND_NAMES)})")
         if self.backend is None:
             try:
-                default_backend()  # ($NMTKIT_BACKEND, checked before anything is written)
+                backend_setting()  # ($NMTKIT_BACKEND, checked before anything is written)
             except ValueError as e:
                 raise InputError(str(e)) from None
         INITS.check(self.init)

@@ -21,7 +21,7 @@ from typing import Any
 
 from nmtkit.errors import InputError
 from nmtkit.runtime import BACKEND_NAMES
-from nmtkit.settings import setting
+from nmtkit.settings import model_backend, setting
 from nmtkit.translate.retired import refuse
 
 ALIGNMENT_METHODS = ("attention", "posterior")  # how --alignments are read (nmtkit.translate.decoding.add_posteriors)
@@ -166,10 +166,7 @@ class TranslatorConfig:
     candidates: str | None = setting(
         None, "Decode each batch over its candidate list from this table (nmt-prepare's candidates.npz): faster, at "
               "nearly the same output.", metavar="FILE", path=True)
-    backend: str | None = setting(
-        None, "How the model computes: the fast paths, or the paper's equations as they read "
-              "(nmtkit/models/reference.py; the same translations, slowly) [$NMTKIT_BACKEND, else fast].",
-        choices=BACKEND_NAMES)
+    backend: str | None = model_backend("translations")
 
     def __post_init__(self):
         for name in ("batch_size", "max_source_len"):
