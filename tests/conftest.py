@@ -7,8 +7,13 @@ tests that need it are skipped with the reason, except under CI (``CI=true``), w
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import os
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -51,6 +56,37 @@ def lines_of(path, n=None) -> list[str]:
     """The first n lines of a text file (all with None), without their newlines."""
     with open(path, encoding="utf-8", newline="\n") as f:
         return [line.rstrip("\n") for line in itertools.islice(f, n)]
+
+
+def wait_until(predicate, timeout: float, what, interval: float = 0.02):
+    """Call ``predicate`` every ``interval`` seconds until it gives something true, and return that; fail at the
+    deadline, ``timeout`` seconds on, saying what was waited for (``what``: a string, or a function giving one,
+    e.g. with a process's output).  The tests wait on the thing itself -- a file, a log line, a process's end --
+    never on a sleep of a guessed length, which a loaded machine outlasts; the deadline only bounds a failure.
+    ``predicate`` may fail itself to stop early (an assertion that the process waited on still runs)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = predicate()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"waited {timeout:g} s for {what() if callable(what) else what}; it did not happen")
+        time.sleep(interval)
+
+
+_PHARAOH_LINK = re.compile(r"(\d+)-(\d+)")
+
+
+def pharaoh_links(line: str) -> list[tuple[int, int]]:
+    """The links of one line of Pharaoh alignments as the tools write them, ``i-j`` (0-based) separated by spaces,
+    in the order written: [(i, j), ...].  Anything else is a failure naming it (nmtkit.align.parse_pharaoh reads
+    the gold files' wider format, ``i-j-P`` and ``i?j`` too, into sets; a tool's output must be plain links)."""
+    links = []
+    for link in line.split():
+        m = _PHARAOH_LINK.fullmatch(link)
+        assert m, f"{link!r} is not a Pharaoh link i-j (in {line!r})"
+        links.append((int(m[1]), int(m[2])))
+    return links
 
 
 def train_tiny(data, save_dir, **settings) -> str:
@@ -240,7 +276,7 @@ def make_batch(src_lens, tgt_lens, seed=2):
     return src, torch.tensor(src_lens), tgt[:, :-1], tgt[:, 1:]
 
 
-# -- the training tests' corpora and helpers (test_train*.py, test_resume.py, test_adadelta.py, test_faults.py, ...) --
+# -- the training tests' corpora and helpers (test_train*.py, test_resume.py, test_adadelta.py, test_*_faults.py) --
 
 def head_lines(src, dst, stop: int, start: int = 0) -> None:
     """Lines ``start`` to ``stop`` (0-based, ``stop`` excluded) of the text file ``src``, written to ``dst``."""
@@ -372,3 +408,187 @@ def train_records(run) -> list[dict]:
 
     with open(Path(run) / "train.jsonl", encoding="utf-8") as f:
         return [r for r in map(json.loads, f) if r["type"] == "train"]
+
+
+# -- faults through the tools (test_*_faults.py) -----------------------------------------------------------------
+
+def run_tool(tool: str, *args, stdin: str | None = None):
+    """One of bin/'s tools run on ``args`` (one thread, this checkout): its CompletedProcess, text."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, str(REPO / "bin" / tool), *map(str, args)], input=stdin,
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)))
+
+
+def one_line_error(res, tool: str, *fragments: str) -> str:
+    """``res`` (a tool's CompletedProcess) failed with exit code 1 and one line, ``TOOL: error: ...``, holding each
+    fragment; -> that line."""
+    assert res.returncode == 1, (res.returncode, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{tool}: error: "), res.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def _with_file_size_limit(limit: int):
+    """A preexec_fn: files of this process may not grow past ``limit`` bytes (the kernel's EFBIG, as a full disk's
+    ENOSPC: the write fails; SIGXFSZ ignored so that it is an error, not a kill)."""
+    def apply():
+        import resource
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def run_tool_on_a_full_disk(tool: str, limit: int, *args, stdin: str | None = None):
+    """As :func:`run_tool`, with the files the tool writes limited to ``limit`` bytes (a disk that fills up)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, str(REPO / "bin" / tool), *map(str, args)], input=stdin,
+                          capture_output=True, text=True, timeout=300, preexec_fn=_with_file_size_limit(limit),
+                          env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)))
+
+
+def hidden_files(directory) -> list[str]:
+    """The names in ``directory`` that start with a dot (what an interrupted output leaves), sorted."""
+    return sorted(p.name for p in Path(directory).iterdir() if p.name.startswith("."))
+
+
+def fault_train_cfg(data, save_dir, **kw):
+    """:func:`train_cfg` validating every 2 updates (the fault tests' runs); ``kw`` override."""
+    return train_cfg(data, save_dir, **{"valid_every": 2, **kw})
+
+
+@pytest.fixture(scope="session")
+def small_model(small, tmp_path_factory):
+    """A checkpoint of 2 updates of the tiny RNNsearch on ``small`` (the tests only read it)."""
+    import torch
+
+    from nmtkit.train.trainer import train
+
+    run = tmp_path_factory.mktemp("model")
+    threads = torch.get_num_threads()
+    try:
+        train(fault_train_cfg(small, run, max_updates=2, valid_bleu_sentences=0))
+    finally:
+        torch.set_num_threads(threads)
+    return run / "checkpoint_last.pt"
+
+
+# -- the datasets tests' local HTTP mirror (test_datasets_*.py) -----------------------------------------------------
+
+NEWS14 = ("wmt14/newstest2014.en", "wmt14/newstest2014.fr")
+
+
+class MirrorHandler(BaseHTTPRequestHandler):
+    """The requests of :func:`http_mirror`'s server."""
+
+    timeout = 10  # a stuck client cannot hold a handler thread for long
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def do_GET(self):
+        srv = self.server
+        path = self.path.split("?", 1)[0]
+        srv.requests.append({"path": path, "range": self.headers.get("Range"),
+                             "if_range": self.headers.get("If-Range")})
+        if path in srv.extra:
+            body = srv.extra[path]
+        else:
+            local = (srv.root / path.lstrip("/")).resolve()
+            if not str(local).startswith(str(srv.root.resolve())) or not local.is_file():
+                self.send_error(404, "Not Found")
+                return
+            body = local.read_bytes()
+        if path in srv.corrupt:
+            i = len(body) // 2
+            body = body[:i] + bytes([body[i] ^ 0x20]) + body[i + 1:]
+        etag = '"%s"' % hashlib.sha256(body).hexdigest()[:16]
+        start = 0
+        wanted = self.headers.get("Range")
+        if wanted and not srv.ignore_range and self.headers.get("If-Range") in (None, etag):
+            start = int(wanted.removeprefix("bytes=").split("-")[0])
+            if start >= len(body):
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(body)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(body) - start))
+        self.send_header("ETag", etag)
+        self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+        drop = srv.drop_after.pop(path, None)  # only the first request for the file is cut short
+        stall = srv.stall_after.pop(path, None)  # or stalls, as a server that stops sending does
+        if drop is not None or stall is not None:
+            self.wfile.write(body[start:start + (drop if drop is not None else stall)])
+            self.wfile.flush()
+            if stall is not None:
+                srv.release.wait(60)
+            self.close_connection = True
+            return
+        self.wfile.write(body[start:])
+
+
+@contextlib.contextmanager
+def http_mirror(root):
+    """A local HTTP server on 127.0.0.1 (http.server in a thread, stopped on leaving, and by a timer should a test
+    hang) serving ``root`` laid out as an HTTP mirror, plus in-memory files, ``srv.extra`` (path -> bytes: a
+    publisher's archive).  It can corrupt a file (``srv.corrupt``, paths), drop the connection after N bytes on the
+    first request for a file (``srv.drop_after``, path -> N), stall after N bytes on the first request until
+    ``srv.release`` is set (``srv.stall_after``), and ignore ``Range`` headers (``srv.ignore_range``); the requests it
+    got are ``srv.requests`` ({"path", "range", "if_range"}), its address ``srv.url``."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), MirrorHandler)
+    srv.daemon_threads = True
+    srv.root = Path(root)
+    srv.extra, srv.corrupt, srv.drop_after, srv.stall_after, srv.requests = {}, set(), {}, {}, []
+    srv.release = threading.Event()
+    srv.ignore_range = False
+    srv.url = f"http://127.0.0.1:{srv.server_address[1]}/"
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    watchdog = threading.Timer(120, srv.shutdown)  # stops by itself even if the test never returns
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        yield srv
+    finally:
+        watchdog.cancel()
+        srv.release.set()
+        srv.shutdown()
+        srv.server_close()
+        thread.join(5)
+
+
+@pytest.fixture
+def no_env(monkeypatch):
+    """No $NMTKIT_DATA, $NMTKIT_CACHE or $NMTKIT_MIRROR_URL: nmtkit.datasets finds only what the test names."""
+    for var in ("NMTKIT_DATA", "NMTKIT_CACHE", "NMTKIT_MIRROR_URL"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def files_under(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*") if p.is_file()) if path.exists() else []
+
+
+def http_fetcher(server, cache: Path, **kw):
+    """An nmtkit.datasets Fetcher of ``server``'s mirror (no environment, no progress bar) caching under ``cache``."""
+    from nmtkit.datasets import Fetcher
+
+    return Fetcher(cache, mirror_url=server.url, use_env=False, progress=False, timeout=10, **kw)
+
+
+def cached_files(cache: Path) -> list[str]:
+    """What the cache holds, but its lock files (empty: they only serialize fetches)."""
+    return [str(p.relative_to(cache)) for p in files_under(cache) if not p.name.endswith(".lock")]

@@ -19,7 +19,7 @@ from nmtkit.align import (Aligner, GoldAlignment, alignment_error, hard_links, p
                           read_pharaoh, read_text, strip_wrapper, word_matrix)
 from nmtkit.errors import InputError
 
-from conftest import REPO
+from conftest import REPO, pharaoh_links
 from nmtkit.translate.config import DecodeConfig
 
 ALIGN = [sys.executable, str(REPO / "bin" / "nmt-align")]
@@ -296,8 +296,7 @@ def run_align(*args, check=True):
 
 
 def read_pharaoh_plain(path):
-    return [{tuple(map(int, link.split("-"))) for link in line.split()}
-            for line in open(path, encoding="utf-8").read().split("\n")[:-1]]
+    return [set(pharaoh_links(line)) for line in open(path, encoding="utf-8").read().split("\n")[:-1]]
 
 
 @pytest.mark.slow
@@ -328,8 +327,7 @@ def test_command_on_the_trial_set(model, data_dir, tmp_path):
     proc = run_align("-m", model, "-s", t["e"], "-t", t["f"], "--tokenized", "--gold", t["naacl"], "--pharaoh", "-",
                      "--json")
     assert json.loads(proc.stderr) == {**report, "gold": t["naacl"]}
-    assert [set(map(lambda x: tuple(map(int, x.split("-"))), line.split()))
-            for line in proc.stdout.split("\n")[:-1]] == hyps
+    assert [set(pharaoh_links(line)) for line in proc.stdout.split("\n")[:-1]] == hyps
     # the README's example, exactly as written, on the files of the trial set it names: the same AER
     line = next(x.strip() for x in (REPO / "README.rst").read_text(encoding="utf-8").splitlines()
                 if x.strip().startswith("nmt-align "))
@@ -343,7 +341,7 @@ def test_command_on_the_trial_set(model, data_dir, tmp_path):
     # --backend reference: the paper's equations as they read give the same links
     proc = run_align("-m", model, "-s", t["e"], "-t", t["f"], "--tokenized", "--backend", "reference", "--pharaoh",
                      "-", "-q")
-    assert [{tuple(map(int, x.split("-"))) for x in line.split()} for line in proc.stdout.split("\n")[:-1]] == hyps
+    assert [set(pharaoh_links(line)) for line in proc.stdout.split("\n")[:-1]] == hyps
 
 
 def call_in_process(args, capsys) -> tuple[int, str, str]:

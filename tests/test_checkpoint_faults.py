@@ -2,14 +2,13 @@
 entry, exit code 1, no traceback -- never a wrong result.  Each case edits the payload of a tiny real checkpoint
 (2 updates, with an EMA, so that its train section holds every entry) and saves it with ``torch.save``; every case
 goes through what the command runs (its library entry point, in this process), and one case of each item and tool
-through the command itself."""
+through the command itself.  Then the body of a checkpoint of ``small`` as checkpoint.load reads it -- each malformed
+field one line naming it -- and a diverged model's weights (NaN), which nmt-translate refuses saying so."""
 
 from __future__ import annotations
 
 import copy
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,11 +17,10 @@ import torch
 from nmtkit.data import checkpoint
 from nmtkit.errors import InputError
 
+from conftest import one_line_error as _one_line_error
+from conftest import run_tool as _nmt
 from conftest import tiny_multi30k_run
 from nmtkit.translate.config import DecodeConfig
-
-REPO = Path(__file__).resolve().parents[1]
-
 
 pytestmark = pytest.mark.usefixtures("restore_threads")
 
@@ -37,12 +35,6 @@ def run(data_dir, tmp_path_factory):
     (root / "src.en").write_text("a man is walking .\n", encoding="utf-8")
     (root / "tgt.fr").write_text("un homme marche .\n", encoding="utf-8")
     return root, last, checkpoint.load(last)
-
-
-def _nmt(tool: str, *args, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "bin" / tool), *map(str, args)], input=stdin,
-                          capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)))
 
 
 def _command(tool: str, root: Path, bad: Path, workdir: Path) -> subprocess.CompletedProcess:
@@ -195,3 +187,62 @@ def test_a_loaded_model_holds_the_saved_weights_exactly_and_draws_nothing(run):
     for name, weight in payload["model"].items():
         assert own[name].device.type == "cpu" and own[name].dtype == weight.dtype, name
         assert torch.equal(own[name], weight), name
+
+
+# -- a checkpoint's body, and a diverged model's weights -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def model(small_model):
+    """A checkpoint of 2 updates of the tiny RNNsearch on ``small`` (``small_model``: tests/conftest.py)."""
+    return small_model
+
+
+def _rewritten(model, tmp_path, change) -> Path:
+    payload = checkpoint.load(model)
+    change(payload)
+    path = tmp_path / "bad.pt"
+    torch.save(payload, path)
+    return path
+
+
+def test_decoding_a_diverged_model_says_so(model, tmp_path):
+    def poison(p):  # (what a diverged run leaves: NaN weights)
+        for name, value in p["model"].items():
+            p["model"][name] = torch.full_like(value, float("nan"))
+
+    bad = _rewritten(model, tmp_path, poison)
+    res = _nmt("nmt-translate", "-m", bad, stdin="a man .\n")
+    _one_line_error(res, "nmt-translate", str(bad), "the weights are not finite", "diverged")
+    assert res.stdout == ""
+
+
+@pytest.mark.parametrize("change, fragment", [
+    (lambda p: p.update(config=[1, 2]), "malformed checkpoint: 'config' is not a dict of settings"),
+    (lambda p: p["vocab"].pop("tgt"), "malformed checkpoint: 'vocab.tgt' is missing or not a list of tokens"),
+    (lambda p: p["vocab"].update(src=42), "malformed checkpoint: 'vocab.src' is missing or not a list"),
+    (lambda p: p.update(format_version=1) or p["vocab"].update(src="abc"),  # (version 1 had only lists)
+     "malformed checkpoint: 'vocab.src' is missing or not a list"),
+    (lambda p: p["vocab"].update(src="\n".join(p["vocab"]["src"][:5] + ["", "x"])),
+     "malformed checkpoint: 'vocab.src'[5] is not a token without spaces ('')"),
+    (lambda p: p["vocab"].update(tgt="\n".join(p["vocab"]["tgt"][:9] + ["a\tb"])),
+     "malformed checkpoint: 'vocab.tgt'[9] is not a token without spaces ('a\\tb')"),
+    (lambda p: p["vocab"]["src"].__setitem__(7, "two words"),
+     "malformed checkpoint: 'vocab.src'[7] is not a token without spaces ('two words')"),
+    (lambda p: p["preprocessing"]["src"].update(casing="odd"),
+     "malformed checkpoint: 'preprocessing.src' is not understood: unknown text preprocessing setting(s): casing"),
+    (lambda p: p["preprocessing"]["tgt"].update(bpe_codes=12), "'preprocessing.tgt.bpe_codes' is not the text"),
+    (lambda p: p["preprocessing"]["src"].update(bpe_codes="#version: 0.2\nt h\nnot codes at all\n"),
+     "'preprocessing.src.bpe_codes' are not subword-nmt codes: line 3 is not two subword units"),
+    (lambda p: p["model"].update(extra="text"), "malformed checkpoint: 'model' is not a dict of named tensors"),
+])
+def test_a_malformed_checkpoint_body_is_one_line_naming_the_field(model, tmp_path, change, fragment):
+    bad = _rewritten(model, tmp_path, change)
+    with pytest.raises(InputError) as e:
+        checkpoint.load(bad)
+    assert str(e.value).startswith(f"{bad}: ") and fragment in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_malformed_checkpoint_is_one_line_from_the_command(model, tmp_path):
+    bad = _rewritten(model, tmp_path, lambda p: p["vocab"].pop("tgt"))
+    _one_line_error(_nmt("nmt-translate", "-m", bad, stdin="a man .\n"), "nmt-translate", str(bad),
+                    "malformed checkpoint: 'vocab.tgt' is missing or not a list of tokens")

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_until
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = REPO / "bin" / "nmt-prepare"
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| [A-Z]+ \| nmtkit")
@@ -390,10 +392,15 @@ def test_signal_mid_run_leaves_nothing(tmp_path, big, sig, workers):
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
-        deadline = time.monotonic() + 30
-        while not any(n.startswith(f".{dest.name}.") for n in os.listdir(tmp_path)):  # the run has begun
-            assert proc.poll() is None and time.monotonic() < deadline, "the run did not start"
-            time.sleep(0.02)
+        def begun():  # the run has begun: its temporary directory is there
+            if any(n.startswith(f".{dest.name}.") for n in os.listdir(tmp_path)):
+                return True
+            assert proc.poll() is None, "the run did not start"
+            return False
+
+        wait_until(begun, 60, f"nmt-prepare to create {tmp_path}/.{dest.name}.* (the run did not start)")
+        # (deliberate, not a wait for something: the signal comes a second into the run, in the middle of its work,
+        # not as it creates its directory; the run is longer than that, as the next line checks)
         time.sleep(1.0)
         assert proc.poll() is None, "the run ended before the signal"
         if sig == signal.SIGINT:
@@ -410,5 +417,5 @@ def test_signal_mid_run_leaves_nothing(tmp_path, big, sig, workers):
     others = [line for line in err.splitlines() if not LOG_LINE.match(line)]
     assert others == ["nmt-prepare: interrupted; no partial output was left behind"], err
     assert os.listdir(tmp_path) == []  # no DEST, no temporary directory
-    time.sleep(0.2)
-    assert _processes_mentioning(str(dest)) == []  # no worker process left running
+    wait_until(lambda: _processes_mentioning(str(dest)) == [], 30,  # no worker process left running
+               lambda: f"the workers to exit (pids still running: {_processes_mentioning(str(dest))})")

@@ -25,7 +25,7 @@ from nmtkit.prepare import PrepareConfig, prepare
 from nmtkit.train.guided import GuidedAlignment
 from nmtkit.train.trainer import Trainer, train
 
-from conftest import REPO, make_batch, randomize_, tiny, train_cfg
+from conftest import REPO, make_batch, pharaoh_links, randomize_, tiny, train_cfg
 
 SRC_LENS, TGT_LENS = [4, 6, 2, 5], [5, 3, 4, 6]  # (not sorted by source length: the fast loss reorders the batch)
 
@@ -379,7 +379,7 @@ def test_guide_links_aligns_the_training_pairs_with_eflomal(corpus, tmp_path):
         if k not in kept:
             assert line == ""  # a pair the corpus dropped: no links
             continue
-        links = [tuple(map(int, link.split("-"))) for link in line.split()]
+        links = pharaoh_links(line)
         assert links and all(i < len(src[k - 1].split()) and j < len(tgt[k - 1].split()) for i, j in links)
     # what nmt-train reads
     assert len(GuidedAlignment(str(out), PreparedData.open(str(corpus / "data")))) == len(kept)

@@ -12,11 +12,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
 from nmtkit.parallel import Mapper
+
+from conftest import wait_until
 
 _state: dict = {}
 
@@ -130,21 +131,19 @@ def test_workers_whose_parent_is_killed_exit():
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_PRELUDE + """
     with Mapper(2, init, chunk_size=1000) as m:
         print(*[w.process.pid for w in m._pool], flush=True)
-        for _ in m.map_chunks(slow_echo, (s for _ in range(100000) for s in BIG)):
-            pass
+        for i, _ in enumerate(m.map_chunks(slow_echo, (s for _ in range(100000) for s in BIG))):
+            if i == 0:
+                print("mapping", flush=True)
     """)], stdout=subprocess.PIPE, text=True)
     try:
         pids = [int(p) for p in proc.stdout.readline().split()]
         assert len(pids) == 2
-        time.sleep(0.5)
+        assert proc.stdout.readline() == "mapping\n"  # (a result came back: the map is under way, the workers busy)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        deadline = time.monotonic() + 20
-        alive = pids
-        while alive and time.monotonic() < deadline:
-            time.sleep(0.1)
-            alive = [p for p in pids if _running(p)]
-        assert alive == [], "workers outlived their killed parent"
+        wait_until(lambda: not [p for p in pids if _running(p)], 20,
+                   "the workers to exit after their parent was killed (workers outlived their killed parent)",
+                   interval=0.1)
     finally:
         if proc.poll() is None:
             proc.kill()

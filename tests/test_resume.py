@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from conftest import nmt_train_env as _env
 from conftest import run_nmt_train as _nmt_train
 from conftest import snapshot as _snapshot
 from conftest import train_cfg as _cfg
+from conftest import wait_until
 
 pytestmark = pytest.mark.usefixtures("restore_threads")  # (the runs use threads=1: give the rest theirs back)
 
@@ -124,11 +124,13 @@ def test_signal_saves_and_resume_continues(small, tmp_path, signum):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
     log = run / "train.jsonl"
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and proc.poll() is None:
+        def has_trained():
             if log.is_file() and any('"type": "train"' in line for line in open(log)):
-                break
-            time.sleep(0.05)
+                return True
+            assert proc.poll() is None, proc.communicate()
+            return False
+
+        wait_until(has_trained, 90, f"nmt-train to log an update in {log}", interval=0.05)
         assert proc.poll() is None, proc.communicate()
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)

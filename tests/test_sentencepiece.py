@@ -20,7 +20,7 @@ from nmtkit.data.manifest import PreparedData
 from nmtkit.prepare import PrepareConfig, prepare
 from nmtkit.data.text import SPM_SPACE, Preprocessor, TextConfig, learn_bpe_codes, learn_spm_model, spm_words_of
 
-from conftest import REPO, lines_of, train_tiny
+from conftest import REPO, lines_of, pharaoh_links, train_tiny
 from nmtkit.translate.config import DecodeConfig
 
 pytestmark = pytest.mark.slow
@@ -211,7 +211,7 @@ def test_the_checkpoint_carries_the_model_and_translation_segments_with_it(spm_d
     assert len(hyps) == len(links) == len(src)
     for s, h, al in zip(src, hyps, links):  # word-level output: no unit marks, alignments index words
         assert SPM_SPACE not in h and "<unk>" not in h
-        pairs = [tuple(map(int, link.split("-"))) for link in al.split()]
+        pairs = pharaoh_links(al)
         assert len(pairs) == len(h.split())
         assert all(0 <= i < len(s.split()) and 0 <= j < len(h.split()) for i, j in pairs)
 

@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import urllib.error
@@ -21,18 +22,51 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import REPO, lines_of
+from conftest import REPO, lines_of, wait_until
 
 SERVE = [sys.executable, str(REPO / "bin" / "nmt-serve")]
 TRANSLATE = [sys.executable, str(REPO / "bin" / "nmt-translate")]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+# nmt-serve saying on standard error when a request's lines join the queue ("test hook: queued N line(s)") and when a
+# batch goes to decoding ("test hook: decoding N line(s)"), which nothing shows from outside: the tests that must
+# send something while requests wait, or while a batch decodes, wait for these lines, not for a guessed time.
+# Otherwise it is the command itself (bin/nmt-serve run as __main__).
+SERVE_HOOKS = textwrap.dedent("""
+    import runpy, sys
+    from nmtkit.serve import batcher
+
+    def say(line):
+        sys.stderr.write(f"test hook: {line}\\n")
+        sys.stderr.flush()
+
+    class Queue(list):
+        def append(self, job):
+            super().append(job)
+            say(f"queued {len(job.request.lines)} line(s)")
+
+    init, decode = batcher.Batcher.__init__, batcher.Batcher._decode
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.queue = Queue()
+
+    async def _decode(self, batch, lines):
+        say(f"decoding {lines} line(s)")
+        return await decode(self, batch, lines)
+
+    batcher.Batcher.__init__, batcher.Batcher._decode = __init__, _decode
+    sys.argv = sys.argv[1:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+""")
 
 
 class Server:
-    """``nmt-serve`` started on a free port; its standard error collected as it runs."""
+    """``nmt-serve`` started on a free port; its standard error collected as it runs.  ``hooks``: with the lines of
+    SERVE_HOOKS, for :meth:`wait_for_log`."""
 
-    def __init__(self, ckpt: str, *options: str):
-        self.proc = subprocess.Popen([*SERVE, "-m", ckpt, "--port", "0", "--threads", "1", *options],
+    def __init__(self, ckpt: str, *options: str, hooks: bool = False):
+        command = [sys.executable, "-c", SERVE_HOOKS, *SERVE[1:]] if hooks else SERVE
+        self.proc = subprocess.Popen([*command, "-m", ckpt, "--port", "0", "--threads", "1", *options],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, text=True)
         self.lines: list[str] = []
         first = self.proc.stderr.readline()
@@ -60,16 +94,31 @@ class Server:
 
     def ready(self, timeout: float = 120) -> list[int]:
         """Poll /health until it says ok; the statuses seen."""
-        seen, end = [], time.monotonic() + timeout
-        while time.monotonic() < end:
+        seen = []
+
+        def ok() -> bool:
             status, body, _ = self.call("/health")
             seen.append(status)
             if status == 200:
                 assert body == {"status": "ok"}
-                return seen
+                return True
             assert (status, body) == (503, {"status": "loading"})
-            time.sleep(0.05)
-        raise AssertionError(f"not ready in {timeout} s: {''.join(self.lines)}")
+            return False
+
+        wait_until(ok, timeout, lambda: f"the server to be ready: {''.join(self.lines)}", interval=0.05)
+        return seen
+
+    def wait_for_log(self, pattern: str, count: int = 1, start: int = 0, timeout: float = 120) -> None:
+        """Wait until ``count`` lines of the server's standard error, from its line ``start`` on, match ``pattern``
+        (a regular expression)."""
+        wait_until(lambda: sum(bool(re.search(pattern, line)) for line in self.lines[start:]) >= count, timeout,
+                   lambda: f"{count} line(s) matching {pattern!r} from the server: {''.join(self.lines[start:])}")
+
+    def logged(self, n: int, timeout: float = 60) -> None:
+        """Wait until the request log holds ``n`` answered translations (each request's line is written once its
+        response has gone out: a client can read its answer before it)."""
+        wait_until(lambda: len(self.batches()) >= n, timeout,
+                   lambda: f"{n} translations in the request log: {''.join(self.lines)}")
 
     def translate(self, lines, **options) -> list[dict]:
         status, body, _ = self.call("/translate", {"src": lines, **options})
@@ -97,7 +146,7 @@ def ckpt(trained):
 
 @pytest.fixture(scope="module")
 def server(ckpt):
-    s = Server(ckpt, "--batch-wait-ms", "20")
+    s = Server(ckpt, "--batch-wait-ms", "20", hooks=True)
     s.seen = s.ready()
     yield s
     assert s.stop() == 0
@@ -227,7 +276,7 @@ def test_a_batch_waits_while_lines_keep_coming_and_for_the_clients_it_just_answe
     the lines that waited meanwhile are decoded without them.  (Timing from the head's arrival alone split 16
     clients in lock-step into batches of 10 and 6 for good: tests/bench/results/bench_serve.txt.)"""
     want = nmt_translate(ckpt, tmp_path, lines)["text"].splitlines()
-    s = Server(ckpt, "--batch-wait-ms", "400", "--max-batch", "100")
+    s = Server(ckpt, "--batch-wait-ms", "400", "--max-batch", "100", hooks=True)
     try:
         s.ready()
 
@@ -236,18 +285,18 @@ def test_a_batch_waits_while_lines_keep_coming_and_for_the_clients_it_just_answe
             futures = []
             for k in range(6):
                 futures.append(pool.submit(s.translate, [lines[k]]))
-                time.sleep(0.15)
+                time.sleep(0.15)  # (the pace under test, not a wait for something)
             assert [f.result()[0]["tgt"] for f in futures] == want[:6]
-        time.sleep(0.5)
+        s.logged(6)
         assert s.batches() == [6] * 6
         # fifty lines 120 ms apart (6 s): the first batch goes at ten times the wait (4 s), not after the last line
         with ThreadPoolExecutor(50) as pool:
             futures = []
             for k in range(50):
                 futures.append(pool.submit(s.translate, [lines[k % len(lines)]]))
-                time.sleep(0.12)
+                time.sleep(0.12)  # (the pace under test)
             assert [f.result()[0]["tgt"] for f in futures] == [want[k % len(lines)] for k in range(50)]
-        time.sleep(0.5)
+        s.logged(56)
         spread = s.batches()[6:]
         assert len(spread) == 50 and 15 <= spread[0] <= 40  # (about 34 lines come in the first 4 s)
         # a line that waits while a long batch decodes is decoded with the line the long batch's client sends next
@@ -259,8 +308,9 @@ def test_a_batch_waits_while_lines_keep_coming_and_for_the_clients_it_just_answe
             done["next"] = s.translate([lines[7]])
 
         client = threading.Thread(target=long_then_next)
+        start = len(s.lines)
         client.start()
-        time.sleep(0.3)
+        s.wait_for_log(r"^test hook: decoding 20 line", start=start)  # (the long batch decodes)
         waited = s.translate([lines[8]])
         client.join()
         assert done["long"][0] == 200 and "next" in done
@@ -374,13 +424,13 @@ def limited(ckpt):
 
 def test_a_full_queue_is_503_with_retry_after_and_a_long_wait_504(ckpt, lines):
     s = Server(ckpt, "--max-batch", "100", "--batch-wait-ms", "3000", "--max-queue", "5", "--max-lines", "5",
-               "--timeout", "20")
+               "--timeout", "20", hooks=True)
     try:
         s.ready()
         with ThreadPoolExecutor(2) as pool:
             a = pool.submit(s.translate, lines[:3])
             b = pool.submit(s.translate, lines[3:5])
-            time.sleep(1.0)  # (both wait in the queue: 5 lines, the most it holds)
+            s.wait_for_log(r"^test hook: queued", count=2)  # (both wait in the queue: 5 lines, the most it holds)
             status, body, headers = s.call("/translate", {"src": lines[7:8]})
             assert (status, headers.get("Retry-After")) == (503, "1") and "too busy" in body["error"]
             assert len(a.result()) == 3 and len(b.result()) == 2  # then decoded together
@@ -406,8 +456,9 @@ def test_health_answers_while_a_long_batch_decodes(server, lines):
         done["translate"] = (server.call("/translate", heavy), time.monotonic())
 
     thread = threading.Thread(target=post)
+    start = len(server.lines)
     thread.start()
-    time.sleep(0.3)
+    server.wait_for_log(r"^test hook: decoding 20 line", start=start)  # (the long batch decodes)
     status = server.call("/health")[0]
     answered = time.monotonic()
     pending = "translate" not in done
@@ -421,7 +472,7 @@ def test_a_line_that_comes_while_a_batch_decodes_waits_for_it(ckpt, lines, tmp_p
     later: it waits for the long batch (static batching; continuous batching, which let it join the running search,
     lost at every load: tests/bench/results/bench_serve.txt), then gets nmt-translate's text."""
     want = nmt_translate(ckpt, tmp_path, lines[:1], "--beam", "48")["text"].splitlines()
-    s = Server(ckpt, "--batch-wait-ms", "20")
+    s = Server(ckpt, "--batch-wait-ms", "20", hooks=True)
     try:
         s.ready()
         heavy = {"src": [" ".join(lines[:4])] * 20, "prefix": [" ".join(["un homme"] * 60)] * 20, "beam": 48}
@@ -432,7 +483,7 @@ def test_a_line_that_comes_while_a_batch_decodes_waits_for_it(ckpt, lines, tmp_p
 
         long = threading.Thread(target=post, args=("long", heavy))
         long.start()
-        time.sleep(0.3)
+        s.wait_for_log(r"^test hook: decoding 20 line")  # (the long batch decodes)
         post("short", {"src": lines[:1], "beam": 48})
         long.join()
     finally:
@@ -446,11 +497,11 @@ def test_a_line_that_comes_while_a_batch_decodes_waits_for_it(ckpt, lines, tmp_p
 
 def test_sigterm_answers_the_requests_in_flight_then_exits_0(ckpt, lines, tmp_path):
     want = nmt_translate(ckpt, tmp_path, lines[:3])["text"].splitlines()
-    s = Server(ckpt, "--batch-wait-ms", "1500")
+    s = Server(ckpt, "--batch-wait-ms", "1500", hooks=True)
     s.ready()
     with ThreadPoolExecutor(3) as pool:
         futures = [pool.submit(s.translate, [line]) for line in lines[:3]]
-        time.sleep(0.5)  # (they wait for their batch)
+        s.wait_for_log(r"^test hook: queued", count=3)  # (they wait for their batch)
         s.proc.send_signal(signal.SIGTERM)
         got = [f.result()[0]["tgt"] for f in futures]
     assert got == want

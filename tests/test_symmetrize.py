@@ -14,6 +14,7 @@ import pytest
 
 from nmtkit.symmetrize import HEURISTICS, METHODS, soft_links, symmetrize, transpose
 
+from conftest import pharaoh_links
 from test_align import independent_trial, random_trial_model, read_pharaoh_plain, run_align, trial_files
 
 
@@ -112,8 +113,7 @@ def test_the_command_on_the_trial_set(models, data_dir, tmp_path):
     # another heuristic, and the plain report lists every way with the one written marked
     proc = run_align("-m", en_fr, "--reverse-model", fr_en, "-s", t["e"], "-t", t["f"], "--tokenized", "--gold",
                      t["align"], "--gold-order", "tgt-src", "--symmetrize", "intersection", "--pharaoh", "-")
-    assert [{tuple(map(int, x.split("-"))) for x in line.split()} for line in proc.stdout.split("\n")[:-1]] == \
-        links["intersection"]
+    assert [set(pharaoh_links(line)) for line in proc.stdout.split("\n")[:-1]] == links["intersection"]
     marked = [line for line in proc.stderr.splitlines() if line.strip().startswith("intersection")]
     assert len(marked) == 1 and marked[0].endswith("<- written")
     # soft: one link per French word, the argmax of the product of the two models' attention (their matrices from

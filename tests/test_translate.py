@@ -22,7 +22,8 @@ from nmtkit.translate.search import beam_search, beam_search_reference, greedy
 from nmtkit.data.text import TextConfig
 from nmtkit.data.vocab import BOS, EOS, UNK
 
-from conftest import REPO, lines_of as _lines
+from conftest import REPO, pharaoh_links
+from conftest import lines_of as _lines
 
 TRANSLATE = [sys.executable, str(REPO / "bin" / "nmt-translate")]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -213,7 +214,7 @@ def test_nbest_alignment_score_and_attention_files_stay_in_step(trained, data_di
     attn = [json.loads(line) for line in _lines(tmp_path / "attn")]
     assert len(align) == len(scores) == len(attn) == len(lines)
     for src, tgt, al, a in zip(lines, out, align, attn):
-        links = [tuple(map(int, link.split("-"))) for link in al.split()]
+        links = pharaoh_links(al)
         assert len(links) == len(tgt.split())  # one link per target word
         assert all(0 <= i < len(src.split()) and 0 <= j < len(tgt.split()) for i, j in links)
         alpha = np.asarray(a["alpha"])

@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, lines_of
+from conftest import REPO, lines_of, pharaoh_links
 
 TRANSLATE = [sys.executable, str(REPO / "bin" / "nmt-translate")]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -88,7 +88,7 @@ def test_posterior_links_are_the_posterior_of_the_translation_in_every_decoding_
         assert pharaoh(hard_links(words)) == links[k], (k, line, out[k])
         # one link per target word of the translation's tokenised words, within both sentences
         n_src, n_tgt = len(pre["src"].words_of(s_tok)[0]), len(pre["tgt"].words_of(t_tok)[0])
-        got = [tuple(map(int, x.split("-"))) for x in links[k].split()]
+        got = pharaoh_links(links[k])
         assert [j for _, j in got] == list(range(n_tgt)) and all(0 <= i < n_src for i, _ in got)
 
 
@@ -122,7 +122,7 @@ def test_posterior_links_of_lines_cut_into_pieces_and_of_prefixed_lines(trained,
         words = word_matrix(s_tok, t_tok, np.asarray(record["alpha"]), pre["src"].words_of, pre["tgt"].words_of)
         n_src, n_tgt = words.shape[1] - 1, words.shape[0] - 1
         pieced += bool((words[:-1, :-1] == 0).any())  # (a block-diagonal attention: the line was cut)
-        got_links = [tuple(map(int, x.split("-"))) for x in links[k].split()]
+        got_links = pharaoh_links(links[k])
         assert [j for _, j in got_links] == list(range(n_tgt)) and all(0 <= i < n_src for i, _ in got_links)
         assert all(words[j, i] > 0 for i, j in got_links), (k, line, links[k])  # within the word's own piece
     assert pieced >= 5
