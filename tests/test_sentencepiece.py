@@ -20,7 +20,7 @@ from nmtkit.data.manifest import PreparedData
 from nmtkit.prepare import PrepareConfig, prepare
 from nmtkit.data.text import SPM_SPACE, Preprocessor, TextConfig, learn_bpe_codes, learn_spm_model, spm_words_of
 
-from conftest import REPO, lines_of, pharaoh_links, train_tiny
+from conftest import REPO, lines_of, pharaoh_links, train_tiny, wait_until
 from nmtkit.translate.config import DecodeConfig
 
 pytestmark = pytest.mark.slow
@@ -343,3 +343,41 @@ def test_translations_of_a_sentencepiece_model_read_as_words(hansards_spm, data_
     # of two or more words (the oracle above holds each line to its exact text)
     assert all(len(plain[k].split()) >= 7 for k, prefix in enumerate(prefixes) if prefix)
     assert any(len(plain[k].split()) >= 2 for k, prefix in enumerate(prefixes) if not prefix), plain
+
+
+def test_nmt_serve_models_names_the_sentencepiece_model_by_digest_not_by_its_bytes(spm_data, spm_model):
+    """A real server's /models says what is loaded: the SentencePiece model by the SHA-256 of its file, a few
+    kilobytes in all, not the base64 of the model (#57: 382 kB before)."""
+    import hashlib
+    import json
+    import re
+    import urllib.error
+    import urllib.request
+
+    root, _ = spm_data
+    proc = subprocess.Popen([sys.executable, str(REPO / "bin" / "nmt-serve"), "-m", str(spm_model), "--port", "0",
+                             "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        url = re.search(r"listening on (http://127\.0\.0\.1:\d+/)", proc.stderr.readline()).group(1)
+
+        def healthy():
+            assert proc.poll() is None, "nmt-serve ended"
+            try:
+                with urllib.request.urlopen(url + "health", timeout=10) as response:
+                    return response.status == 200
+            except urllib.error.HTTPError:  # (503 while it loads)
+                return False
+
+        wait_until(healthy, 180, "nmt-serve's /health to answer 200")
+        with urllib.request.urlopen(url + "models", timeout=60) as response:
+            body = response.read()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    (model,) = json.loads(body)["models"]
+    digest = hashlib.sha256((root / "data" / "spm.model").read_bytes()).hexdigest()
+    for side in ("src", "tgt"):
+        assert model["preprocessing"][side]["spm_model_sha256"] == digest
+        assert "spm_model" not in model["preprocessing"][side]
+    assert len(body) < 10_000, len(body)

@@ -93,16 +93,27 @@ class _Window:
 
 def checkpoint_info(path: str, payload: dict) -> dict:
     """What a loaded checkpoint is, in plain types: architecture, languages, model config, vocabulary sizes, the
-    preprocessing's settings (its scalar ones: BPE codes and SentencePiece models are left out) and the updates it
-    was trained for (None when it holds no training state)."""
+    preprocessing's settings (its scalar ones: BPE codes are left out, and a SentencePiece model is named by the
+    SHA-256 of its bytes, ``spm_model_sha256``, not carried: nmt-serve's ``/models`` says what is loaded, not its
+    bytes) and the updates it was trained for (None when it holds no training state)."""
     state = (payload.get("train") or {}).get("state") or {}
-    scalar = (str, int, float, bool, type(None))
     return {"path": str(path), "arch": payload["arch"], "source_lang": payload.get("source_lang"),
             "target_lang": payload.get("target_lang"), "config": dict(payload["config"]),
             "vocab_sizes": {side: len(payload["vocab"][side]) for side in ("src", "tgt")},
-            "preprocessing": {side: {k: v for k, v in dict(cfg).items() if isinstance(v, scalar)}
-                              for side, cfg in payload["preprocessing"].items()},
+            "preprocessing": {side: _settings_of(dict(cfg)) for side, cfg in payload["preprocessing"].items()},
             "updates": state.get("update")}
+
+
+def _settings_of(cfg: dict) -> dict:
+    """A side's preprocessing settings in plain types, its SentencePiece model by digest."""
+    import base64
+    import hashlib
+
+    scalar = (str, int, float, bool, type(None))
+    out = {k: v for k, v in cfg.items() if isinstance(v, scalar) and k != "spm_model"}
+    if isinstance(cfg.get("spm_model"), str):  # (a loaded checkpoint's model was decoded once already)
+        out["spm_model_sha256"] = hashlib.sha256(base64.b64decode(cfg["spm_model"])).hexdigest()
+    return out
 
 
 class Translator:
