@@ -63,37 +63,34 @@ class Metric:
         raise NotImplementedError
 
 
-class Bleu(Metric):
+class _SacreBleu(Metric):
+    """A sacreBLEU metric over the detokenized text as sacreBLEU reads it: ``sacrebleu_class`` names its class in
+    ``sacrebleu.metrics``; ``integer``: whether its statistics are counts (TER's are not)."""
+
+    sacrebleu_class: str
+    integer: bool = True
+
+    @classmethod
+    def build(cls, references, target_lang):
+        import sacrebleu.metrics
+
+        m = getattr(sacrebleu.metrics, cls.sacrebleu_class)(references=[list(references)])
+        return SentenceMetric(cls.name, m, m.get_signature().format(), integer=cls.integer)
+
+
+class Bleu(_SacreBleu):
     name, description, axis_label = "BLEU", "sacreBLEU, detokenized", "BLEU (sacreBLEU, detokenized)"
-
-    @classmethod
-    def build(cls, references, target_lang):
-        from sacrebleu.metrics import BLEU
-
-        m = BLEU(references=[list(references)])
-        return SentenceMetric(cls.name, m, m.get_signature().format())
+    sacrebleu_class = "BLEU"
 
 
-class Chrf(Metric):
+class Chrf(_SacreBleu):
     name, description, axis_label = "chrF", "sacreBLEU chrF2", "chrF2 (sacreBLEU)"
-
-    @classmethod
-    def build(cls, references, target_lang):
-        from sacrebleu.metrics import CHRF
-
-        m = CHRF(references=[list(references)])
-        return SentenceMetric(cls.name, m, m.get_signature().format())
+    sacrebleu_class = "CHRF"
 
 
-class Ter(Metric):
+class Ter(_SacreBleu):
     name, description, axis_label = "TER", "sacreBLEU TER, lower is better", "TER (sacreBLEU)"
-
-    @classmethod
-    def build(cls, references, target_lang):
-        from sacrebleu.metrics import TER
-
-        m = TER(references=[list(references)])
-        return SentenceMetric(cls.name, m, m.get_signature().format(), integer=False)
+    sacrebleu_class, integer = "TER", False
 
 
 class TokenizedBleu(Metric):
