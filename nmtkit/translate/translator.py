@@ -136,20 +136,16 @@ class Translator:
             settings.pop("window", None)  # (None as 0: 10 x the batch size)
         config = TranslatorConfig(**settings) if config is None else dataclasses.replace(config, **settings)
         self.config = config
-        device, batch_size, window, workers, threads, bf16, backend, candidates = (
-            config.device, config.batch_size, config.window, config.workers, config.threads, config.bf16,
-            config.backend, config.candidates)
-        tokenized, max_source_len = config.tokenized, config.max_source_len
         from nmtkit.device import resolve_device, warn_if_slow_bf16
 
-        self.device = resolve_device(str(device))
-        if bf16:
+        self.device = resolve_device(str(config.device))
+        if config.bf16:
             warn_if_slow_bf16(self.device, log)
         payloads = load_checkpoints(checkpoints)
         first = payloads[0]
         self.checkpoint_info = [checkpoint_info(path, p) for path, p in zip(checkpoints, payloads)]
-        self.models = build_models(checkpoints, device, payloads, backend)
-        self.backend = backend
+        self.models = build_models(checkpoints, config.device, payloads, config.backend)
+        self.backend = config.backend
         self.src_vocab = Vocabulary(first["vocab"]["src"])
         self.tgt_vocab = Vocabulary(first["vocab"]["tgt"])
         self.src_pre = Preprocessor(TextConfig.from_dict(first["preprocessing"]["src"]))
@@ -157,8 +153,8 @@ class Translator:
         self.decode = decode
         # a source's "2 p.m." is "14" in a target language that writes the 24-hour clock (any but English)
         self._clock24 = (first.get("target_lang") or "en").lower() != "en"
-        self.batch_size, self.window = batch_size, window or 10 * batch_size
-        self.tokenized, self.max_source_len = tokenized, max_source_len
+        self.batch_size, self.window = config.batch_size, config.window or 10 * config.batch_size
+        self.tokenized, self.max_source_len = config.tokenized, config.max_source_len
         self.unk_dict = unk_dict or {}
         self.need_attention = need_attention or decode.replace_unk
         self.has_attention = all(m.attentive for m in self.models)
@@ -168,12 +164,13 @@ class Translator:
                              f"(rnnsearch); this checkpoint is {self.models[0].arch}", checkpoints[0])
         # what every batch is decoded with, also sent to the worker processes
         # (numbers: the target tokens with a digit, which the n-gram block leaves free)
-        self.setup = DecodeSetup(decode, self.need_attention, bf16, number_tokens(self.tgt_vocab.tokens).numpy(),
-                                 DigitTable(self.tgt_vocab.tokens),
-                                 None if candidates is None else
-                                 load_candidates(candidates, self.src_vocab.tokens, self.tgt_vocab.tokens))
+        self.setup = DecodeSetup(decode, self.need_attention, config.bf16,
+                                 number_tokens(self.tgt_vocab.tokens).numpy(), DigitTable(self.tgt_vocab.tokens),
+                                 None if config.candidates is None else
+                                 load_candidates(config.candidates, self.src_vocab.tokens, self.tgt_vocab.tokens))
         # --threads 0 on a CPU: the count this process decodes with, measured as it goes (nmtkit.threads)
         self._governor = None
+        threads, workers = config.threads, config.workers
         if not threads and self.device.type == "cpu" and torch.get_num_threads() > 1:
             self._governor = ThreadGovernor(torch.get_num_threads(), window=1, warmup=1, settle=0, trials=False,
                                             events=lambda kind, line: log.info("decoding: %s", line))
