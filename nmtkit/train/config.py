@@ -15,6 +15,7 @@ from nmtkit.settings import model_backend, setting
 from nmtkit.train.registry import INITS, OPTIMIZERS, SCHEDULES
 
 METRICS = ("bleu", "loss")
+MAX_SEED = 2**32 - 1  # (what every generator a run seeds takes: torch, numpy, Python's random)
 
 
 @dataclass
@@ -35,7 +36,7 @@ class TrainConfig:
                  "[fast for rnnsearch-small/rnnencdec-small, else paper]", choices=tuple(RECIPES))
     # (the recipe the settings came from, nmtkit.train.recipes; recorded, the fields rule)
     init: str = "paper"  # weight initialisation (nmtkit.train.registry.INITS): Appendix B.1 or Glorot
-    seed: int = setting(1)
+    seed: int = setting(1, f"Random seed of the initialisation, the batches and dropout (0 to {MAX_SEED:,}).")
     batch_size: int = setting(80, "Sentence pairs per minibatch.")
     pool_batches: int = setting(20, "Minibatches per length-sorted pool (the paper: 20 x 80 = 1,600 pairs).")
     max_len: int | None = setting(
@@ -143,7 +144,8 @@ class TrainConfig:
                      "valid_beam", "lr_patience", "update_freq"):
             if getattr(self, name) < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
-        for name, ok, want in (("warmup_updates", self.warmup_updates >= 0, "at least 0"),
+        for name, ok, want in (("seed", 0 <= self.seed <= MAX_SEED, f"a whole number from 0 to {MAX_SEED:,}"),
+                               ("warmup_updates", self.warmup_updates >= 0, "at least 0"),
                                ("average_last", self.average_last >= 0, "at least 0"),
                                ("lr_decay", 0 < self.lr_decay < 1, "in (0, 1)"),
                                ("decay_fraction", 0 < self.decay_fraction <= 1, "in (0, 1]"),
@@ -175,6 +177,9 @@ class TrainConfig:
                              f"{self.warmup_updates}), or a time budget (--max-time)")
         if self.guided_alignment_order not in ("src-tgt", "tgt-src"):
             raise InputError(f"unknown --guided-alignment-order '{self.guided_alignment_order}' (src-tgt or tgt-src)")
+        if self.average_last == 1:  # (the mean of one validation's weights is those weights: nothing averaged)
+            raise InputError("--average-last 1 averages nothing (the mean of one validation's weights is those "
+                             "weights): give 2 or more, or 0 for no averaging")
         if self.ema_decay and self.average_last:
             raise InputError("--ema-decay and --average-last exclude each other (choose one averaging)")
         if self.keep_last < self.average_last:

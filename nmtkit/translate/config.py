@@ -26,6 +26,12 @@ from nmtkit.translate.retired import refuse
 
 ALIGNMENT_METHODS = ("attention", "posterior")  # how --alignments are read (nmtkit.translate.decoding.add_posteriors)
 MAX_COVERAGE_PENALTY = 10.0  # (Wu et al. use 0.2; far above, the penalty alone ranks and its sums overflow)
+# The ranges of the search's sizes: far past what any translation asks for, and small enough that the arithmetic of
+# a search holds (a length**LENPEN of 400 overflows a float; a length limit of 1e9 tokens asks for gigabytes at once)
+MAX_BEAM = 1000  # beam, and samples a line
+MAX_LENPEN = 10.0  # (fairseq and OpenNMT-py use 0.6 to 2)
+MAX_LEN_A = 100.0  # output tokens per source token (--max-len-a, --min-length-ratio)
+MAX_LEN_B = 10_000  # output tokens
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,9 @@ class DecodeConfig:
             raise InputError(f"need beam >= 1 and 1 <= nbest <= beam (got beam {self.beam}, nbest {self.nbest})")
         if self.sampling is not None and self.nbest < 1:
             raise InputError(f"--nbest must be at least 1 sample (got {self.nbest})")
+        for name in ("beam", "nbest"):
+            if getattr(self, name) > MAX_BEAM:
+                raise InputError(f"{_flag(name)} must be at most {MAX_BEAM:,} (got {getattr(self, name)})")
         if not (math.isfinite(self.coverage_penalty) and 0 <= self.coverage_penalty <= MAX_COVERAGE_PENALTY):
             raise InputError(f"--coverage-penalty must be a finite number of at least 0 and at most "
                              f"{MAX_COVERAGE_PENALTY:g} (got {self.coverage_penalty}; Wu et al. use 0.2)")
@@ -106,6 +115,10 @@ class DecodeConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise InputError(f"{_flag(name)} must be a finite number of at least 0 (got {value})")
+        for name, most in (("lenpen", MAX_LENPEN), ("max_len_a", MAX_LEN_A), ("max_len_b", MAX_LEN_B),
+                           ("min_length_ratio", MAX_LEN_A)):
+            if getattr(self, name) > most:
+                raise InputError(f"{_flag(name)} must be at most {most:,g} (got {getattr(self, name):g})")
         if self.sampling is not None:
             self.how  # (checked now: a bad spec is the caller's error, not a worker's)
 
