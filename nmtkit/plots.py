@@ -15,6 +15,10 @@ from nmtkit.errors import InputError
 from nmtkit.files import atomic_dir, check_output_dir
 
 FORMATS = ("png", "svg", "pdf")
+# The most words (with </s>) a side of an attention plot may have.  The figure grows with the sentence, 0.26 inch a
+# word so that 9-point labels fit, and what matplotlib holds to draw it grows with its area: 330 MB at 100 words a
+# side, 645 MB at 150, 2.3 GB for a 420-word line.  Figure 3's sentences have fewer than 40.
+MAX_PLOT_WORDS = 100
 
 
 def plot_format(path: str | os.PathLike, allowed: Sequence[str] = FORMATS) -> str:
@@ -112,25 +116,30 @@ def check_plot_dir(directory: str, force: bool = False) -> None:
     check_output_dir(directory, force, marker="index.tsv", kind="a plot directory of nmt-align")
 
 
-def write_attention_plots(directory: str, items, fmt: str = "png", force: bool = False) -> list[str]:
+def write_attention_plots(directory: str, items, fmt: str = "png", force: bool = False
+                          ) -> tuple[list[str], list[int]]:
     """One :func:`plot_attention` image per item into ``directory``, built atomically with an ``index.tsv``
     (line, file, source, target) that marks the directory as ours: an earlier plot directory is replaced only
     with ``force``, a directory of other files never. ``items``: (line number, title, source words, target
-    words, alpha). Returns the file names."""
+    words, alpha). Returns the file names, and the line numbers not plotted: those with more than
+    :data:`MAX_PLOT_WORDS` words on a side."""
 
     if fmt not in ("png", "pdf", "svg"):
         raise InputError(f"unknown plot format '{fmt}' (png, pdf or svg)")
     check_plot_dir(directory, force)
     items = list(items)
     width = max([len(str(it[0])) for it in items] + [4])
-    names = []
+    names, skipped = [], []
     with atomic_dir(directory, force=force, marker="index.tsv", kind="a plot directory of nmt-align") as tmp:
         index = ["line\tfile\tsource\ttarget\n"]
         for line, title, source, target, alpha in items:
+            if max(len(source), len(target)) > MAX_PLOT_WORDS:
+                skipped.append(line)
+                continue
             name = f"{line:0{width}d}.{fmt}"
             plot_attention(source, target, alpha, os.path.join(tmp, name), title=title, fmt=fmt)
             index.append(f"{line}\t{name}\t{' '.join(source)}\t{' '.join(target)}\n")
             names.append(name)
         with open(os.path.join(tmp, "index.tsv"), "w", encoding="utf-8", newline="\n") as f:
             f.writelines(index)
-    return names
+    return names, skipped

@@ -39,13 +39,17 @@ def _data_root() -> Path | None:
     return None
 
 
+# (docs/formats.rst's "Data" section says what the data is and where it comes from; the README has no such section)
+DATA_MISSING = ("real data not found: set $NMTKIT_DATA or place the shared data at ../shared/data (see "
+                "docs/formats.rst, section 'Data'; python -m nmtkit.datasets --list names the corpora)")
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The shared real data (WMT news-test, Hansards, Tatoeba, ...)."""
     root = _data_root()
     if root is None:
-        msg = ("real data not found: set $NMTKIT_DATA or place the shared data at ../shared/data "
-               "(see the README's 'Data' section)")
+        msg = DATA_MISSING
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(msg + " -- under CI absent data is a failure")
         pytest.skip(msg)

@@ -246,3 +246,82 @@ def test_a_malformed_checkpoint_is_one_line_from_the_command(model, tmp_path):
     bad = _rewritten(model, tmp_path, lambda p: p["vocab"].pop("tgt"))
     _one_line_error(_nmt("nmt-translate", "-m", bad, stdin="a man .\n"), "nmt-translate", str(bad),
                     "malformed checkpoint: 'vocab.tgt' is missing or not a list of tokens")
+
+
+# -- issue 57 item 7: scaled weights and vocabulary entries that are not text, for every tool that reads a checkpoint --
+
+def _scaled(p):
+    """Every weight multiplied by 9999: under WEIGHT_BOUND for this young model (its largest weight is about 0.5),
+    garbage translations and alignments without a word, before."""
+    sections = [p["model"]] + [p["train"][k] for k in ("raw_model", "ema") if k in p.get("train", {})]
+    for weights in {id(s): s for s in sections}.values():  # (the sections may be one dict: each scaled once)
+        _each(weights, lambda v: v * 9999)
+
+
+def _token(side: str, i: int, text) -> callable:
+    return lambda p: p["vocab"][side].__setitem__(i, text(p["vocab"][side][i]))
+
+
+LOADERS = ("translate", "align", "score", "init-from", "resume")
+TEXT_FAULTS = [
+    (_token("src", 10, lambda t: t + "\x00"), "'vocab.src'[10] is not text: it holds a control character, U+0000"),
+    (_token("tgt", 7, lambda t: "\x1b" + t), "'vocab.tgt'[7] is not text: it holds a control character, U+001B"),
+    (_token("src", 12, lambda t: t + "\ud800"), "'vocab.src'[12] is not text: it holds a lone surrogate, U+D800"),
+    (lambda p: p["vocab"]["src"].__setitem__(11, p["vocab"]["src"][12]), "'vocab.src' has the token"),
+]
+
+
+@pytest.mark.parametrize("tool", LOADERS)
+@pytest.mark.parametrize("change, fragment", [(_scaled, "'model.E_src' has weights of root mean square")] + TEXT_FAULTS,
+                         ids=["scaled-x9999", "nul", "escape", "surrogate", "duplicate"])
+def test_each_tool_refuses_scaled_weights_and_vocabularies_that_are_not_text(run, tmp_path, tool, change, fragment):
+    bad = _malformed(run, tmp_path, tool, change)
+    with pytest.raises(InputError) as e:
+        _library(tool, run[0], bad, tmp_path)
+    assert str(e.value).startswith(f"{bad}: ") and fragment in str(e.value), (fragment, str(e.value))
+    assert "\n" not in str(e.value)
+
+
+def _serve(bad: Path) -> subprocess.CompletedProcess:
+    """nmt-serve on a port of the system's choosing: it starts listening, fails to load the model, and exits (a
+    server that loads the model serves on: the timeout ends it, and the test fails)."""
+    import os
+    import sys
+
+    from conftest import REPO
+
+    return subprocess.run([sys.executable, str(REPO / "bin" / "nmt-serve"), "-m", str(bad), "--host", "127.0.0.1",
+                           "--port", "0"], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)))
+
+
+# (a process each, seconds: the command the issue saw accept it, and nmt-serve, which has no library case above)
+@pytest.mark.parametrize("tool", ("align", "serve"))
+def test_the_tools_say_a_scaled_checkpoint_is_not_a_model_in_one_line(run, tmp_path, tool):
+    bad = _malformed(run, tmp_path, tool, _scaled)
+    res = _serve(bad) if tool == "serve" else _command(tool, run[0], bad, tmp_path)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, (res.returncode, res.stderr)
+    last = res.stderr.strip().splitlines()[-1]  # (nmt-serve says where it listens, and uvicorn logs, first)
+    assert f": error: {bad}: malformed checkpoint: 'model.E_src' has weights of root mean square" in last, last
+    assert res.stdout == ""
+    if tool != "serve":
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_a_vocabulary_entry_that_is_not_text_is_one_line_from_the_command(run, tmp_path):
+    change, fragment = TEXT_FAULTS[0]  # (the NUL byte nmt-translate accepted)
+    bad = _malformed(run, tmp_path, "translate", change)
+    _one_line_error(_command("translate", run[0], bad, tmp_path), "nmt-translate", f"{bad}: malformed checkpoint: ",
+                    fragment)
+
+
+def test_what_a_real_corpus_puts_in_a_vocabulary_and_a_trained_scale_are_read(run, tmp_path):
+    """Not stricter than training: DEL and C1 controls reach tokens from real text (news-test-2014's French reference
+    holds U+0096), and weights ten times a trained model's are still weights."""
+    def change(p):
+        p["vocab"]["src"][10] += "\x96"
+        p["vocab"]["tgt"][10] += "\x7f"
+        _each(p["model"], lambda v: v * 10)
+
+    payload = checkpoint.load(_malformed(run, tmp_path, "translate", change))
+    assert payload["vocab"]["src"][10].endswith("\x96") and payload["vocab"]["tgt"][10].endswith("\x7f")

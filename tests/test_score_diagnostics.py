@@ -52,6 +52,15 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
     ("$32.6 billion", "32,6 Md$"),
     ("£1.5million", "1,5 M£"),
     ("$5.3tn", "5,3 billions de dollars"),  # French "billion" is English "trillion"
+    ("the 2001-2002 session", "la session 2001-2002"),  # a range is one number
+    ("the 2010-11 season", "la saison 2010-2011"),  # its short end is the year it abbreviates
+    ("$4-5 million", "de 4 à 5 millions de dollars"),  # its ends written apart, in its order
+    ("a 5-4 vote", "5 voix contre 4"),
+    ("on 30 March 2013", "le 30 mars 2013"),  # a date's month is a number
+    ("on March 30, 2013", "le 30 mars 2013"),
+    ("from 4 to 10 May", "du 4 au 10 mai"),
+    ("in March 2013", "en mars 2013"),
+    ("on 30/03/2013", "le 30/03/2013"),
 ])
 def test_an_english_number_and_its_french_writing_are_the_same(english, french):
     src, fr = numbers(english, "en"), numbers(french, "fr")
@@ -72,7 +81,7 @@ def test_each_side_reads_the_ambiguous_separator_by_its_own_language():
 def test_grouping_needs_groups_of_three_after_a_short_lead():
     assert numbers("en 1999 300 personnes", "fr") == ["1999", "300"]
     assert numbers("entre 10 et 12 000", "fr") == ["10", "12000"]
-    assert numbers("le 17 12 mai", "fr") == ["17", "12"]
+    assert numbers("le 17 12 mai", "fr") == ["17", "12", "month 5"]  # (a date's month is a number: below)
     assert numbers("in 2008, 1,073 people", "en") == ["2008", "1073"]
     assert numbers("09 and 007", "en") == ["9", "7"]
 
@@ -120,6 +129,60 @@ def test_number_figures_over_lines_with_the_reference_as_the_ceiling():
     without = Diagnostics(reference, None, "en", "fr")
     assert without.reference["numbers"] is None and without.of(hypothesis)["numbers"] is None
     assert "numbers" not in summary(without.of(hypothesis), without.reference)
+
+
+def test_a_number_is_carried_only_as_a_whole():
+    """#57 item 9: a range written backwards, a month changed and a "page 30" were "numbers 100% carried"."""
+    source = numbers("The 2001-2002 report was tabled on 30 March at 9.30pm.", "en")
+    assert source == ["2001-2002", "30", "month 3", "21:30"]
+    hypothesis = numbers("Le rapport 2002-2001 a été déposé le 30 avril à 21 h, page 30.", "fr")
+    assert hypothesis == ["2002-2001", "30", "month 4", "21", "30"]
+    assert compare_numbers(source, hypothesis) == (1, ["2001-2002", "21:30", "month 3"],
+                                                   ["2002-2001", "21", "30", "month 4"])
+    # a range's ends in the other order, apart or joined, do not carry it; nor do its pieces as another range's
+    assert compare_numbers(["2001-2002"], numbers("de 2002 à 2001", "fr")) == (0, ["2001-2002"], ["2001", "2002"])
+    assert compare_numbers(["2001-2002"], numbers("2001-2002-2003", "fr"))[0] == 0
+    assert compare_numbers(numbers("from 2001 to 2002", "en"), numbers("2001-2002", "fr")) == (2, [], [])
+    # a month's name is a number only in a date; Theresa May is none, nor is a date's month without both languages
+    assert numbers("Mrs May met 5 ministers in May.", "en") == ["5"]
+    assert numbers("on 30 March", "en", dates=False) == ["30"]
+    german = Diagnostics(["am 30. März"], ["on 30 March"], "en", "de")
+    assert german.source_numbers == [["30"]] and german.reference["numbers"]["carried"] == 1
+
+
+def test_the_lines_that_change_a_number_are_named():
+    source = ["The 2001-2002 report was tabled on 30 March.", "No number.", "In 2008, 12 voted.", "Page 7."] * 3
+    reference = ["Le rapport 2001-2002 a été déposé le 30 mars.", "Rien.", "En 2008, 12 ont voté.", "Page 7."] * 3
+    again = ["Le rapport 2001-2002 a été déposé le 30 mars.", "Rien.", "En 2008, 13 ont voté.", "Page."]
+    hypothesis = ["Le rapport 2002-2001 a été déposé le 30 avril, page 30.", "Rien en 1999.",
+                  "En 2008, 12 ont voté.", "Page 7."] + again * 2
+    diag = Diagnostics(reference, source, "en", "fr")
+    assert diag.reference["numbers"]["changed_lines"] == [] and diag.reference["numbers"]["share"] == 1
+    got = diag.of(hypothesis)["numbers"]
+    # line 2 invents a number but changes none; lines 8 and 12 lose one and invent none
+    assert got["changed_lines"] == [1, 7, 11] and got["invented_lines"] == 4
+    assert (got["carried"], got["of"]) == (12, 18)
+    line = summary(diag.of(hypothesis), diag.reference)
+    assert "numbers 66.7% carried (12 of 18; reference 100.0%), 4 lines invent one, 3 lines change one " \
+           "(lines 1, 7, 11) · " in line, line
+    many = Diagnostics(["x"] * 12, ["in 2001"] * 12, "en", "fr")
+    assert "12 lines change one (lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, …)" in summary(many.of(["en 2002"] * 12),
+                                                                                     many.reference)
+    one = Diagnostics(["x"], ["in 2001"], "en", "fr")
+    assert "1 line invents one, 1 line changes one (line 1)" in summary(one.of(["en 2002"]), one.reference)
+
+
+def test_the_command_names_the_lines_that_change_a_number(tmp_path):
+    src = write(tmp_path / "src.en", ["The 2001-2002 report was tabled on 30 March.", "In 2008, 12 voted."])
+    ref = write(tmp_path / "ref.fr", ["Le rapport 2001-2002 a été déposé le 30 mars.", "En 2008, 12 ont voté."])
+    hyp = write(tmp_path / "hyp.fr", ["Le rapport 2002-2001 a été déposé le 30 avril, page 30.",
+                                      "En 2008, 12 ont voté."])
+    out = run_score("-r", ref, "-s", src, "--metrics", "BLEU", hyp).stdout
+    assert "numbers 60.0% carried (3 of 5; reference 100.0%), 1 line invents one, 1 line changes one (line 1)" in out
+    report = json.loads(run_score("-r", ref, "-s", src, "--metrics", "BLEU", "--json", hyp).stdout)
+    numbers_ = report["systems"][0]["diagnostics"]["numbers"]
+    assert numbers_["changed_lines"] == [1] and numbers_["lines"] == [
+        {"line": 1, "missing": ["2001-2002", "month 3"], "invented": ["2002-2001", "30", "month 4"]}]
 
 
 # -- repeats and <unk> -----------------------------------------------------------------------------------------
@@ -224,7 +287,8 @@ def test_command_text_report_and_its_options(newstest, tmp_path):
     assert "en source's, read in the fr translations" in out[heading] and "word 2-gram" in out[heading]
     moses_line, unk_line = out[heading + 1], out[heading + 2]
     assert re.match(r"  moses\.fr  numbers 9\d\.\d% carried \(\d+ of \d+; reference 9\d\.\d%\), \d+ lines? invents? "
-                    r"one · repeats \d+\.\d% of lines \(any \d+\.\d%, reference any \d+\.\d%\) · <unk> 0\.00/line "
+                    r"one, \d+ lines? changes? one \(lines? \d+(, \d+)*(, …)?\) · repeats \d+\.\d% of lines "
+                    r"\(any \d+\.\d%, reference any \d+\.\d%\) · <unk> 0\.00/line "
                     r"\(0\.0% of lines\)$", moses_line), moses_line
     n_unk = sum(h.count(UNK) for h in lines_of(files["unk"]))
     assert 300 < n_unk <= 400 and f"<unk> {n_unk / 400:.2f}/line" in unk_line

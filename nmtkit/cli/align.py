@@ -64,10 +64,10 @@ def main(as_json, quiet, **settings):
     from nmtkit.settings import from_options
 
     setup_logging(quiet)
-    run("nmt-align", lambda: _align(from_options(AlignConfig, settings), as_json))  # (a bad setting: one line)
+    run("nmt-align", lambda: _align(from_options(AlignConfig, settings), as_json, quiet))  # (a bad setting: one line)
 
 
-def _align(cfg: AlignConfig, as_json: bool) -> None:
+def _align(cfg: AlignConfig, as_json: bool, quiet: bool = False) -> None:
     from nmtkit.align import Aligner, align_files, check_reverse
     from nmtkit.files import atomic_file, check_distinct
     from nmtkit.translate.wordalign import pharaoh as pharaoh_line
@@ -101,7 +101,9 @@ def _align(cfg: AlignConfig, as_json: bool) -> None:
             s, a = result.sentences[line - 1], result.soft[line - 1]
             title = f"{os.path.basename(cfg.source)}: {s.name}"
             items.append((line, title, a.source + ["</s>"], a.target + ["</s>"], a.alpha))
-        write_attention_plots(cfg.plot_dir, items, cfg.plot_format, force=cfg.force)
+        names, skipped = write_attention_plots(cfg.plot_dir, items, cfg.plot_format, force=cfg.force)
+        if not quiet:
+            _say_where_plots_went(cfg.plot_dir, len(names), skipped)
     if pharaoh is not None:
         text = "".join(pharaoh_line(links) + "\n" for links in result.links)
         if pharaoh == "-":
@@ -124,6 +126,18 @@ def _align(cfg: AlignConfig, as_json: bool) -> None:
             out.write(render_scores(result.scores, cfg.gold))
             if result.by_method is not None:
                 out.write(render_methods(result.by_method, cfg.symmetrization))
+
+
+def _say_where_plots_went(directory: str, written: int, skipped: list[int]) -> None:
+    """Where --plot-dir's plots went, and in one line the lines too long to plot (nmtkit.plots.MAX_PLOT_WORDS)."""
+    from nmtkit.plots import MAX_PLOT_WORDS
+
+    if skipped:
+        shown = ", ".join(map(str, skipped[:20])) + (", …" if len(skipped) > 20 else "")
+        click.echo(f"nmt-align: not plotted: line{'s' if len(skipped) > 1 else ''} {shown} (more than "
+                   f"{MAX_PLOT_WORDS} words on a side: such a figure takes gigabytes of memory to draw)", err=True)
+    click.echo(f"nmt-align: {written} attention plot{'' if written == 1 else 's'} in {directory} (index.tsv lists "
+               "them)", err=True)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from nmtkit.errors import InputError
 from nmtkit.files import WRITE_ERRORS, atomic_dir, is_sgml, read_parallel, resolve_prefix
 from nmtkit.parallel import CHUNK, Mapper
 from nmtkit.prepare.config import PrepareConfig
+from nmtkit.progress import Ticker
 from nmtkit.prepare.subwords import given_subwords, read_tokens, subword_segmentation, vocabs_from
 
 log = logging.getLogger("nmtkit.prepare")
@@ -114,7 +115,8 @@ def _prepare_in(out: str, cfg: PrepareConfig, splits, subwords, text_cfg, given_
     """The preparation's steps, building the prepared directory in ``out`` (a temporary one)."""
     src, tgt = cfg.source_lang, cfg.target_lang
     stats: dict[str, dict] = {}
-    # 1. tokenise every split into words
+    # 1. tokenise every split into words (each step says when it starts, and a long one how far it is: progress.Ticker)
+    log.info("step 1/5: tokenising %s (%d worker%s)", ", ".join(splits), cfg.workers, "s" * (cfg.workers != 1))
     with _Mapper(cfg.workers, text_cfg[src], text_cfg[tgt]) as mapper:
         for split, files in splits.items():
             stats[split] = _tokenize_split(mapper, files, out, split, src, tgt)
@@ -123,10 +125,14 @@ def _prepare_in(out: str, cfg: PrepareConfig, splits, subwords, text_cfg, given_
                 raise InputError("is empty: a validation set needs at least one pair", files[0][0])
 
     # 2. subword segmentation: learned jointly on the training words, or given
+    log.info("step 2/5: subwords: %s", f"learning {cfg.bpe_merges:,} joint BPE merges" if cfg.bpe_merges is not None
+             else f"learning a joint SentencePiece model of {cfg.spm_vocab_size:,} units"
+             if cfg.spm_vocab_size is not None else "the given ones" if subwords else "none (words)")
     subwords, subword_info = subword_segmentation(cfg, out, splits, subwords)
     model_cfg = {lang: TextConfig(**{**c.to_dict(), **subwords}) for lang, c in text_cfg.items()}
 
     # 3. model tokens, filtering (train only) and counts; 4. vocabularies and binarized corpora
+    log.info("step 3/5: %sfiltering and counting the model tokens", "segmenting into subwords, " * bool(subwords))
     with _Mapper(cfg.workers if subwords else 1, model_cfg[src], model_cfg[tgt]) as mapper:
         counts = {}
         for split in splits:
@@ -143,12 +149,14 @@ def _prepare_in(out: str, cfg: PrepareConfig, splits, subwords, text_cfg, given_
                               tgt: Vocabulary.build(shortlist_counts[1], cfg.shortlist(tgt))}
     for lang, vocab in vocabs.items():
         vocab.save(os.path.join(out, f"vocab.{lang}"))
+    log.info("step 4/5: binarizing %s", ", ".join(splits))
     for split in splits:
         for k, lang in enumerate((src, tgt)):
             _binarize(os.path.join(out, f".{split}.model.{lang}"), os.path.join(out, f"{split}.{lang}"),
                       vocabs[lang])
             stats[split]["coverage"][lang] = round(vocabs[lang].coverage(counts[split][k]), 6)
     # 5. the candidate table nmt-translate --candidates decodes with (nmtkit.data.candidates)
+    log.info("step 5/5: the candidate table of likely translations (nmt-translate --candidates)")
     table = candidates.build(Corpus(os.path.join(out, f"train.{src}")), Corpus(os.path.join(out, f"train.{tgt}")),
                              vocabs[src].tokens, vocabs[tgt].tokens)
     candidates.save(table, os.path.join(out, candidates.FILE))
@@ -163,10 +171,12 @@ def _tokenize_split(mapper: _Mapper, files, out: str, split: str, src: str, tgt:
     n = 0
     with open(os.path.join(out, f"{split}.tok.{src}"), "w", encoding="utf-8", newline="\n") as fs, \
          open(os.path.join(out, f"{split}.tok.{tgt}"), "w", encoding="utf-8", newline="\n") as ft:
-        for s_words, t_words in mapper.map(_tokenize_chunk, _read_split(files)):
-            fs.write(" ".join(s_words) + "\n")
-            ft.write(" ".join(t_words) + "\n")
-            n += 1
+        with Ticker(log, f"{split}: tokenising", "pairs") as ticker:
+            for s_words, t_words in mapper.map(_tokenize_chunk, _read_split(files)):
+                fs.write(" ".join(s_words) + "\n")
+                ft.write(" ".join(t_words) + "\n")
+                n += 1
+                ticker.update()
     return {"inputs": [list(f) for f in files], "lines_in": n, "coverage": {}}
 
 
@@ -186,8 +196,10 @@ def _filter_and_count(mapper: _Mapper, out: str, split: str, src: str, tgt: str,
     pairs = zip(read_tokens(os.path.join(out, f"{split}.tok.{src}")), read_tokens(os.path.join(out, f"{split}.tok.{tgt}")))
     kept_file = open(os.path.join(out, "train.kept"), "w", encoding="utf-8", newline="\n") if max_len else None
     with open(os.path.join(out, f".{split}.model.{src}"), "w", encoding="utf-8", newline="\n") as fs, \
-         open(os.path.join(out, f".{split}.model.{tgt}"), "w", encoding="utf-8", newline="\n") as ft:
+         open(os.path.join(out, f".{split}.model.{tgt}"), "w", encoding="utf-8", newline="\n") as ft, \
+         Ticker(log, f"{split}: model tokens", "pairs", stats["lines_in"]) as ticker:
         for line, (s, t) in enumerate(mapper.map(_subword_chunk, pairs), start=1):
+            ticker.update()
             if whole and max(len(s), len(t)) > manifest_format.MAX_EVAL_TOKENS:
                 side = 0 if len(s) >= len(t) else 1  # (the longer side's input file is named)
                 _too_long_to_score(stats["inputs"][0][side], line, max(len(s), len(t)))

@@ -35,6 +35,16 @@ values are equal and one side has no magnitude word ("$325 million and $340 mill
 "2.2 billion" → "2,2 billions" (the false friend, 1,000 times more) is not carried. Numbers in words ("nine", "cinq")
 are not numbers: a translation that writes "9 ans" for "nine-year-old" invents one, as the reference may.
 
+A number is carried only as a whole: numbers joined by a dash, a slash or a colon with nothing between them are one
+number ("2001-2002", "30/03/2013", "3:16"), so a range written backwards ("2002-2001") or with one end changed does
+not carry the source's, nor do its pieces elsewhere in the line; a range's ends written apart on the other side, in
+its order, do ("$4-5 million" = "de 4 à 5 millions", "a 5-4 vote" = "5 votes contre 4"), and a year range's short
+end is the year it abbreviates ("2010-11" = "2010-2011"). A time with minutes is one number ("9.30pm" = "21h30" =
+21:30, whose 30 is not the one of "page 30"). Where both languages are English or French, the month a date names is
+a number too ("30 March 2013" = "March 30, 2013" = "le 30 mars 2013": 30, month 3, 2013; a month's name beside no day
+or year, "in March" or "Theresa May", is none), so a translation that changes the month changes a number. A line
+that lacks one of the source's numbers and has one beyond them *changes* one, and the report names those lines.
+
 Repeats are counted on whitespace tokens of the text as given (detokenized, punctuation attached, case-sensitive):
 what the reader sees, and a loop repeats itself exactly; folding case or splitting punctuation would count more of
 the repetitions that fluent text has too. An n-gram is counted against the reference's count of the same n-gram,
@@ -70,14 +80,51 @@ _MAGNITUDES = {
     "fr": (re.compile(_SP + _CUR + r"(?:(?i:(million|milliard|billion)s?)\b|(Mds?)\b|(M)(?=" + _SP + r"[$€£]))"),
            {"million": 6, "milliard": 9, "billion": 12, "md": 9, "mds": 9, "m": 6}),
 }
+# what joins numbers into one ("2001-2002", "30/03/2013", "21:30"): the character alone, between digits
+_JOINERS = {"-": "-", "\u2010": "-", "\u2011": "-", "\u2013": "-", "\u2014": "-", "/": "/", ":": ":"}
+_PLAIN = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:e[0-9]+)?")  # (one number's value, as _read and magnitudes write it)
+# month names (English capitalised, with the usual abbreviations; French in either case), as the month's number; a
+# date's month is a number ("month 3"), its day and year the numbers they are
+_MONTH_NAMES = {
+    "en": ["January Jan", "February Feb", "March Mar", "April Apr", "May", "June Jun", "July Jul", "August Aug",
+           "September Sept Sep", "October Oct", "November Nov", "December Dec"],
+    "fr": ["janvier", "février fevrier", "mars", "avril", "mai", "juin", "juillet", "août aout", "septembre",
+           "octobre", "novembre", "décembre decembre"],
+}
+_MONTHS = {lang: {w: k + 1 for k, names in enumerate(table) for w in names.split()}
+           for lang, table in _MONTH_NAMES.items()}
+
+
+def _date_pattern(lang: str) -> re.Pattern:
+    """A day and a month's name (either order; English "of" and ordinals), then perhaps a year; or a month and a
+    year.  English names only capitalised ("may 5" is no date); French ones in either case."""
+    month = "|".join(sorted(_MONTHS[lang], key=len, reverse=True))
+    day = "[0-9]{1,2}"
+    return re.compile(rf"(?<![0-9.,])(?:(?P<d1>{day})(?:st|nd|rd|th|er|e)?{_SP}(?:of )?(?P<m1>{month})\.?"
+                      rf"|(?P<m2>{month})\.?{_SP}(?P<d2>{day})(?:st|nd|rd|th)?(?![0-9])|(?P<m3>{month})\.?)"
+                      rf"(?:,?{_SP}(?P<y>[0-9]{{4}}))?(?![0-9A-Za-zÀ-ÿ])", re.IGNORECASE if lang == "fr" else 0)
+
+
+_DATES = {lang: _date_pattern(lang) for lang in _MONTHS}
+
+
+def _months(text: str, lang: str) -> list[tuple[int, str]]:
+    """The months a line's dates name, as (where the name is, "month N"): a month's name beside a day or a year
+    ("30 March", "March 30", "mars 2013"); alone ("in March", "Theresa May") it is no number."""
+    out = []
+    for m in _DATES[lang].finditer(text):
+        day, group = m["d1"] or m["d2"], next(g for g in ("m1", "m2", "m3") if m[g])
+        if (day and 1 <= int(day) <= 31) or m["y"]:
+            out.append((m.start(group), f"month {_MONTHS[lang][m[group] if lang == 'en' else m[group].lower()]}"))
+    return out
 
 
 def _time(hour: str, minutes: str | None, pm: bool = False, am: bool = False) -> str:
-    """A time as the numbers a reader compares, each between ';' (which joins no digit group): the 24-hour hour,
-    then the minutes unless they are 00 ("9.30pm" → 21, 30; "5h00" → 5)."""
+    """A time as the number a reader compares, between ';' (which joins no digit group): the 24-hour hour, and its
+    minutes after a colon unless they are 00 ("9.30pm" → 21:30, one number; "5h00" → 5)."""
     h = int(hour)
     h = h + 12 if pm and h < 12 else 0 if am and h == 12 else h
-    return f";{h};" + (f"{minutes};" if minutes and minutes != "00" else "")
+    return f";{h}:{minutes};" if minutes and minutes != "00" else f";{h};"
 
 
 def _roman(m: re.Match) -> str:
@@ -119,24 +166,45 @@ def _read(candidate: str, decimal: str, thousands: str) -> list[str]:
     return out
 
 
-def numbers(text: str, lang: str) -> list[str]:
+def numbers(text: str, lang: str, dates: bool = True) -> list[str]:
     """The numbers of a line by ``lang``'s convention, as values, in order: "1 234,5" in French → "1234.5",
-    "1,36 milliard" → "1.36e9" (a magnitude word as a power of ten)."""
+    "1,36 milliard" → "1.36e9" (a magnitude word as a power of ten), "2001-2002" and "21h30" → "21:30" (one number
+    each), "30 mars 2013" → "30", "month 3", "2013" (a date's month, with ``dates``, in English and French)."""
     text = _TIME_12H.sub(lambda m: _time(m[1], m[2], pm=m[3].lower() == "p", am=m[3].lower() == "a"), text)
     text = _TIME_COLON.sub(lambda m: _time(m[1], m[2]), text)
     if lang.lower() == "fr":
         text = _PERCENT_FR.sub(lambda m: m.group(1), text)
         text = _TIME_FR.sub(lambda m: _time(m[1], m[2]), text)
         text = _CENTURY_FR.sub(_roman, text)
+    months = _months(text, lang.lower()) if dates and lang.lower() in _DATES else []
     decimal, thousands = _convention(lang)
     magnitude, powers = _MAGNITUDES.get(lang.lower(), (None, {}))
-    out = []
+    out, end = [], None
     for m in _CANDIDATE.finditer(text):
-        out += _read(m.group(0), decimal, thousands)
+        while months and months[0][0] < m.start():
+            out.append(months.pop(0)[1])
+            end = None
+        values = _read(m.group(0), decimal, thousands)
+        joiner = _JOINERS.get(text[end:m.start()]) if end is not None and m.start() == end + 1 else None
+        if joiner:  # one number with the one before: "2001-2002", "30/3/2013", "21:30"
+            first = values.pop(0)
+            out[-1] += joiner + (first.zfill(2) if joiner == ":" and first.isdigit() else first)
+        out += values
+        end = m.end()
         word = magnitude.match(text, m.end()) if magnitude else None
         if word and not (lang.lower() == "en" and word[2] and text[m.start() - 1:m.start()] not in ("£", "$", "€")):
             out[-1] += f"e{powers[next(g for g in word.groups() if g).lower()]}"
-    return out
+    return [_whole_years(v) for v in out] + [month for _, month in months]
+
+
+def _whole_years(value: str) -> str:
+    """A year range with a short end as the years it names ("2010-11" → "2010-2011", "1999-00" → "1999-2000")."""
+    m = re.fullmatch(r"([12][0-9]{3})-([0-9]{1,2})", value)
+    if not m:
+        return value
+    start = int(m[1])
+    end = start - start % 100 + int(m[2])
+    return f"{start}-{end if end > start else end + 100}"
 
 
 def ngram_counts(line: str, n: int) -> Counter:
@@ -152,19 +220,46 @@ def excess_repeats(hypothesis: str, reference: str | None, n: int) -> list[str]:
     return [" ".join(g) for g, c in ngram_counts(hypothesis, n).items() if c > 1 and c > ref[g]]
 
 
+def _equal(a: str, b: str) -> bool:
+    """The same amount; numbers joined into one ("2001-2002", "21:30", "30/3/2013") and months only as written."""
+    if _PLAIN.fullmatch(a) and _PLAIN.fullmatch(b):
+        return Decimal(a) == Decimal(b)
+    return a == b
+
+
+def _same_digits(a: str, b: str) -> bool:
+    """The same written value where one side has no magnitude ("325" = "325e6": "$325 million and $340 million" =
+    "entre 325 et 340 M$")."""
+    return ("e" not in a or "e" not in b) and a.partition("e")[0] == b.partition("e")[0]
+
+
+def _either(a: str, b: str) -> bool:
+    return _equal(a, b) or _same_digits(a, b)
+
+
 def compare_numbers(source: list[str], translation: list[str]) -> tuple[int, list[str], list[str]]:
     """(how many of the source's numbers the translation carries, the ones it lacks, the ones it has beyond the
-    source's), as multisets: equal amounts pair first, then equal written values where one has no magnitude."""
-    s, t, carried = list(source), list(translation), 0
-    for same in (lambda a, b: Decimal(a) == Decimal(b),
-                 lambda a, b: ("e" not in a or "e" not in b) and a.partition("e")[0] == b.partition("e")[0]):
-        for a in list(s):
-            k = next((k for k, b in enumerate(t) if same(a, b)), None)
+    source's), as multisets: equal amounts pair first, then equal written values where one has no magnitude; then
+    a range of one side whose ends the other writes apart, in its order ("$4-5 million" = "de 4 à 5 millions", "a
+    5-4 vote" = "5 votes contre 4"; "2002-2001" is not "2001-2002", nor is "de 2002 à 2001")."""
+    s, t, carried = dict(enumerate(source)), dict(enumerate(translation)), 0  # (position → number, unpaired)
+    for same in (_equal, _same_digits):
+        for i in list(s):
+            k = next((k for k in t if same(s[i], t[k])), None)
             if k is not None:
-                s.remove(a)
-                del t[k]
+                del s[i], t[k]
                 carried += 1
-    return carried, sorted(s), sorted(t)
+    for ranges, apart, source_range in ((s, t, True), (t, s, False)):
+        for i in [i for i, value in ranges.items() if "-" in value]:
+            ends = ranges[i].split("-")
+            k = next((k for k in apart if all(k + j in apart and _either(e, apart[k + j])
+                                              for j, e in enumerate(ends))), None)
+            if k is not None:
+                del ranges[i]
+                for j in range(len(ends)):
+                    del apart[k + j]
+                carried += 1 if source_range else len(ends)
+    return carried, sorted(s.values()), sorted(t.values())
 
 
 def _share(part: int, whole: int) -> float | None:
@@ -183,30 +278,36 @@ class Diagnostics:
         if n < 1:
             raise ValueError(f"the repeated n-gram needs n >= 1 (got {n})")
         self.references, self.n, self.target_lang = list(references), n, target_lang
-        self.source_numbers = None if source is None else [numbers(s, source_lang) for s in source]
+        # (a date's month is a number only where both sides can name it: else an English source's "30 March" would
+        # lack its month in every German translation)
+        self.dates = source_lang.lower() in _DATES and target_lang.lower() in _DATES
+        self.source_numbers = None if source is None else [numbers(s, source_lang, self.dates) for s in source]
         self.reference = {"numbers": self._numbers(self.references), "repeats": self._any_repeats(self.references)}
 
     def _numbers(self, lines: Sequence[str]) -> dict | None:
         if self.source_numbers is None:
             return None
         carried = of = invented_lines = 0
-        per_line = []
+        per_line, changed = [], []
         for k, (src, line) in enumerate(zip(self.source_numbers, lines)):
-            got, missing, invented = compare_numbers(src, numbers(line, self.target_lang))
+            got, missing, invented = compare_numbers(src, numbers(line, self.target_lang, self.dates))
             carried, of, invented_lines = carried + got, of + len(src), invented_lines + bool(invented)
             if missing or invented:
                 per_line.append({"line": k + 1, "missing": missing, "invented": invented})
+            if missing and invented:  # (one of the source's numbers written as another)
+                changed.append(k + 1)
         return {"carried": carried, "of": of, "share": _share(carried, of), "invented_lines": invented_lines,
-                "lines": per_line}
+                "changed_lines": changed, "lines": per_line}
 
     def _any_repeats(self, lines: Sequence[str]) -> dict:
         count = sum(1 for line in lines if any(c > 1 for c in ngram_counts(line, self.n).values()))
         return {"lines": count, "share": _share(count, len(lines))}
 
     def of(self, hypotheses: Sequence[str]) -> dict:
-        """``{"numbers": None | {"carried", "of", "share", "invented_lines", "lines": [{"line", "missing",
-        "invented"}] (the lines with either)}, "repeats": {"n", "lines", "share", "any_lines", "any_share",
-        "where": [{"line", "ngrams"}]}, "unk": {"total", "per_line", "lines", "share"}}``."""
+        """``{"numbers": None | {"carried", "of", "share", "invented_lines", "changed_lines": [the numbers of the
+        lines with both], "lines": [{"line", "missing", "invented"}] (the lines with either)}, "repeats": {"n",
+        "lines", "share", "any_lines", "any_share", "where": [{"line", "ngrams"}]}, "unk": {"total", "per_line",
+        "lines", "share"}}``."""
         where = [{"line": k + 1, "ngrams": grams} for k, (h, r) in enumerate(zip(hypotheses, self.references))
                  if (grams := excess_repeats(h, r, self.n))]
         plain = self._any_repeats(hypotheses)
@@ -221,6 +322,19 @@ class Diagnostics:
         }
 
 
+SHOWN_LINES = 10  # (the changed lines the text report names; --json has them all)
+
+
+def _changed(lines: list[int]) -> str:
+    """ "2 lines change one (lines 3, 7)": the lines that write a source's number as another, the first named."""
+    n = len(lines)
+    text = f"{n:,} line{' changes' if n == 1 else 's change'} one"
+    if n:
+        text += f" (line{'s' if n > 1 else ''} {', '.join(map(str, lines[:SHOWN_LINES]))}"
+        text += ", …)" if n > SHOWN_LINES else ")"
+    return text
+
+
 def summary(result: dict, reference: dict) -> str:
     """One line of :meth:`Diagnostics.of`'s result for the text report, with the reference's figures beside."""
     parts = []
@@ -230,7 +344,7 @@ def summary(result: dict, reference: dict) -> str:
         if nums["of"]:
             ref = f"; reference {ref_nums['share']:.1%}" if ref_nums else ""
             parts.append(f"numbers {nums['share']:.1%} carried ({nums['carried']:,} of {nums['of']:,}{ref}), "
-                         + invented)
+                         f"{invented}, {_changed(nums['changed_lines'])}")
         else:
             parts.append(f"numbers: none in the source, {invented}")
     rep = result["repeats"]

@@ -67,6 +67,10 @@ SCHEDULE_ENTRIES = {"factor": (float,), "bad": (int,), "best": (float, type(None
 LOG_WINDOW_ENTRIES = {"nll": (float,), "tok": (int,), "time": (float,), "norm": (float,), "n": (int,),
                       "align": (float,), "rows": (int,)}  # (the last two: guided alignment's)
 _KINDS = {int: "a whole number", float: "a finite number", type(None): "None", list: "a list", bool: "true or false"}
+# the entries that count (updates, epochs, seconds, tokens, validations): never below 0 (an update of -1 divides a
+# warm-up by zero)
+COUNTS = ("update", "epoch", "batch_in_epoch", "elapsed", "best_update", "bad_validations", "best_saved_update",
+          "bad", "total", "budget", "tok", "time", "n", "rows")
 
 
 def check_training_state(payload: dict, path: str) -> None:
@@ -99,6 +103,7 @@ def check_training_state(payload: dict, path: str) -> None:
         checkpoint.check_weights(weights, f"train.{key}", path)
     hints = typing.get_type_hints(TrainState)
     _check_entries(train["state"], {k: typing.get_args(h) or (h,) for k, h in hints.items()}, (), ".state", bad)
+    _check_counts(train["state"], COUNTS, ".state", bad)
     for i, record in enumerate(train["state"].get("history", [])):
         if not isinstance(record, dict):
             raise bad(f".state.history[{i}]", "is not a dict of a validation's figures")
@@ -108,8 +113,10 @@ def check_training_state(payload: dict, path: str) -> None:
         _check_rng(rng, f".rng.per_rank[{i}]", bad)
     if "schedule" in train:
         _check_entries(train["schedule"], SCHEDULE_ENTRIES, ("factor", "bad", "best"), ".schedule", bad)
+        _check_counts(train["schedule"], COUNTS, ".schedule", bad)
     if "log_window" in train:
         _check_entries(train["log_window"], LOG_WINDOW_ENTRIES, (), ".log_window", bad)
+        _check_counts(train["log_window"], COUNTS, ".log_window", bad)
     if not isinstance(train.get("config", {}), dict) or not all(isinstance(k, str) for k in train.get("config", {})):
         raise bad(".config", "is not a dict of settings")
     if not isinstance(train.get("config", {}).get("optimizer", ""), str):
@@ -162,6 +169,13 @@ def _check_entries(value, spec: dict, required: tuple, field: str, bad) -> None:
         if not _fits(item, spec[key]):
             kinds = " or ".join(_KINDS.get(k, k.__name__) for k in spec[key])
             raise bad(f"{field}.{key}", f"is {repr(item)[:40]}, not {kinds}")
+
+
+def _check_counts(value: dict, counts: tuple, field: str, bad) -> None:
+    """The ``counts`` among ``value``'s entries (checked by :func:`_check_entries`) are at least 0."""
+    for key in counts:
+        if key in value and value[key] < 0:
+            raise bad(f"{field}.{key}", f"is {value[key]!r}, below 0")
 
 
 def _check_optimizer(state, params: list, bad) -> None:
@@ -276,8 +290,15 @@ def report_changes(before: dict, now: dict, training_defaults: dict) -> None:
 def restore_best(state, rundir, lead: bool) -> None:
     """The best checkpoint as the uninterrupted run has it: the best of the scheduled validations (an
     interruption's validation may have been linked as best; it goes back), relinked if a kill came between the
-    links."""
+    links.  Where --keep-last did not keep that checkpoint (a limit's validation off the grid beat it and the run
+    ended there), checkpoint_best.pt stays what it holds, and a later validation replaces it only by beating it."""
     interim = state.best_saved_update if state.best_saved_update != state.best_update else None
+    if interim is not None and not os.path.isfile(rundir.file(f"checkpoint{state.best_update}.pt")):
+        if lead:
+            log.warning("checkpoint_best.pt stays checkpoint%d.pt, the interrupted run's last validation: "
+                        "checkpoint%d.pt, the best of its scheduled validations, was not kept (--keep-last)",
+                        interim, state.best_update)
+        return
     state.best_saved, state.best_saved_update = state.best, state.best_update  # (also: an older nmtkit's state)
     if lead and state.best is not None and rundir.repair_best(state.best_update):
         why = (f"the interrupted run's last validation, at update {interim}, is not a scheduled one"

@@ -259,9 +259,9 @@ class Trainer:
         resume.report_changes(train.get("config", {}), dataclasses.asdict(self.cfg), TRAINING_DEFAULTS)
 
     def save(self, is_best: bool, weights: dict | None = None) -> str:
-        needed = set() if self.averager is None else self.averager.needed()  # (a resumed average reads them)
-        if self.state.best_saved_update != self.state.best_update:  # (a resume links the scheduled best back)
-            needed.add(self.state.best_update)
+        # (those a resumed average reads.  Not the best of the scheduled validations where a limit's validation off
+        # the grid beat it and is linked as best: --keep-last says what the run keeps; resume.restore_best)
+        needed = set() if self.averager is None else self.averager.needed()
         return self.rundir.save(self.state_dict(weights), self.state.update, is_best, self.cfg.keep_last, needed,
                                 self.cfg.valid_every)
 
