@@ -27,11 +27,13 @@ PATHS = {True: {"dir_okay": False}, "dir": {"file_okay": False}, "existing": {"e
 
 def setting(default: Any = MISSING, help: str = "", metavar: str | None = None, short: str | None = None,
             choices: tuple[str, ...] | None = None, path: bool | str = False, default_factory: Any = MISSING,
-            flag: str | None = None):
+            flag: str | None = None, envvar: str | None = None):
     """A config field with what its option shows: ``help``, ``metavar``, a ``short`` flag (``"-b"``), the values a
     text may take (``choices``), whether it names a file (``path``: a key of :data:`PATHS`), and its ``flag`` where
-    that is not the field's name (``"--no-normalize"``)."""
-    metadata = {"help": help, "metavar": metavar, "short": short, "choices": choices, "path": path, "flag": flag}
+    that is not the field's name (``"--no-normalize"``), and the environment variable read where the option is not
+    given (``envvar``: for a secret, which ``ps`` would show on a command line)."""
+    metadata = {"help": help, "metavar": metavar, "short": short, "choices": choices, "path": path, "flag": flag,
+                "envvar": envvar}
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata=metadata)
     return field(default=default, metadata=metadata)

@@ -26,11 +26,12 @@ from collections.abc import Callable
 import click
 
 
-def config_options(cls, defaults: dict | None = None, skip: tuple[str, ...] = ()):
+def config_options(cls, defaults: dict | None = None, skip: tuple[str, ...] = (), negatable: bool = False):
     """The options of a tool made from a config class: one per field made by :func:`nmtkit.settings.setting`, with
     its default (or ``defaults``' where a tool differs), help, metavar, choices, short flag and path kind, received
     by the field's name; a field without a default is required, a list repeatable, a bool a switch that turns its
-    default around; ``skip``: fields the tool declares itself."""
+    default around (``negatable``: and its off form too, ``--source-numbers/--no-source-numbers``, where a
+    checkpoint's saved defaults may have turned it on); ``skip``: fields the tool declares itself."""
     from dataclasses import MISSING
 
     from nmtkit.settings import PATHS, flag_of, kind, options_of, repeated
@@ -42,7 +43,12 @@ def config_options(cls, defaults: dict | None = None, skip: tuple[str, ...] = ()
             names = [flag_of(f), *([f.metadata["short"]] if f.metadata["short"] else []), f.name]
             default = defaults.get(f.name, None if f.default is MISSING else f.default)
             shown = dict(help=f.metadata["help"] or None, metavar=f.metadata["metavar"])
+            if f.metadata.get("envvar"):  # (a secret's: not on the command line, where ps shows it)
+                shown.update(envvar=f.metadata["envvar"], show_envvar=True)
             if kind(f) is bool:
+                if negatable:  # (--no-unk's off form: --unk)
+                    off = "--" + names[0][5:] if names[0].startswith("--no-") else "--no-" + names[0][2:]
+                    names[0] = f"{names[0]}/{off}"
                 option = click.option(*names, is_flag=True, flag_value=not default, default=default, **shown)
             else:
                 value = click.Choice(f.metadata["choices"]) if f.metadata["choices"] else \
@@ -61,10 +67,21 @@ def config_options(cls, defaults: dict | None = None, skip: tuple[str, ...] = ()
 
 def decode_options(command):
     """The decoding options of a tool, one per field of :class:`nmtkit.translate.config.DecodeConfig` (written there
-    once); the command receives them by their field names and builds the object with ``DecodeConfig.from_dict``."""
+    once); the command receives them by their field names and builds the object with ``DecodeConfig.from_dict``.
+    Each switch has its off form (``--no-source-numbers``): a checkpoint's saved defaults may turn it on
+    (nmtkit/translate/defaults.py)."""
     from nmtkit.translate.config import DecodeConfig
 
-    return config_options(DecodeConfig)(command)
+    return config_options(DecodeConfig, negatable=True)(command)
+
+
+def given_options(ctx: click.Context) -> list[str]:
+    """The parameters given on the command line, not left at their defaults (by name): what wins over a
+    checkpoint's saved decoding defaults (nmtkit/translate/defaults.py)."""
+    from click.core import ParameterSource
+
+    return [p.name for p in ctx.command.params
+            if ctx.get_parameter_source(p.name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
 
 
 def retired(options: dict[str, str]):

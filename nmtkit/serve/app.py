@@ -11,11 +11,15 @@ Routes (one table, :data:`nmtkit.serve.openapi.ENDPOINTS`, makes both these and 
 - ``POST /translate``: ``{"src": [lines], ...}`` → ``{"translations": [one result per line, in order]}``
   (nmtkit/serve/service.py).
 - Errors are ``{"error": "<one line>"}``: 400 for JSON that is malformed or of the wrong shape or types, 404 and 405
-  for an unknown route or method, 413 for more than ``--max-lines`` lines or ``--max-chars`` characters, 503 with
-  ``Retry-After`` while loading or when the queue is full, 504 when a request waited longer than ``--timeout``.
+  for an unknown route or method, 413 for more than ``--max-lines`` lines or ``--max-chars`` characters or a request
+  that would cost more than a limit allows, known before it is queued (nmtkit/serve/limits.py: ``--max-beam``,
+  ``--max-nbest``, ``--max-target-len``, ``--max-attention-cells``), 503 with ``Retry-After`` while loading or when
+  the queue is full, 504 when a request waited longer than ``--timeout``.  An error a request causes inside the
+  server is its 500 and one log line naming it; the traceback is logged at debug level only.
 
 One log line per request: method, path, status, milliseconds, and for a translation its lines, the lines of the
-batch they were decoded in, and the milliseconds queued and decoding.
+batch they were decoded in (the largest, and how many batches when a request was decoded in several), and the
+milliseconds queued and decoding.
 """
 
 from __future__ import annotations
@@ -30,13 +34,15 @@ from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request as HTTPRequest
+from starlette.requests import ClientDisconnect, Request as HTTPRequest
 from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route
 
 from nmtkit.errors import InputError
 from nmtkit.serve.batcher import Batcher, Overloaded
 from nmtkit.serve.config import ServeConfig
+from nmtkit.serve.guard import guard
+from nmtkit.serve.limits import TooCostly, cost
 from nmtkit.serve.openapi import ENDPOINTS, schema
 from nmtkit.serve.service import TranslationService, read_request
 
@@ -45,6 +51,8 @@ BODY_SLACK = 65_536  # bytes of JSON a request may hold beside its lines' text (
 
 
 def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    # (a message may quote a request's lone surrogate, "\ud800", which has no UTF-8: escaped, not a 500)
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
@@ -74,7 +82,7 @@ def make_app(cfg: ServeConfig, load: Callable[[], TranslationService],
                 on_failure(e)
                 return
             state.batcher = Batcher(service, cfg.max_batch, cfg.batch_wait_ms / 1000, cfg.max_queue,
-                                    service.concurrency)
+                                    service.concurrency, cfg.batch_work)
             state.batcher.start()
             state.service = service
             log.info("ready: %s", ", ".join(m["path"] for m in service.describe()["models"]))
@@ -90,6 +98,9 @@ def make_app(cfg: ServeConfig, load: Callable[[], TranslationService],
     async def health(request: HTTPRequest) -> JSONResponse:
         if state.service is None:
             return JSONResponse({"status": "loading"}, status_code=503, headers={"Retry-After": "1"})
+        if not state.service.translator.workers_ready:  # (a decoding worker died; its replacement is loading)
+            return JSONResponse({"status": "restarting a decoding worker"}, status_code=503,
+                                headers={"Retry-After": "1"})
         return JSONResponse({"status": "ok"})
 
     async def models(request: HTTPRequest) -> JSONResponse:
@@ -112,7 +123,7 @@ def make_app(cfg: ServeConfig, load: Callable[[], TranslationService],
         except (ValueError, UnicodeDecodeError) as e:
             return error(400, f"the body is not JSON: {e}")
         try:
-            req = read_request(parsed)
+            req = read_request(parsed, cfg.decoding_defaults)
         except InputError as e:
             return error(400, str(e))
         if len(req.lines) > cfg.max_lines:
@@ -121,8 +132,14 @@ def make_app(cfg: ServeConfig, load: Callable[[], TranslationService],
             return error(413, f"{req.chars} characters: at most {cfg.max_chars} a request (--max-chars)")
         if state.service is None:
             return error(503, "the model is loading", {"Retry-After": "1"})
+        try:  # (read as the translator reads it, off the event loop: what it may cost, before it is queued)
+            needs = await asyncio.get_running_loop().run_in_executor(None, cost, req, state.service.translator, cfg)
+        except TooCostly as e:
+            return error(413, str(e))
+        except InputError as e:
+            return error(400, str(e))
         try:
-            outcome = await state.batcher.translate(req, cfg.timeout)
+            outcome = await state.batcher.translate(req, cfg.timeout, needs.work)
         except Overloaded as e:
             return error(503, f"too busy: {e}; try again", {"Retry-After": "1"})
         except asyncio.TimeoutError:
@@ -130,7 +147,8 @@ def make_app(cfg: ServeConfig, load: Callable[[], TranslationService],
         except InputError as e:
             return error(400, str(e))
         request.scope.setdefault("nmtkit", {}).update(
-            lines=len(req.lines), batch=outcome.batch_lines, queue_ms=outcome.queue_ms, decode_ms=outcome.decode_ms)
+            lines=len(req.lines), batch=outcome.batch_lines, queue_ms=outcome.queue_ms, decode_ms=outcome.decode_ms,
+            batches=outcome.batches)
         return JSONResponse({"translations": outcome.results})
 
     async def http_error(request: HTTPRequest, exc: HTTPException) -> JSONResponse:
@@ -139,13 +157,15 @@ def make_app(cfg: ServeConfig, load: Callable[[], TranslationService],
         return error(exc.status_code, str(message), getattr(exc, "headers", None))
 
     async def server_error(request: HTTPRequest, exc: Exception) -> JSONResponse:
-        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-        return error(500, f"internal error: {type(exc).__name__}: {exc}".splitlines()[0])
+        message = f"internal error: {type(exc).__name__}: {exc}".splitlines()[0]
+        log.error("%s %s failed: %s", request.method, request.url.path, message)  # (the request, one line)
+        log.debug("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return error(500, message)
 
     handlers = {"index": index, "health": health, "models": models, "openapi": openapi, "translate": translate}
     app = Starlette(routes=[Route(e.path, handlers[e.handler], methods=[e.method.upper()]) for e in ENDPOINTS],
                     exception_handlers={HTTPException: http_error, Exception: server_error}, lifespan=lifespan)
-    return RequestLog(app)
+    return RequestLog(guard(app, cfg))  # (hosts, origins, API key: nmtkit/serve/guard.py)
 
 
 async def _read_body(request: HTTPRequest, limit: int) -> bytes:
@@ -154,11 +174,14 @@ async def _read_body(request: HTTPRequest, limit: int) -> bytes:
     if length is not None and length.isdigit() and int(length) > limit:
         raise HTTPException(413, f"a body of {int(length)} bytes: at most {limit} (--max-chars)")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPException(413, f"a body of more than {limit} bytes (--max-chars)")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise HTTPException(413, f"a body of more than {limit} bytes (--max-chars)")
+            chunks.append(chunk)
+    except ClientDisconnect:  # (the client's doing, not a fault of the server: no 500, no error in the log)
+        raise HTTPException(400, "the client closed the connection before it sent its whole body") from None
     return b"".join(chunks)
 
 
@@ -180,9 +203,13 @@ class RequestLog:
 
         try:
             await self.app(scope, receive, sending)
+        except Exception:  # (Starlette answers 500 and logs it with server_error, then raises it again for the
+            if not status:  # ASGI server, which would log its traceback: it ends here)
+                raise
         finally:
             extra = scope.get("nmtkit", {})
-            detail = (f"; {extra['lines']} lines, batch of {extra['batch']}, queued {extra['queue_ms']:.0f} ms, "
-                      f"decoded {extra['decode_ms']:.0f} ms") if extra else ""
+            several = f" ({extra['batches']} batches)" if extra.get("batches", 1) > 1 else ""
+            detail = (f"; {extra['lines']} lines, batch of {extra['batch']}{several}, queued {extra['queue_ms']:.0f} "
+                      f"ms, decoded {extra['decode_ms']:.0f} ms") if extra else ""
             log.info("%s %s %s %.0f ms%s", scope["method"], scope["path"], status[0] if status else "-",
                      (time.monotonic() - start) * 1000, detail)

@@ -1,18 +1,20 @@
 """Batching across clients: the lines of concurrent requests are decoded together.
 
 A request's lines wait in one queue, in arrival order.  The batch is formed around the request at its head: it
-takes, in order, the waiting requests with the same settings (:attr:`nmtkit.serve.service.Request.key`: decoding
-options, and whether attention is needed) until they hold ``max_batch`` lines.  It is decoded as soon as it holds
-them, or once no line it could take has arrived for ``wait`` seconds -- counted from the head's arrival, or from
-the moment the previous batch was decoded if that is later -- but at most ``QUIET_CAP`` times ``wait`` after that
-moment (a large ``wait`` can so come near a request's timeout).  Marian's ``--queue-timeout`` counts from the
-head's arrival alone; so did this batcher, and clients that send their next line as soon as they are answered fell
-into lock-step: a batch that ended sent its clients back, the first of them started the wait, the stragglers missed
-it and formed a second, smaller batch behind it, and so for good (16 clients: batches of 10 and 6 in turn;
+takes, in order (the least served first, below), the waiting requests with the same settings
+(:attr:`nmtkit.serve.service.Request.key`: decoding options, and whether attention is needed) until they hold
+``max_batch`` lines.  It is decoded as soon as it holds them (or lines whose work fills ``budget``, below), or once
+no line it could take has arrived for ``wait`` seconds -- counted from the head's arrival, or from the moment the
+previous batch was decoded if that is later -- but at most ``QUIET_CAP`` times ``wait`` after that moment (a
+large ``wait`` can so come near a request's timeout).  Marian's ``--queue-timeout`` counts from the head's arrival
+alone; so did this batcher, and clients that send their next line as soon as they are answered fell into
+lock-step: a batch that ended sent its clients back, the first of them started the wait, the stragglers missed it
+and formed a second, smaller batch behind it, and so for good (16 clients: batches of 10 and 6 in turn;
 tests/bench/results/bench_serve.txt).  Waiting for a quiet moment, and giving the clients of the batch just decoded
-the time to come back, keeps them in one batch.  A request of more lines than ``max_batch`` is a batch of its own.
-Requests with other settings wait for a later batch.  Decoding runs on threads of its own, so the event loop goes on
-answering (``/health`` during a long batch) and queueing; each request gets back exactly its own lines.
+the time to come back, keeps them in one batch.  A request of more lines than ``max_batch`` is decoded that many
+lines a batch.  Requests with other settings wait for a later batch.  Decoding runs on threads of its own, so the
+event loop goes on answering (``/health`` during a long batch) and queueing; each request gets back exactly its own
+lines.
 With ``concurrency`` > 1 (``nmt-serve --workers``: decoding processes) that many batches are decoded at once, each
 on a thread that hands it to the workers; the next batch forms while they decode, from what waits meanwhile, and
 while several are free a batch takes only its share of the lines waiting (16 lines, two free: 8 each), so that
@@ -20,14 +22,27 @@ clients in one batch do not leave the other processes idle.  (Continuous batchin
 search between its steps -- lost to this at every load, tests/bench/results/bench_serve.txt; its code is on the
 git tag retired/continuous-batching.)
 
+What a batch may cost is bounded too: each line comes with its *work*, hypotheses × the target tokens its settings
+allow (nmtkit/serve/limits.py, measured before it was queued), and a batch takes lines while they fit in
+``budget`` (``--batch-work``; its first line whatever it costs).  A request of more is decoded a few lines a batch,
+and the queue serves the requests that have had the least work decoded first, in arrival order among equals: a
+one-line request that comes while a long one is decoding waits for one batch of it at most, not for all of it
+(before, a 45,000-word prefix at beam 50 held the engine for the whole ``--timeout`` and every other client got
+504).  A request's parts are numbered on from the lines before them (:meth:`nmtkit.serve.service.Request.part`), so
+that sampling draws the same.  A batch that fails is decoded again a request at a time, so that one request's line
+that breaks the decoding fails that request alone, never its neighbours.
+
 A request that would make the queue hold more than ``max_queue`` lines is refused at once (:class:`Overloaded`);
-one that waits longer than its timeout gets :class:`asyncio.TimeoutError` and its lines leave the queue if they have
-not been taken into a batch yet (a batch being decoded is not interrupted; its result for that request is dropped).
+one that waits longer than its timeout gets :class:`asyncio.TimeoutError` and its lines leave the queue, those of it
+not yet taken into a batch never decoded.  A batch being decoded runs to its end (a search on another thread, or in
+a worker process, is not interrupted between its steps; its result for that request is dropped): what it can hold
+the engine for is one batch's work.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,7 +50,7 @@ from dataclasses import dataclass, field
 from nmtkit.runtime import IDLE_TRIM_S, trim_heap
 from nmtkit.serve.service import Request, TranslationService
 
-
+log = logging.getLogger("nmtkit.serve")
 QUIET_CAP = 10  # a batch waits for more lines at most this many times ``wait`` in all
 
 
@@ -48,24 +63,55 @@ class Outcome:
     """A request's results and how they were made (for its log line)."""
 
     results: list[dict]
-    batch_lines: int  # lines of the batch its lines were decoded in
-    queue_ms: float  # from arrival to the start of that batch
-    decode_ms: float  # the batch's decoding
+    batch_lines: int  # lines of the (largest) batch its lines were decoded in
+    queue_ms: float  # from arrival to the start of its first batch
+    decode_ms: float  # its batches' decoding
+    batches: int = 1  # the batches its lines were decoded in
 
 
-@dataclass
+@dataclass(eq=False)  # (a request is itself: found in the queue by identity, never by comparing lines)
 class _Job:
     request: Request
     future: asyncio.Future
+    work: list[int]  # each line's (nmtkit/serve/limits.py)
     arrived: float = field(default_factory=time.monotonic)
     abandoned: bool = False  # (its client stopped waiting: nothing to hand it)
+    taken: int = 0  # lines handed to batches, from the first on (the others wait)
+    served: int = 0  # their work (the queue serves the least served first)
+    finished: int = 0  # lines whose results came back
+    results: list = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)  # the lines of each batch that decoded some of its lines
+    started: float | None = None  # (time.monotonic) when its first batch started
+    decode_ms: float = 0.0
+
+    @property
+    def waiting(self) -> int:
+        return len(self.request.lines) - self.taken
+
+
+@dataclass(eq=False)
+class _Part:
+    """A request's lines ``first`` to ``stop`` (``stop`` excluded), decoded in one batch."""
+
+    job: _Job
+    first: int
+    stop: int
+    request: Request = field(init=False)  # (those lines as a request of their own, numbered as in the whole)
+
+    def __post_init__(self):
+        self.request = self.job.request.part(self.first, self.stop)
+
+    @property
+    def arrived(self) -> float:
+        return self.job.arrived
 
 
 class Batcher:
     def __init__(self, service: TranslationService, max_batch: int, wait: float, max_queue: int,
-                 concurrency: int = 1):
+                 concurrency: int = 1, budget: int | None = None):
         self.service, self.max_batch, self.wait, self.max_queue = service, max_batch, wait, max_queue
-        self.queue: list[_Job] = []
+        self.budget = budget  # the work a batch is given (None: no bound)
+        self.queue: list[_Job] = []  # (requests with lines not yet taken into a batch, in arrival order)
         self.queued_lines = 0
         self._changed: asyncio.Event | None = None
         self._slots: asyncio.Semaphore | None = None  # batches that may be decoding at once
@@ -93,14 +139,16 @@ class Batcher:
             await asyncio.wait(self._decoding)
         self._executor.shutdown(wait=True)
 
-    async def translate(self, request: Request, timeout: float) -> Outcome:
-        """The request's results once its batch is decoded (:class:`Overloaded`, :class:`asyncio.TimeoutError`)."""
+    async def translate(self, request: Request, timeout: float, work: list[int] | None = None) -> Outcome:
+        """The request's results once its lines are decoded (:class:`Overloaded`, :class:`asyncio.TimeoutError`);
+        ``work``: each line's (nmtkit/serve/limits.py; None: nothing, as for lines that cost nothing)."""
         if not request.lines:
-            return Outcome([], 0, 0.0, 0.0)
+            return Outcome([], 0, 0.0, 0.0, 0)
         n = len(request.lines)
         if self.queued_lines + n > self.max_queue:
             raise Overloaded(f"the queue holds {self.queued_lines} lines of at most {self.max_queue}")
-        job = _Job(request, asyncio.get_running_loop().create_future())
+        job = _Job(request, asyncio.get_running_loop().create_future(), list(work) if work is not None else [0] * n)
+        job.results = [None] * n
         self.queue.append(job)
         self.queued_lines += n
         self._changed.set()
@@ -108,14 +156,18 @@ class Batcher:
             return await asyncio.wait_for(asyncio.shield(job.future), timeout)
         except (asyncio.TimeoutError, asyncio.CancelledError):
             job.abandoned = True
-            self._drop(job)
+            self._drop(job)  # (its lines not yet in a batch are never decoded)
             raise
 
     def _drop(self, job: _Job) -> None:
         if job in self.queue:
             self.queue.remove(job)
-            self.queued_lines -= len(job.request.lines)
+            self.queued_lines -= job.waiting
             self._changed.set()  # (a batch forming around it stops waiting)
+
+    def _order(self) -> list[_Job]:
+        """The waiting requests, least served first, in arrival order among equals."""
+        return sorted(self.queue, key=lambda job: job.served)
 
     async def _run(self) -> None:
         while True:
@@ -133,8 +185,8 @@ class Batcher:
             self._decoding.add(task)
             task.add_done_callback(self._decoding.discard)
 
-    async def _form(self) -> tuple[list[_Job], int]:
-        """The next batch, taken off the queue (empty when its head timed out while it formed)."""
+    async def _form(self) -> tuple[list[_Part], int]:
+        """The next batch, taken off the queue, and its lines (empty when its head timed out while it formed)."""
         while not self.queue:
             self._changed.clear()
             try:
@@ -143,10 +195,10 @@ class Batcher:
                 if not self._decoding:
                     await asyncio.get_running_loop().run_in_executor(self._executor, trim_heap)
                 await self._changed.wait()
-        head = self.queue[0]
+        head = self._order()[0]
         key = head.request.key
         start = max(head.arrived, self._freed)  # (a line that waited for a batch to finish waits from then on)
-        while head in self.queue and self._lines(key) < self.max_batch:
+        while head in self.queue and self._lines(key) < self.max_batch and not self._full(key):
             now = time.monotonic()
             # (the latest line it could take: lines with other settings do not hold it back)
             last = max(job.arrived for job in self.queue if job.request.key == key)
@@ -159,40 +211,89 @@ class Batcher:
         # (with several decoding processes free, a batch takes its share of the lines waiting: they all decode)
         free = max(1, self.concurrency - self._busy)
         most = min(self.max_batch, -(-self._lines(key) // free))
-        batch, lines = [], 0
-        for job in list(self.queue):
+        batch, lines, work = [], 0, 0
+        for job in self._order():
             if job.request.key != key:
                 continue
-            if batch and lines + len(job.request.lines) > most:
+            first = stop = job.taken
+            while stop < len(job.work) and (lines == 0 or (lines < most and (
+                    self.budget is None or work + job.work[stop] <= self.budget))):
+                work += job.work[stop]
+                lines += 1
+                stop += 1
+            if stop > first:
+                batch.append(_Part(job, first, stop))
+            if stop < len(job.work):  # (its next line does not fit: the batch is full)
                 break
-            batch.append(job)
-            lines += len(job.request.lines)
-        for job in batch:
-            self._drop(job)
+        for part in batch:
+            job = part.job
+            job.taken, job.served = part.stop, job.served + sum(job.work[part.first:part.stop])
+            self.queued_lines -= part.stop - part.first
+            if not job.waiting:
+                self.queue.remove(job)
         return batch, lines
 
-    async def _decode(self, batch: list[_Job], lines: int) -> None:
-        """Decode one batch on a thread of the executor and hand each request its results."""
+    def _full(self, key) -> bool:
+        """Whether the lines with these settings waiting would fill a batch's work."""
+        return self.budget is not None and sum(sum(job.work[job.taken:]) for job in self.queue
+                                               if job.request.key == key) >= self.budget
+
+    async def _decode(self, batch: list[_Part], lines: int) -> None:
+        """Decode one batch on a thread of the executor and hand each request the results of its lines."""
         start = time.monotonic()
+        for part in batch:
+            part.job.started = start if part.job.started is None else part.job.started
         try:
-            results = await asyncio.get_running_loop().run_in_executor(self._executor, self.service.translate,
-                                                                       [job.request for job in batch])
-        except Exception as e:  # (the error of these requests: the server goes on)
-            for job in batch:
-                if not job.abandoned:
-                    job.future.set_exception(e)
-            return
+            results = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._translate, [part.request for part in batch])
+        except Exception as e:  # (the executor itself failed: the error of these requests; the server goes on)
+            results = [e] * len(batch)
         finally:
             self._freed = time.monotonic()
             self._busy -= 1
             self._slots.release()
         decode_ms = (time.monotonic() - start) * 1000
-        for job, result in zip(batch, results):
-            if not job.abandoned:
-                job.future.set_result(Outcome(result, lines, (start - job.arrived) * 1000, decode_ms))
+        for part, result in zip(batch, results):
+            self._deliver(part, result, lines, decode_ms)
+
+    def _translate(self, requests: list[Request]) -> list:
+        """Each request's results, or the exception its lines raised: a batch that fails is decoded again a
+        request at a time, so that the request whose line breaks the decoding is the only one that fails."""
+        try:
+            return self.service.translate(requests)
+        except Exception as e:
+            if len(requests) == 1:
+                return [e]
+            log.warning("a batch of %d requests failed (%s); decoding them one at a time", len(requests),
+                        f"{type(e).__name__}: {e}".splitlines()[0])
+        out = []
+        for request in requests:
+            try:
+                out.append(self.service.translate([request])[0])
+            except Exception as e:
+                out.append(e)
+        return out
+
+    def _deliver(self, part: _Part, result, lines: int, decode_ms: float) -> None:
+        """A part of a request decoded (``result``: its lines' results, or an exception): the request's answer once
+        all its lines are."""
+        job = part.job
+        if job.abandoned or job.future.done():
+            return
+        if isinstance(result, BaseException):
+            self._drop(job)  # (its other lines are not decoded)
+            job.future.set_exception(result)
+            return
+        job.results[part.first:part.stop] = result
+        job.finished += part.stop - part.first
+        job.batches.append(lines)
+        job.decode_ms += decode_ms
+        if job.finished == len(job.results):
+            job.future.set_result(Outcome(job.results, max(job.batches), (job.started - job.arrived) * 1000,
+                                          job.decode_ms, len(job.batches)))
 
     def _lines(self, key) -> int:
-        return sum(len(job.request.lines) for job in self.queue if job.request.key == key)
+        return sum(job.waiting for job in self.queue if job.request.key == key)
 
 
 async def _set_within(event: asyncio.Event, timeout: float | None) -> bool:

@@ -46,7 +46,8 @@ ENDPOINTS = (
     Endpoint("/translate", "post", "translate", "Translate lines", lambda j: {
         "200": {"description": "One result per line, in order", "content": j("Translations")},
         "400": _error("malformed JSON, a wrong type or an unknown or bad option"),
-        "413": _error("too many lines or characters"),
+        "413": _error("too many lines or characters, or more than a limit on what a request may cost allows (the "
+                      "server's --max-beam, --max-nbest, --max-target-len, --max-attention-cells)"),
         "503": _error("loading, or the queue is full (Retry-After)"),
         "504": _error("no translation within the timeout")}, request="Request"),
 )
@@ -69,7 +70,9 @@ def schema(cfg: ServeConfig) -> dict:
     options = {}
     for f in dataclasses.fields(DecodeConfig):
         kind = _TYPES[field_kind(f.name)]
-        options[f.name] = {"type": [kind, "null"] if f.default is None else kind, "default": f.default,
+        # (the default a request gets: the checkpoint's saved one, else the built-in one)
+        default = cfg.decoding_defaults.get(f.name, f.default)
+        options[f.name] = {"type": [kind, "null"] if f.default is None else kind, "default": default,
                            "description": f.metadata["help"]}
         if f.metadata["choices"]:
             options[f.name]["enum"] = list(f.metadata["choices"])
@@ -78,7 +81,9 @@ def schema(cfg: ServeConfig) -> dict:
         "properties": {
             "src": {"type": "array", "items": {"type": "string"}, "maxItems": cfg.max_lines,
                     "description": f"The lines to translate, one result each, in order (empty lines too); at most "
-                                   f"{cfg.max_lines} lines and {cfg.max_chars} characters a request."},
+                                   f"{cfg.max_lines} lines and {cfg.max_chars} characters a request, prefixes "
+                                   f"included; beam at most {cfg.max_beam}, nbest {cfg.max_nbest}, "
+                                   f"{cfg.max_target_len} target tokens a line."},
             "prefix": {"type": "array", "items": {"type": "string"},
                        "description": "One target prefix per line (\"\": none): each translation starts with it, "
                                       "as given (nmt-translate --prefix)."},

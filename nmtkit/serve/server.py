@@ -12,6 +12,7 @@ second description of the same options (nmtkit/serve/openapi.py).
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import sys
@@ -20,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from nmtkit.errors import InputError
 from nmtkit.serve.config import ServeConfig
+from nmtkit.serve.connections import filter_repeats, protocol, raise_file_limit
+from nmtkit.serve.guard import warn_if_exposed
 from nmtkit.serve.service import Request, TranslationService
 
 log = logging.getLogger("nmtkit.serve")
@@ -50,13 +53,14 @@ def load(cfg: ServeConfig) -> TranslationService:
 
     if cfg.translator.threads:
         torch.set_num_threads(cfg.translator.threads)
-    translator = Translator(list(cfg.checkpoints), DecodeConfig(), cfg.translator, unk_dict=cfg.unk_dict,
-                            workers=workers(cfg))
+    decode = DecodeConfig.from_dict(cfg.decoding_defaults)  # (what a request that sets nothing decodes with)
+    translator = Translator(list(cfg.checkpoints), decode, cfg.translator, unk_dict=cfg.unk_dict,
+                            workers=workers(cfg), restart_workers=True)
     service = TranslationService(translator)
     try:  # one warm-up a worker, at once (the pool hands each to the idlest)
         with ThreadPoolExecutor(service.concurrency) as pool:
             list(pool.map(service.translate,
-                          [[Request([WARM_UP] * cfg.max_batch, DecodeConfig())]] * service.concurrency))
+                          [[Request([WARM_UP] * cfg.max_batch, decode)]] * service.concurrency))
     except BaseException:
         service.close()
         raise
@@ -84,21 +88,31 @@ def serve(cfg: ServeConfig, announce=print) -> None:
     from nmtkit.serve.app import make_app
 
     cfg.check()
+    filter_repeats()
+    warn_if_exposed(cfg)
     sock = listen(cfg.host, cfg.port)
     failure: list[BaseException] = []
+    services: list[TranslationService] = []
     server: uvicorn.Server | None = None
 
     def on_failure(e: BaseException) -> None:
         failure.append(e)
         server.should_exit = True
 
-    app = make_app(cfg, lambda: load(cfg), on_failure)
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
-                                           timeout_graceful_shutdown=max(1, round(cfg.timeout))))
+    def loaded() -> TranslationService:
+        services.append(load(cfg))
+        return services[-1]
+
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     announce(f"nmt-serve: listening on http://{shown}:{port}/ (loading the model: GET /health answers 200 when "
              "it is ready)", file=sys.stderr, flush=True)
+    app = make_app(cfg, loaded, on_failure)
+    server = uvicorn.Server(uvicorn.Config(
+        app, log_config=None, access_log=False, lifespan="on", ws="none",
+        http=protocol(cfg.read_timeout, raise_file_limit(cfg.max_connections)), timeout_keep_alive=cfg.read_timeout,
+        timeout_graceful_shutdown=max(1, round(cfg.timeout))))
+    finished = _stop_in_time(server, cfg.timeout, services)
     # uvicorn answers SIGTERM and SIGINT with the graceful shutdown, then raises the signal again for the handler it
     # found: a no-op one here, so that a shutdown asked for is a normal end (exit 0), not an interruption
     main = threading.current_thread() is threading.main_thread()  # (signals are the main thread's only)
@@ -106,6 +120,7 @@ def serve(cfg: ServeConfig, announce=print) -> None:
     try:
         server.run(sockets=[sock])
     finally:
+        finished.set()
         for s, h in handlers.items():
             signal.signal(s, h)
         sock.close()
@@ -114,3 +129,40 @@ def serve(cfg: ServeConfig, announce=print) -> None:
         if isinstance(e, InputError):
             raise e
         raise InputError(f"the model could not be loaded: {type(e).__name__}: {e}")
+
+
+STOP_MARGIN_S = 2.0  # after --timeout and the decoding workers' end, how long a shutdown may still take
+
+
+def _stop_in_time(server, grace: float, services: list[TranslationService]) -> threading.Event:
+    """Make a shutdown that SIGTERM or Ctrl-C asks for end within ``grace`` seconds (``--timeout``) and a little:
+    by then every request in flight has had its answer or its 504, but a batch may still be decoding, which
+    uvicorn's graceful shutdown waits for (a long batch held a server 136 s after SIGTERM with ``--timeout 10``).
+    Then the decoding workers are killed (the batch fails; nobody waits for it), and a batch decoding in this
+    process, which cannot be stopped, is left: the process exits without it.  The event returned is to be set
+    once the server has stopped."""
+    finished, asked = threading.Event(), threading.Event()
+    handle_exit = server.handle_exit
+
+    def watch() -> None:
+        if finished.wait(grace + 0.5):
+            return
+        log.warning("still decoding %g s after the signal to stop (--timeout): stopping the decoding", grace)
+        for service in services:
+            service.close()  # (kills the workers of batches still pending)
+        if finished.wait(STOP_MARGIN_S):
+            return
+        log.warning("a batch decoding in this process cannot be stopped: exiting without it")
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        sys.stderr.flush()
+        os._exit(0)  # (a shutdown asked for: a normal end, as the graceful one)
+
+    def on_signal(sig, frame) -> None:
+        handle_exit(sig, frame)
+        if not asked.is_set():
+            asked.set()
+            threading.Thread(target=watch, name="nmt-serve-stop", daemon=True).start()
+
+    server.handle_exit = on_signal  # (uvicorn installs it as the handler of SIGTERM and SIGINT as it starts)
+    return finished

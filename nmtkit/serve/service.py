@@ -12,6 +12,7 @@ subword columns summed, rows averaged, as ``nmt-align`` and the alignment use it
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,10 +31,18 @@ class Request:
     prefixes: list[str] | None = None  # one per line ("" = none), or None
     alignment: bool = False
     attention: bool = False
-    chars: int = field(init=False)
+    first: int = 1  # the number of its first line (a part of a longer request: its lines are numbered on)
+    chars: int = field(init=False)  # (its lines' and prefixes': what --max-chars bounds)
 
     def __post_init__(self):
-        self.chars = sum(len(x) for x in self.lines)
+        self.chars = sum(len(x) for x in self.lines) + sum(len(x) for x in self.prefixes or [])
+
+    def part(self, start: int, stop: int) -> Request:
+        """Its lines ``start`` to ``stop`` (0-based, ``stop`` excluded) as a request of their own, numbered as
+        they are here (a long request is decoded a few lines a batch: nmtkit/serve/batcher.py)."""
+        return Request(self.lines[start:stop], self.decode,
+                       self.prefixes[start:stop] if self.prefixes is not None else None, self.alignment,
+                       self.attention, self.first + start)
 
     @property
     def key(self) -> tuple:
@@ -41,9 +50,12 @@ class Request:
         return self.decode, self.alignment or self.attention
 
 
-def read_request(body: Any) -> Request:
-    """A request's parsed JSON → :class:`Request`; anything else is one :class:`InputError` naming the field."""
+def read_request(body: Any, defaults: dict | None = None) -> Request:
+    """A request's parsed JSON → :class:`Request`; anything else is one :class:`InputError` naming the field.
+    ``defaults``: the checkpoint's saved decoding defaults, under the request's own settings
+    (nmtkit/translate/defaults.py)."""
     from nmtkit.translate.config import DecodeConfig
+    from nmtkit.translate.defaults import PATH_SETTINGS, resolve
 
     if not isinstance(body, dict):
         raise InputError(f"the request must be a JSON object with \"src\" (got {type(body).__name__})")
@@ -62,7 +74,11 @@ def read_request(body: Any) -> Request:
         if not isinstance(value, bool):
             raise InputError(f"\"{name}\" must be true or false (got {value!r})")
         flags[name] = value
-    decode = DecodeConfig.from_dict({k: v for k, v in body.items() if k not in REQUEST_KEYS})
+    settings = {k: v for k, v in body.items() if k not in REQUEST_KEYS}
+    if defaults and not any(k in PATH_SETTINGS for k in settings):  # (a request names no file: from_dict says so)
+        decode = resolve(defaults, settings).decode
+    else:
+        decode = DecodeConfig.from_dict(settings)
     if decode.alignment_method != "attention" and not flags["alignment"]:  # (as nmt-translate refuses it)
         raise InputError(f"\"alignment_method\": \"{decode.alignment_method}\" says how the alignment is made: "
                          "ask for it with \"alignment\": true")
@@ -75,6 +91,11 @@ def _strings(value: Any, name: str) -> list[str]:
     for k, x in enumerate(value):
         if "\n" in x or "\r" in x:
             raise InputError(f"\"{name}\"[{k}] holds a line break: one line per entry")
+        try:  # (JSON's "\ud800" escape: a string no file holds, which breaks SentencePiece and the JSON answer)
+            x.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InputError(f"\"{name}\"[{k}] holds a lone surrogate (U+{ord(x[e.start]):04X} at character "
+                             f"{e.start}): not text") from None
     return value
 
 
@@ -110,8 +131,8 @@ class TranslationService:
 
     def translate(self, requests: list[Request]) -> list[list[dict]]:
         """Requests that share their :attr:`Request.key` → each one's results, one per line, in order.  Each
-        request's lines are numbered from 1 as in a file of its own, so that sampling draws what ``nmt-translate``
-        draws for that file."""
+        request's lines are numbered from 1 as in a file of its own (a part of one, :meth:`Request.part`, on from the
+        lines before it), so that sampling draws what ``nmt-translate`` draws for that file."""
         if not requests:
             return []
         translator = self._translator(*_key(requests))
@@ -126,8 +147,9 @@ def _key(requests: list[Request]) -> tuple:
 
 
 def _lines(requests: list[Request]) -> tuple[list[tuple[int, str]], list[str] | None]:
-    """The requests' lines, each request's numbered from 1, and their prefixes (None: no request has any)."""
-    numbered = [(k, line) for r in requests for k, line in enumerate(r.lines, start=1)]
+    """The requests' lines, each request's numbered from its first (1, or on from the part before), and their
+    prefixes (None: no request has any)."""
+    numbered = [(k, line) for r in requests for k, line in enumerate(r.lines, start=r.first)]
     prefixes = None
     if any(r.prefixes is not None for r in requests):
         prefixes = [p for r in requests for p in (r.prefixes or [""] * len(r.lines))]
@@ -147,6 +169,11 @@ def _result(t, request: Request) -> dict:
     """One line's result as JSON: what nmt-translate writes for it."""
     from nmtkit.translate.wordalign import pharaoh
 
+    numbers = [t.score, *(x for _, logprob, norm, _ in t.nbest for x in (logprob, norm))]
+    if not all(math.isfinite(x) for x in numbers):  # (JSON has no NaN: the answer could not be written, a 500)
+        raise InputError(f"line {t.line}: a score of {next(x for x in numbers if not math.isfinite(x))}: its "
+                         f"settings leave no finite probabilities (sampling {request.decode.sampling!r}, lenpen "
+                         f"{request.decode.lenpen:g})")
     result: dict[str, Any] = {"tgt": t.text, "score": t.score}
     if request.decode.nbest > 1:
         result["nbest"] = [{"tgt": text, "score": logprob, "ranking_score": norm, "length": length}
