@@ -14,9 +14,13 @@
 # 2. train     rnnsearch-small with the 'budget' recipe for S seconds of wall clock (default 3,600): Adam, the
 #              rate held then annealed to its floor exactly when the time runs out, at the speed this machine
 #              shows (nmtkit/train/recipes.py); resumable: run the script again after a kill          (nmt-train)
-# 3. leaves    WORKDIR/model/checkpoint_last.pt (the annealed model) and WORKDIR/translate.options, the nmt-translate
-#              options it is decoded with; it prints the command:
-#                 nmt-translate -m WORKDIR/model/checkpoint_last.pt $(cat WORKDIR/translate.options) < in.en > out.fr
+# 3. leaves    WORKDIR/model/checkpoint_last.pt (the annealed model), which carries the nmt-translate options it is
+#              decoded with as its decoding defaults (nmt-translate --save-defaults: nmt-translate and nmt-serve apply
+#              them unless told otherwise), and the same options as text in WORKDIR/translate.options; it prints:
+#                 nmt-translate -m WORKDIR/model/checkpoint_last.pt < in.en > out.fr
+# WORKDIR records the training corpus (the SHA-256 of its text), --dev and the languages it was prepared from
+# (WORKDIR/corpus.json): run again on another corpus or other languages, it stops with one line rather than resume
+# the old data's model (examples/one_hour_workdir.py).
 #
 # The choices are made by measurement at equal time on development sets the results are not reported on
 # (tests/bench/results/bench_recipe.txt, where the figures are): the digit-by-digit SentencePiece vocabulary
@@ -71,6 +75,11 @@ precision_option=()
 # the options the model is decoded with: a repeated-n-gram block of 4 pieces (bench_recipe.txt, the hour's model: the
 # same BLEU as no block, more chrF on both development sets, far fewer looping lines), numbers held to the source's
 DECODE_OPTIONS="--beam 12 --no-repeat-ngram 4 --source-numbers --all-numbers"
+
+# the training corpus and languages this WORKDIR was prepared from (WORKDIR/corpus.json): a run that names others
+# stops with one line, rather than resume the old data's model (examples/one_hour_workdir.py)
+python3 "$here/examples/one_hour_workdir.py" check "$work" "$train" "$dev" "$src" "$tgt"
+corpus=("$train" "$dev" "$src" "$tgt")
 mkdir -p "$work"
 step() { printf '\n== %s\n' "$*" >&2; }
 
@@ -78,25 +87,14 @@ if [ ! -f "$work/data/manifest.json" ]; then
     step "1/2 nmt-prepare: joint SentencePiece vocabulary of $SPM_UNITS units"
     split=() valid="$dev"
     if [ -z "$dev" ]; then  # hold 1,000 random pairs out of the training corpus for validation
-        python3 - "$train" "$work/split" "$src" "$tgt" "$SEED" <<'EOF'
-import random, sys
-from nmtkit.files import atomic_file, read_parallel, resolve_prefix
-prefix, out, src, tgt, seed = sys.argv[1:6]
-a, b = resolve_prefix(prefix, src, tgt)
-pairs = [(x.text, y.text) for x, y in read_parallel(a, b)]
-held = set(random.Random(int(seed)).sample(range(len(pairs)), min(1000, len(pairs) // 10)))
-for name, keep in (("train", lambda i: i not in held), ("valid", lambda i: i in held)):
-    for lang, side in ((src, 0), (tgt, 1)):
-        with atomic_file(f"{out}.{name}.{lang}") as f:
-            f.writelines(p[side] + "\n" for i, p in enumerate(pairs) if keep(i))
-print(f"one-hour.sh: {len(held):,} of {len(pairs):,} pairs held out for validation", file=sys.stderr)
-EOF
+        python3 "$here/examples/one_hour_workdir.py" split "$train" "$work/split" "$src" "$tgt" "$SEED"
         train="$work/split.train" valid="$work/split.valid"
     fi
     nmt-prepare -s "$src" -t "$tgt" --train "$train" --valid "$valid" --spm-vocab-size "$SPM_UNITS" --spm-split-digits \
         --src-vocab-size "$SPM_UNITS" --tgt-vocab-size "$SPM_UNITS" --max-len "$MAX_LEN" --workers "$WORKERS" \
-        --force --quiet --dest "$work/data.part"
+        --force --dest "$work/data.part"  # (not --quiet: its steps take minutes, and it says how far it is)
     rm -rf "$work/data" && mv "$work/data.part" "$work/data"
+    python3 "$here/examples/one_hour_workdir.py" record "$work" "${corpus[@]}"
 fi
 # a prepared directory left by an earlier run (or put there) must be what these settings prepare
 python3 - "$work/data/manifest.json" "$SPM_UNITS" "$MAX_LEN" <<'EOF'
@@ -124,6 +122,8 @@ python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1]), 1))"
 candidates="$(cd "$work/data" && pwd)/candidates.npz"
 [ -f "$candidates" ] && DECODE_OPTIONS="$DECODE_OPTIONS --candidates $candidates"
 echo "$DECODE_OPTIONS" > "$work/translate.options"
+# ... and in the checkpoint itself, which nmt-translate and nmt-serve then decode with (the table relative to it)
+nmt-translate -m "$work/model/checkpoint_last.pt" $DECODE_OPTIONS --save-defaults
 made=$(python3 -c "import json,sys; print(max(json.loads(l)['update'] for l in open(sys.argv[1])))" \
        "$work/model/train.jsonl")
 echo "$made" > "$work/train.updates"  # (the updates made, for the scripts that run this one)
@@ -149,5 +149,6 @@ cat >&2 <<EOF
 
 == done: $what
    model:    $work/model/checkpoint_last.pt   (annealed at the end of the budget; the training log: $work/model/train.jsonl)
-   decode:   nmt-translate -m $work/model/checkpoint_last.pt $DECODE_OPTIONS < in.$src > out.$tgt
+   decode:   nmt-translate -m $work/model/checkpoint_last.pt < in.$src > out.$tgt
+             (with the options saved in it: $DECODE_OPTIONS; an option given wins, --no-defaults: none)
 EOF

@@ -14,8 +14,8 @@
 #              'budget' recipe (Adam, annealed when the time runs out)                 (nmt-prepare, nmt-train)
 #              (the hour's 16,000 units and 50 pieces make slower updates, fewer of them in 10 minutes, and a
 #              lower validation BLEU: tests/bench/results/bench_recipe.txt)
-# 3. translate both tests with the options the recipe leaves (beam 12, no repeated 4-gram, numbers from the
-#              source)                                                                        (nmt-translate)
+# 3. translate both tests with the options the recipe saved in its checkpoint (beam 12, no repeated 4-gram, numbers
+#              from the source, the candidate table: nmt-translate applies them by itself)       (nmt-translate)
 # 4. score     sacreBLEU and chrF with signatures, numbers carried, loops, BLEU by sentence length   (nmt-score)
 # 5. align     attention matrices of three Hansards test sentences, like the paper's Figure 3       (nmt-align)
 #
@@ -89,12 +89,11 @@ SPM_UNITS="$units" MAX_LEN="${QUICKSTART_MAX_LEN:-36}" VALID_EVERY="$valid_every
     "$here/examples/one-hour.sh" "$raw/train" "$recipe" --dev "$raw/hansards-dev" --seconds "$seconds"
 made=$(cat "$recipe/train.updates")
 model="$recipe/model/checkpoint_last.pt"  # annealed at the end of the budget: the one to use
-read -r -a decode < "$recipe/translate.options"
 
-step "3/5 nmt-translate: ${decode[*]}"
+# (no decoding options here: the recipe saved them in the checkpoint, and nmt-translate applies them)
+step "3/5 nmt-translate, with the options saved in the checkpoint: $(cat "$recipe/translate.options")"
 for t in hansards-test news-test; do
-    nmt-translate -m "$model" -i "$raw/$t.en" -o "$work/$t.hyp.fr" "${decode[@]}" --alignments "$work/$t.align" \
-        --quiet
+    nmt-translate -m "$model" -i "$raw/$t.en" -o "$work/$t.hyp.fr" --alignments "$work/$t.align" --quiet
 done
 
 step "4/5 nmt-score"
@@ -140,7 +139,7 @@ cat >&2 <<EOF
 == Outputs:
   prepared corpus          $recipe/data/            (manifest.json: every preprocessing setting and count)
   model                    $model   (training log: $recipe/model/train.jsonl)
-  decoding options         $recipe/translate.options
+  decoding options         saved in the model (nmt-translate and nmt-serve apply them); as text: $recipe/translate.options
   translations             $work/hansards-test.hyp.fr, $work/news-test.hyp.fr   (sources and references in $raw/)
   word alignments          $work/hansards-test.align, $work/news-test.align     (Pharaoh i-j)
   scores                   $work/hansards-test.scores.txt, $work/news-test.scores.txt

@@ -88,8 +88,10 @@ def _two_nodes(small, run, options: dict) -> list[str]:
 
 def test_two_nodes_equal_one_process_and_resume_exactly(small, tmp_path):
     """Data parallelism across machines: two nodes of one process each compute the update of one process with the
-    same total batch, and a two-node run interrupted at update 3 and resumed is the uninterrupted two-node run, bit
-    for bit."""
+    same total batch (plain SGD: any error in the gradient's scale shows), and a two-node run interrupted at update
+    3 and resumed is the uninterrupted two-node run, bit for bit: its weights, its random state, and its optimizer's
+    state (the paper's Adadelta, which keeps two running averages a weight: plain SGD keeps none, so with it a
+    resume that lost them would pass)."""
     common = dict(batch_size=15, pool_batches=2, valid_every=2, valid_bleu_sentences=0, optimizer="sgd", lr=0.5,
                   clip_norm=0.0)
     single = Trainer(_cfg(small, tmp_path / "one", max_updates=6, **common))
@@ -102,8 +104,14 @@ def test_two_nodes_equal_one_process_and_resume_exactly(small, tmp_path):
     for k, w in one["model"].items():
         torch.testing.assert_close(two["model"][k], w, rtol=0, atol=1e-5, msg=k)
     assert max(float((w - initial[k]).abs().max()) for k, w in one["model"].items()) > 1e-3  # (real updates)
-    _two_nodes(small, tmp_path / "resumed", {**common, "max_updates": 3})
-    _two_nodes(small, tmp_path / "resumed", {**common, "max_updates": 6, "resume": True})
-    resumed = checkpoint.load(tmp_path / "resumed" / "checkpoint_last.pt")
-    _assert_same(two["model"], resumed["model"], "model")
-    _assert_same(two["train"]["rng"], resumed["train"]["rng"], "rng")
+    stateful = {**common, "optimizer": "adadelta", "lr": 1.0, "clip_norm": 1.0}
+    _two_nodes(small, tmp_path / "whole", {**stateful, "max_updates": 6})
+    _two_nodes(small, tmp_path / "resumed", {**stateful, "max_updates": 3})
+    _two_nodes(small, tmp_path / "resumed", {**stateful, "max_updates": 6, "resume": True})
+    whole, resumed = (checkpoint.load(tmp_path / x / "checkpoint_last.pt") for x in ("whole", "resumed"))
+    _assert_same(whole["model"], resumed["model"], "model")
+    _assert_same(whole["train"]["rng"], resumed["train"]["rng"], "rng")
+    state = whole["train"]["optimizer"]["state"]
+    assert state and sum(float(s["acc_delta"].abs().sum()) for s in state.values()) > 0  # (there is state to lose)
+    _assert_same(whole["train"]["optimizer"], resumed["train"]["optimizer"], "optimizer")
+    assert checkpoint.differences(whole, resumed) == []  # (and the run's state: update, epoch, data position ...)

@@ -28,8 +28,9 @@ from conftest import REPO
 TOOLS = {
     "nmt-translate": ("nmtkit.cli.translate", (DecodeConfig, TranslatorConfig), {"workers": 0},
                       {"models", "input_path", "output_path", "prefix_path", "unk_dict", "nbest_file", "alignments",
-                       "attention", "scores", "quiet"}),
-    "nmt-serve": ("nmtkit.cli.serve", (ServeConfig, TranslatorConfig), {}, {"models", "unk_dict", "quiet"}),
+                       "attention", "scores", "no_defaults", "save_defaults", "quiet"}),
+    "nmt-serve": ("nmtkit.cli.serve", (ServeConfig, TranslatorConfig), {}, {"models", "unk_dict", "no_defaults",
+                                                                            "quiet"}),
     # (--init, --optimizer, --lr-scheduler: their choices and help come from nmtkit/train/registry.py, their defaults
     # from TrainConfig, tests/test_registries.py)
     "nmt-train": ("nmtkit.cli.train", (TrainConfig,), {"recipe": None},

@@ -23,7 +23,8 @@ weights-only unpickler is slow over tens of thousands of small strings, and that
 Writes are atomic: a temporary file in the same directory is written, fsynced and renamed over the target.
 
 :func:`load` takes a checkpoint only whole: every field a tool reads of its type, vocabularies of the config's sizes
-with the specials once each, weights dense, real, finite and bounded (:func:`check_weights`).  What needs the model
+with the specials once each, each token text (no C0 control character, no lone surrogate), weights dense, real,
+finite and bounded, in magnitude and in each tensor's root mean square (:func:`check_weights`).  What needs the model
 is checked where one is built: the weights' names and shapes against the config's model on the meta device
 (:func:`check_shapes`, from :func:`nmtkit.models.build_from_checkpoint`), and the ``"train"`` section where a run
 resumes from it (:func:`nmtkit.train.resume.check_training_state`).
@@ -44,6 +45,10 @@ FORMAT_NAME = "nmtkit-checkpoint"
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 _SPACE = re.compile(r"\s")  # (the characters str.isspace() calls whitespace)
+# What no vocabulary entry holds: C0 control characters (NUL among them; the tokenizer deletes them from every line,
+# so no corpus puts one in a token) and lone surrogates (UTF-8 text cannot hold them).  DEL and the C1 controls do
+# reach tokens -- real corpora hold them (news-test-2014's French reference has U+0096) -- and so are read.
+_NOT_TEXT = re.compile("[\x00-\x1f\ud800-\udfff]")
 
 
 def save(payload: dict, path: str | os.PathLike) -> None:
@@ -192,6 +197,9 @@ def _check_structure(payload: dict, path: str) -> None:
         for i, tok in enumerate(tokens):
             if not isinstance(tok, str) or not tok or _SPACE.search(tok):
                 raise bad(f"'vocab.{side}'[{i}]", f"is not a token without spaces ({tok!r})")
+            if (odd := _NOT_TEXT.search(tok)) is not None:
+                what = "a lone surrogate" if "\ud800" <= odd.group() <= "\udfff" else "a control character"
+                raise bad(f"'vocab.{side}'[{i}]", f"is not text: it holds {what}, U+{ord(odd.group()):04X} ({tok!r})")
         try:  # (the specials first, once each, and no token twice)
             Vocabulary(tokens)
         except ValueError as e:
@@ -232,6 +240,12 @@ def _check_structure(payload: dict, path: str) -> None:
                                               for k, v in model.items()):
         raise bad("'model'", "is not a dict of named tensors")
     check_weights(model, "model", path)
+    defaults = payload.get("decoding_defaults")
+    if defaults is not None and not (isinstance(defaults, dict) and all(
+            isinstance(k, str) and (v is None or isinstance(v, (bool, int, float, str))) for k, v in defaults.items())):
+        # (nmt-translate --save-defaults; what each value means is checked where it is applied, by
+        # nmtkit.translate.defaults.read, which nmt-translate and nmt-serve call before they decode)
+        raise bad("'decoding_defaults'", "is not a dict of settings by name, each a number, a string or null")
 
 
 # The largest weight magnitude a checkpoint may hold.  Trained weights are O(1): Appendix B.1 draws them at 0.01
@@ -240,12 +254,20 @@ def _check_structure(payload: dict, path: str) -> None:
 # activation in [-1, 1] or an embedding (both at most 1e4), stays below 1e13, where weights of 3e38 overflow to
 # infinity at the first product, the softmax to NaN, and every translation and alignment to word 0.
 WEIGHT_BOUND = 1e4
+# The largest root mean square of one tensor's weights.  WEIGHT_BOUND alone lets through a model whose weights were all
+# multiplied by 9999: a young model's largest weight is about 0.5, so 5,000 after it, and its translations and
+# alignments are garbage without a word.  Every weight matrix starts at an RMS of at least about 0.01 (Appendix B.1:
+# N(0, 0.01²), orthogonal matrices 1/sqrt(n)) and trained ones stay below 0.4 (the hour's model: 0.13 at most; the
+# tests' 1,500-pair model: 0.33); 10 is 25 times that, and a model multiplied by a few thousand exceeds it.
+WEIGHT_RMS_BOUND = 10.0
 
 
 def check_weights(weights: dict, field: str, path: str) -> None:
     """The named tensors ``weights`` (``field`` of the checkpoint: ``model``, ``train.raw_model`` ...) as a model
-    can take them: dense, real floating point, finite and at most :data:`WEIGHT_BOUND` in magnitude; else one
-    InputError naming the file and the tensor."""
+    can take them: dense, real floating point, finite, at most :data:`WEIGHT_BOUND` in magnitude and of a root
+    mean square of at most :data:`WEIGHT_RMS_BOUND`; else one InputError naming the file and the tensor.  Every tool
+    that reads a checkpoint runs it, through :func:`load` (nmt-train's ``--resume`` also on the train section's
+    weights)."""
     import torch
 
     for name, tensor in weights.items():
@@ -268,6 +290,11 @@ def check_weights(weights: dict, field: str, path: str) -> None:
         if max(-low, high) > WEIGHT_BOUND:
             raise InputError(f"malformed checkpoint: {key} holds a weight of {max(-low, high):.3g}, beyond any "
                              f"trained model's (at most {WEIGHT_BOUND:g} is read)", path)
+        wide = tensor if tensor.dtype in (torch.float32, torch.float64) else tensor.float()  # (half: no overflow)
+        rms = float(torch.linalg.vector_norm(wide)) / math.sqrt(tensor.numel())
+        if rms > WEIGHT_RMS_BOUND:
+            raise InputError(f"malformed checkpoint: {key} has weights of root mean square {rms:.3g}, beyond any "
+                             f"trained model's (below 1; at most {WEIGHT_RMS_BOUND:g} is read): scaled weights?", path)
 
 
 def check_shapes(weights: dict, expected: dict, field: str, path: str | None) -> None:

@@ -95,13 +95,14 @@ def checkpoint_info(path: str, payload: dict) -> dict:
     """What a loaded checkpoint is, in plain types: architecture, languages, model config, vocabulary sizes, the
     preprocessing's settings (its scalar ones: BPE codes are left out, and a SentencePiece model is named by the
     SHA-256 of its bytes, ``spm_model_sha256``, not carried: nmt-serve's ``/models`` says what is loaded, not its
-    bytes) and the updates it was trained for (None when it holds no training state)."""
+    bytes), the updates it was trained for (None when it holds no training state) and its saved decoding defaults
+    (None: none; nmtkit/translate/defaults.py)."""
     state = (payload.get("train") or {}).get("state") or {}
     return {"path": str(path), "arch": payload["arch"], "source_lang": payload.get("source_lang"),
             "target_lang": payload.get("target_lang"), "config": dict(payload["config"]),
             "vocab_sizes": {side: len(payload["vocab"][side]) for side in ("src", "tgt")},
             "preprocessing": {side: _settings_of(dict(cfg)) for side, cfg in payload["preprocessing"].items()},
-            "updates": state.get("update")}
+            "updates": state.get("update"), "decoding_defaults": payload.get("decoding_defaults")}
 
 
 def _settings_of(cfg: dict) -> dict:
@@ -121,12 +122,13 @@ class Translator:
 
     def __init__(self, checkpoints: list[str], decode: DecodeConfig | None = None,
                  config: TranslatorConfig | None = None, unk_dict: dict[str, str] | None = None,
-                 need_attention: bool = False, **settings):
+                 need_attention: bool = False, restart_workers: bool = False, **settings):
         """``decode``: how to search or sample (:class:`nmtkit.translate.config.DecodeConfig`; None: its defaults);
         ``config``: how lines are read, batched and run (:class:`~nmtkit.translate.config.TranslatorConfig`, or its
         fields as keywords: ``Translator(paths, workers=2)``; ``candidates``: a candidate table's file, to decode
         each batch over its candidate list, :mod:`nmtkit.translate.candidates`); ``need_attention``: give every
-        translation its attention and alignment."""
+        translation its attention and alignment; ``restart_workers``: a worker process that dies fails only the
+        batches it held, and a new one starts in its place (a server's; :class:`nmtkit.translate.pool.DecodePool`)."""
         if not checkpoints:
             raise InputError("no checkpoint given (-m CHECKPOINT)")
         decode = DecodeConfig() if decode is None else decode
@@ -179,6 +181,7 @@ class Translator:
         if workers == 0:  # processes rather than threads on a CPU (see nmtkit.translate.pool)
             workers = min(threads, MAX_AUTO_WORKERS) if self.device.type == "cpu" else 1
         self.workers, self._threads, self._checkpoints = workers, threads, list(checkpoints)
+        self._restart_workers = restart_workers
         self._pool = None
         self._configured = False  # (configured(): each batch brings its decoding settings to shared workers)
         if workers > 1 and not self._lazy_pool:
@@ -208,7 +211,7 @@ class Translator:
         from nmtkit.translate.pool import DecodePool
 
         self._pool = DecodePool(self._checkpoints, self.workers, max(1, self._threads // self.workers), self.device,
-                                self.setup, self.backend)
+                                self.setup, self.backend, restart=self._restart_workers)
         if not self._lazy_pool:
             self.models = []  # the workers hold the models; the parent only checked that they build
         # (automatic workers: the parent keeps its models, to go on alone if the workers fail: _fall_back)
@@ -231,6 +234,11 @@ class Translator:
     def worker_pids(self) -> list[int]:
         """The process ids of the decoding workers (none when decoding in this process)."""
         return self._pool.pids if self._pool is not None else []
+
+    @property
+    def workers_ready(self) -> bool:
+        """Whether every decoding worker is there (false while one that died is being replaced; true without)."""
+        return self._pool is None or self._pool.complete
 
     def close(self, kill: bool = False) -> None:
         """Stop the decoding workers, if any (also done by ``with Translator(...) as t:``; killed on an error)."""
@@ -324,6 +332,8 @@ class Translator:
                 yield from self._assemble(pending.popleft(), results)
         except WorkerError as e:
             if not self._lazy_pool:
+                if self._pool is not None:  # (the other batches of these windows: their results are not wanted)
+                    self._pool.discard([t for w in pending for t in w.tickets])
                 raise
             self._fall_back(e)
             yield from self._in_process(pending)
