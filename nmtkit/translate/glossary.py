@@ -84,7 +84,7 @@ class Term:
 
     source: str
     targets: tuple[str, ...]
-    variants: tuple[tuple[int, ...], ...]
+    variants: tuple[tuple[int, ...], ...]  # (target words, without a vocabulary: CompiledGlossary's index None)
 
 
 class CompiledGlossary:
@@ -92,10 +92,11 @@ class CompiledGlossary:
 
     ``src_words(text)`` and ``tgt_tokens(text)`` are the model's preprocessing (source words; target words then
     units), ``index`` the target vocabulary's {token: id}; ``unk``, the id of ``<unk>``, for the check that every
-    variant can be written (a word vocabulary that lacks one of its words is an error naming the glossary's line)."""
+    variant can be written (a word vocabulary that lacks one of its words is an error naming the glossary's line).
+    Without ``index`` the variants are ``tgt_tokens``' strings (``nmt-score --terms`` reads outputs as words)."""
 
-    def __init__(self, entries: list[Entry], src_words, tgt_tokens, index: dict[str, int], unk: int,
-                 ignore_case: bool = False, name: str = "<terms>"):
+    def __init__(self, entries: list[Entry], src_words, tgt_tokens, index: dict[str, int] | None = None,
+                 unk: int | None = None, ignore_case: bool = False, name: str = "<terms>"):
         self.ignore_case = ignore_case
         self.terms: list[Term] = []
         self.table: dict[tuple[str, ...], int] = {}  # the source term's words (case-folded) → its term index
@@ -106,9 +107,12 @@ class CompiledGlossary:
             variants = []
             for target in e.targets:
                 tokens = tgt_tokens(target)
-                missing = [t for t in tokens if t not in index]
                 if not tokens:
                     raise InputError(f"its target term {target!r} has no words once tokenised", name, e.line)
+                if index is None:
+                    variants += [tuple(tokens)] if tuple(tokens) not in variants else []
+                    continue
+                missing = [t for t in tokens if t not in index]
                 if missing:
                     raise InputError(f"its target term {target!r} cannot be written: {', '.join(missing)} not in the "
                                      "model's target vocabulary", name, e.line)
