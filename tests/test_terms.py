@@ -202,3 +202,25 @@ def test_terms_need_a_beam_to_share(model, tmp_path, options):
     gloss.write_text("dog\tchien\n", encoding="utf-8")
     res = run_tool("nmt-translate", "-m", ckpt, "--terms", str(gloss), *options, stdin="A dog .\n")
     assert "--terms needs beam search with --beam 2 or more" in one_line_error(res, "nmt-translate")
+
+
+def test_nmt_score_gives_the_share_of_the_glossarys_terms_each_translation_writes(tmp_path):
+    import json
+
+    files = {"src.en": ["The House met .", "The Standing Committee on Finance and the House .", "It rains ."],
+             "ref.fr": ["La Chambre s' est réunie .", "Le Comité permanent des finances et la Chambre .",
+                        "Il pleut ."],
+             "hyp.fr": ["La Chambre s' est réunie .", "La commission des finances et la chambre .", "Il pleut ."],
+             "g.tsv": ["House\tChambre\tassemblée", "Standing Committee on Finance\tComité permanent des finances"]}
+    for name, lines in files.items():
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args = ["-r", tmp_path / "ref.fr", "-s", tmp_path / "src.en", "--terms", tmp_path / "g.tsv", "--metrics", "BLEU",
+            tmp_path / "hyp.fr"]
+    res = run_tool("nmt-score", *args)
+    assert res.returncode == 0, res.stderr
+    assert "terms 33.3% used (1 of 3; reference 100.0%)" in res.stdout  # "chambre": not the glossary's case
+    res = run_tool("nmt-score", *args, "--json")
+    terms = json.loads(res.stdout)["systems"][0]["diagnostics"]["terms"]
+    assert terms["lines"] == [{"line": 2, "missed": ["Standing Committee on Finance", "House"]}]
+    res = run_tool("nmt-score", "-r", tmp_path / "ref.fr", "--terms", tmp_path / "g.tsv", tmp_path / "hyp.fr")
+    one_line_error(res, "nmt-score", "--terms needs the source (-s SRC)")
