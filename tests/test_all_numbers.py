@@ -87,7 +87,7 @@ def test_batched_equals_the_reference_and_every_number_is_written(beam):
     taken = 0
     for k, s in enumerate(sents):
         rule = SourceNumbers(table, [numbers[k]], [whole[k]])
-        ref_banked = _reference(m, s, decode, None, None, rule, banks=True)
+        ref_banked = _reference(m, s, decode, None, None, rule, shared=True)
         assert [h.tokens for h in banked[k]] == [h.tokens for h in ref_banked]
         assert np.allclose([h.score for h in banked[k]], [h.score for h in ref_banked], atol=1e-4)
         limit = int(2.0 * len(s) + 8)

@@ -183,7 +183,7 @@ def test_the_output_stays_in_the_list_which_keeps_prefixes_and_numbers():
             assert set(h.tokens) <= allowed, h.tokens
     assert hyps[1][0].tokens[0] == 27
     # with --source-numbers the list holds every token a number is written with, renumbered in the digit table
-    vocab, _, _, _, sub = restricted(table, [m], SOURCES, "cpu", None, None, digits, source_numbers=True)
+    vocab, _, _, _, sub, _ = restricted(table, [m], SOURCES, "cpu", None, None, digits, source_numbers=True)
     column = {int(i): c for c, i in enumerate(vocab)}
     assert set(digits.digits) | set(digits.glue) | {digits.space} <= set(column)
     assert sub.digits == {column[i]: d for i, d in digits.digits.items()} and sub.space == column[digits.space]

@@ -99,6 +99,11 @@ def _noticed(report: dict) -> list[str]:
                "reference does; any: the lines that say one twice at all):"]
     width = max(len(s["name"]) for s in report["systems"])
     out += [f"  {s['name'].ljust(width)}  {summary(s['diagnostics'], diag['reference'])}" for s in report["systems"]]
+    if diag["reference"].get("terms") is not None:
+        from nmtkit.score.terms import summary as terms_summary
+
+        out += [f"  {s['name'].ljust(width)}  {terms_summary(s['diagnostics']['terms'], diag['reference']['terms'])}"
+                for s in report["systems"]]
     return out
 
 

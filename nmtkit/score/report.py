@@ -54,6 +54,10 @@ class ScoreConfig:
     metrics: list[str] | tuple[str, ...] = METRICS  # which scores, in the table's order (nmt-score --metrics A,B)
     repeat_ngram: int = setting(
         3, "Count the lines that repeat a word N-gram more often than the reference does.", metavar="N")
+    terms: str | None = setting(
+        None, "A glossary (nmt-translate --terms' file): the share of its terms found in the source that each "
+              "translation writes.", metavar="FILE", path=True)
+    terms_ignore_case: bool = setting(False, "Find the glossary's source terms whatever their case.")
 
     def check(self) -> None:
         """Reject contradictory or incomplete settings before any file is read."""
@@ -66,6 +70,8 @@ class ScoreConfig:
         if (self.by_length or self.plot) and self.length_metric not in self.metrics:
             raise InputError(f"--length-metric {self.length_metric} is not among --metrics "
                              f"{','.join(self.metrics)}")
+        if self.terms and not self.source:
+            raise InputError("--terms needs the source (-s SRC), where the glossary's terms are found")
         if [self.reference, self.source, *self.hypotheses].count("-") > 1:
             raise InputError("only one input can be read from stdin ('-')")
         from nmtkit.files import check_distinct
@@ -109,8 +115,9 @@ def evaluate(cfg: ScoreConfig) -> dict:
     "no_unk": None | {"sentences", "of", "shortlist", "scores": {name: {metric: score}}}, "by_length": None |
     {"metric", "signature", "unit", "labels", "counts", "scores": {name: [score or None]}}, "bootstrap": None |
     [per metric: see paired_bootstrap], "nll": None | see model_nll, "plot": path or None, "diagnostics":
-    {"repeat_ngram", "note": why the numbers are not checked, or None, "reference": {"numbers", "repeats"}}}``,
-    and each system's ``"diagnostics"``: :meth:`nmtkit.score.diagnostics.Diagnostics.of`.
+    {"repeat_ngram", "note": why the numbers are not checked, or None, "reference": {"numbers", "repeats",
+    "terms"}}}``, and each system's ``"diagnostics"``: :meth:`nmtkit.score.diagnostics.Diagnostics.of`, and
+    ``"terms"`` (with ``--terms``: :meth:`nmtkit.score.terms.TermUse.of`, else None).
     """
     cfg.check()
     refs, hyps, src = read_inputs(cfg.reference, cfg.hypotheses, cfg.source)
@@ -126,6 +133,11 @@ def evaluate(cfg: ScoreConfig) -> dict:
     tgt_lang = cfg.target_lang or (shortlist and shortlist.target_lang) or guess_lang(cfg.reference) or "en"
     src_lang = cfg.source_lang or (shortlist and shortlist.source_lang) or guess_lang(cfg.source) or "en"
     diagnostics = Diagnostics(refs, src, src_lang, tgt_lang, cfg.repeat_ngram)
+    terms = None
+    if cfg.terms:
+        from nmtkit.score.terms import TermUse
+
+        terms = TermUse(cfg.terms, src, src_lang, tgt_lang, cfg.terms_ignore_case)
     metrics = make_metrics(refs, tgt_lang, cfg.metrics)
     stats = {m: [metric.stats(h) for h in hyps] for m, metric in metrics.items()}
     report: dict = {
@@ -134,7 +146,8 @@ def evaluate(cfg: ScoreConfig) -> dict:
         "metrics": {m: {"signature": metric.signature, "description": REGISTRY[m].description}
                     for m, metric in metrics.items()},
         "systems": [], "no_unk": None, "by_length": None, "bootstrap": None, "nll": None, "plot": None,
-        "diagnostics": {"repeat_ngram": cfg.repeat_ngram, "reference": diagnostics.reference,
+        "diagnostics": {"repeat_ngram": cfg.repeat_ngram,
+                        "reference": {**diagnostics.reference, "terms": terms.of(refs) if terms else None},
                         "note": None if src is not None else "numbers not checked: give the source (-s SRC), whose "
                                                              "numbers a translation must carry"},
     }
@@ -144,7 +157,7 @@ def evaluate(cfg: ScoreConfig) -> dict:
             "name": name, "file": path,
             "scores": {m: {"score": float(r.score), "signature": metrics[m].signature} for m, r in results.items()},
             "details": {m: str(r) for m, r in results.items()},
-            "diagnostics": diagnostics.of(hyps[k]),
+            "diagnostics": {**diagnostics.of(hyps[k]), "terms": terms.of(hyps[k]) if terms else None},
         })
     if shortlist is not None:
         rows = no_unk_rows(src, refs, shortlist)

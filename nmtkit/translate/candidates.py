@@ -11,7 +11,8 @@ dictionary.  Marian's lexical shortlist and CTranslate2's vocabulary map are the
   (:meth:`~nmtkit.data.candidates.CandidateTable.batch_vocab`) is the specials (ids 0-3, so ``<pad>``, ``<unk>``,
   ``<s>`` and ``</s>`` keep their ids as columns), the ``common`` most frequent ids, the ``per_word`` best
   translations of every source id in the batch, and whatever the batch must be able to write besides (its
-  prefixes' tokens; with ``--source-numbers`` every token holding a digit and those that group digits);
+  prefixes' tokens; with ``--source-numbers`` every token holding a digit and those that group digits; with
+  ``--terms`` the tokens of its glossary terms' variants);
 - :func:`restricted` turns a batch into the same search over the list: the models compute the logits of its words
   only (``decode_step``'s ``vocab``), and everything the search reads by token id (prefixes, the tokens the n-gram
   block leaves free, the digit table) is renumbered by column; :func:`to_ids` renumbers the hypotheses back.  The
@@ -50,10 +51,14 @@ def number_ids(digit_table) -> np.ndarray:
 
 
 def restricted(table: CandidateTable, models: list, sources: list[np.ndarray], device, prefixes=None, numbers=None,
-               digit_table=None, source_numbers: bool = False) -> tuple[np.ndarray, list, list | None, object, object]:
+               digit_table=None, source_numbers: bool = False, terms=None
+               ) -> tuple[np.ndarray, list, list | None, object, object, object]:
     """A batch's candidate list and its search's inputs renumbered by column: (vocab (V',) int64 ids, the models
-    as :class:`Restricted`, the prefixes, the n-gram block's free tokens (bool (V',)), the digit table)."""
+    as :class:`Restricted`, the prefixes, the n-gram block's free tokens (bool (V',)), the digit table, the glossary
+    terms (:class:`~nmtkit.translate.terms.SourceTerms`, whose variants' tokens are always in the list))."""
     must = [p for p in (prefixes or []) if p is not None]
+    if terms is not None:
+        must.append(np.array(sorted({i for ts in terms.terms for term in ts for v in term for i in v}), dtype=np.int64))
     if source_numbers and digit_table is not None:
         must.append(number_ids(digit_table))
     vocab = table.batch_vocab(sources, np.concatenate(must) if must else None)
@@ -64,8 +69,10 @@ def restricted(table: CandidateTable, models: list, sources: list[np.ndarray], d
         numbers = np.asarray(numbers)[vocab]
     if digit_table is not None:
         digit_table = digit_table.subset(vocab)
+    if terms is not None:
+        terms = terms.over(vocab)
     ids = torch.from_numpy(vocab).to(device)
-    return vocab, [Restricted(m, ids) for m in models], prefixes, numbers, digit_table
+    return vocab, [Restricted(m, ids) for m in models], prefixes, numbers, digit_table, terms
 
 
 def to_ids(vocab: np.ndarray, hyps: list) -> list:

@@ -25,15 +25,16 @@ class BeamCohort:
     """The search state of B sentences started together: K = ``decode.beam`` rows per sentence still decoding
     (``y``, ``states``: one (A·K, ·) tensor per model, ``encs``: the A sentences' encoder outputs), their tokens,
     scores and finished hypotheses.  src (B, Tx) with ``</s>``, src_lens (B,), prefix (B, P) / prefix_lens (B,) as
-    ``beam_search`` takes them; ``banks``: ``--all-numbers``' second pass (:mod:`nmtkit.translate.numberrules`)."""
+    ``beam_search`` takes them; ``terms``: each sentence's glossary terms (:class:`~nmtkit.translate.terms.SourceTerms`);
+    ``banks``: the second search of ``--all-numbers`` and ``--terms`` (:mod:`nmtkit.translate.banks`)."""
 
     @torch.no_grad()
     def __init__(self, models, src: torch.Tensor, src_lens: torch.Tensor, decode: DecodeConfig,
                  need_attention: bool = False, prefix: torch.Tensor | None = None,
                  prefix_lens: torch.Tensor | None = None, numbers: torch.Tensor | None = None,
-                 numbers_from: SourceNumbers | None = None, banks: bool = False):
+                 numbers_from: SourceNumbers | None = None, banks: bool = False, terms=None):
         check_numbers_from(decode, numbers_from)
-        self.decode, self.need_attention, self.numbers_from = decode, need_attention, numbers_from
+        self.decode, self.need_attention, self.numbers_from, self.terms = decode, need_attention, numbers_from, terms
         # (kept for a second search of some sentences: again())
         self.src, self.src_lens, self.numbers, self.prefix, self.prefix_lens = src, src_lens, numbers, prefix, \
             prefix_lens
@@ -43,7 +44,7 @@ class BeamCohort:
         self.K = K
         self.limits = _limits(src_lens, decode.max_len_a, decode.max_len_b, prefix_lens).to(dev)  # (B,)
         self.rules = build_rules(decode, Search(src_lens, self.limits, K, dev, prefix, prefix_lens, numbers,
-                                                numbers_from, src.shape[1], beam=True, banks=banks))
+                                                numbers_from, src.shape[1], beam=True, banks=banks, terms=terms))
         self.encs = ens.encode(src, src_lens)  # one per sentence: the K hypotheses of a sentence share it
         self.states = [s.repeat_interleave(K, dim=0) for s in ens.init(self.encs)]  # (B*K, n): K rows a sentence
         self.alive = torch.arange(B, device=dev)  # original ids of the sentences still decoding
@@ -151,8 +152,8 @@ class BeamCohort:
         self.alive, self.scores, self.y, self.tokens, self.attn, self.states = alive, scores, y, tokens, attn, states
 
     def again(self, sentences: list[int]) -> BeamCohort:
-        """A new search of some of the batch's sentences (ids, in that order) with the beam shared by numbers
-        written (``--all-numbers``' second pass)."""
+        """A new search of some of the batch's sentences (ids, in that order) with the beam shared by numbers and
+        terms written (the second search of ``--all-numbers`` and ``--terms``)."""
         idx = torch.tensor(sentences, device=self.src.device)
         prefix = prefix_lens = None
         if self.prefix is not None:
@@ -160,7 +161,8 @@ class BeamCohort:
             prefix_lens = self.prefix_lens.index_select(0, idx.to(self.prefix.device))
         return BeamCohort(self.ens.models, self.src.index_select(0, idx), self.src_lens.index_select(0, idx),
                           self.decode, self.need_attention, prefix, prefix_lens, self.numbers,
-                          self.numbers_from.subset(sentences), banks=True)
+                          None if self.numbers_from is None else self.numbers_from.subset(sentences), banks=True,
+                          terms=None if self.terms is None else self.terms.subset(sentences))
 
     def results(self) -> list[list[Hypothesis]]:
         """For each sentence its ``decode.nbest`` best finished hypotheses, best first (with what the rules revise

@@ -179,6 +179,10 @@ class TranslatorConfig:
     candidates: str | None = setting(
         None, "Decode each batch over its candidate list from this table (nmt-prepare's candidates.npz): faster, at "
               "nearly the same output.", metavar="FILE", path=True)
+    terms: str | None = setting(
+        None, "A glossary (UTF-8 TSV: source term, tab, target variants): each source term found in a line must "
+              "appear in its translation as one of its variants.", metavar="FILE", path=True)
+    terms_ignore_case: bool = setting(False, "Find the glossary's source terms whatever their case.")
     backend: str | None = model_backend("translations")
 
     def __post_init__(self):

@@ -27,6 +27,7 @@ from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.sampling import sample
 from nmtkit.translate.search import Hypothesis, beam_search
 from nmtkit.translate.sourcenumbers import DigitTable, SourceNumbers
+from nmtkit.translate.terms import SourceTerms, WordBounds
 from nmtkit.data.vocab import PAD
 
 
@@ -77,6 +78,7 @@ class DecodeSetup:
     numbers: np.ndarray | None = None
     digit_table: DigitTable | None = None
     candidates: CandidateTable | None = None
+    word_bounds: WordBounds | None = None  # the target's word boundaries, for glossary terms (SourceBatch.terms)
 
     def __post_init__(self):
         if not isinstance(self.decode, DecodeConfig):
@@ -93,16 +95,18 @@ class SourceBatch:
     need besides -- a forced target prefix (ids, or None), the key of its random draws (``--sampling``: the samples of
     sentence k are drawn with ``(decode.seed, *keys[k])``), its source numbers
     (:func:`~nmtkit.translate.sourcenumbers.source_numbers`, ``--source-numbers``) and whether it is a whole line
-    (a piece of a line cut at ``--max-source-len`` need not write the line's numbers)."""
+    (a piece of a line cut at ``--max-source-len`` need not write the line's numbers), and the glossary terms it
+    must write (``--terms``: each a tuple of variants, each a tuple of target ids)."""
 
     ids: list[np.ndarray]
     prefixes: list[np.ndarray | None] | None = None
     keys: list[tuple] | None = None
     numbers: list[list[str]] | None = None
     whole: list[bool] | None = None
+    terms: list[list[tuple[tuple[int, ...], ...]]] | None = None
 
     def __post_init__(self):
-        for name in ("prefixes", "keys", "numbers", "whole"):
+        for name in ("prefixes", "keys", "numbers", "whole", "terms"):
             given = getattr(self, name)
             if given is not None and len(given) != len(self.ids):
                 raise ValueError(f"a batch of {len(self.ids)} sentences with {len(given)} {name}")
@@ -116,10 +120,14 @@ def decode_batch(models: list, batch: SourceBatch, device, setup: DecodeSetup) -
     decode, sources, prefixes = setup.decode, batch.ids, batch.prefixes
     numbers, digit_table = setup.numbers, setup.digit_table
     device = torch.device(device)
-    searched, vocab = models, None
+    searched, vocab, terms = models, None, None
+    if batch.terms is not None and any(batch.terms):
+        if setup.word_bounds is None or decode.sampling is not None:
+            raise ValueError("glossary terms need beam search and the target's word bounds (DecodeSetup.word_bounds)")
+        terms = SourceTerms(setup.word_bounds, batch.terms)
     if setup.candidates is not None:
-        vocab, searched, prefixes, numbers, digit_table = restricted(
-            setup.candidates, models, sources, device, prefixes, numbers, digit_table, decode.source_numbers)
+        vocab, searched, prefixes, numbers, digit_table, terms = restricted(
+            setup.candidates, models, sources, device, prefixes, numbers, digit_table, decode.source_numbers, terms)
     numbers_from = None
     if decode.source_numbers:
         if digit_table is None or batch.numbers is None:
@@ -136,7 +144,8 @@ def decode_batch(models: list, batch: SourceBatch, device, setup: DecodeSetup) -
                           numbers_from=numbers_from)
         else:
             hyps = beam_search(searched, src.to(device), lens.to(device), decode, need_attention=need_attention,
-                               prefix=prefix, prefix_lens=prefix_lens, numbers=numbers, numbers_from=numbers_from)
+                               prefix=prefix, prefix_lens=prefix_lens, numbers=numbers, numbers_from=numbers_from,
+                               terms=terms)
     if vocab is not None:
         hyps = to_ids(vocab, hyps)
     return add_alignments(models, sources, finish_hypotheses(hyps), device, decode, need_attention)

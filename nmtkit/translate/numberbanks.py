@@ -12,7 +12,7 @@ decoding with dynamic beam allocation", NAACL 2018; Hokamp & Liu 2017's grid bea
 
 Forcing numbers into every sentence costs where the model carries them by itself (half the beam goes to
 hypotheses that wrote a number early, in the wrong place), so ``--all-numbers`` searches **twice**
-(:class:`~nmtkit.translate.numberrules.AllNumbers`): first as without it; then only the sentences whose best
+(:class:`~nmtkit.translate.banks.SearchAgain`): first as without it; then only the sentences whose best
 hypothesis leaves out a number they must write are searched again with the shared beam, and take its result when
 its best writes every number and ends by itself before its length limit (a search that could only place the numbers
 by running on to the limit is worse than the number left out).  Measured on the development sets' lines with

@@ -33,12 +33,18 @@ class Translation:
     word_attention: dict | None = None  # the same over words (subwords merged: source columns summed, target rows
     #   averaged), from which ``alignment`` is drawn
     pieces: int = 1
+    terms: list[str] | None = None  # with a glossary: the source terms the line required, in order
+    missed: list[str] = field(default_factory=list)  # ... and those the translation did not write
+    nbest_missed: list[int] | None = None  # with a glossary: how many each n-best entry missed
 
 
 def nbest_entries(t: Translation) -> str:
-    """The Moses n-best entries of a translation (one line per hypothesis)."""
-    return "".join(f"{t.line - 1} ||| {text} ||| logprob= {logprob:.6f} length= {length} ||| {norm:.6f}\n"
-                   for text, logprob, norm, length in t.nbest)
+    """The Moses n-best entries of a translation (one line per hypothesis; with a glossary, a ``terms-missed=``
+    feature: how many of the line's terms the entry did not write)."""
+    missed = t.nbest_missed or [None] * len(t.nbest)
+    return "".join(f"{t.line - 1} ||| {text} ||| logprob= {logprob:.6f} length= {length}"
+                   f"{'' if m is None else f' terms-missed= {m}'} ||| {norm:.6f}\n"
+                   for (text, logprob, norm, length), m in zip(t.nbest, missed))
 
 
 def alignment_line(t: Translation) -> str:
@@ -50,4 +56,8 @@ def attention_line(t: Translation) -> str:
 
 
 def score_line(t: Translation) -> str:
-    return f"{t.score:.6f}\n"
+    """The log-probability; with a glossary, then a tab, the terms written of those required (``2/3``), and a tab
+    before each source term missed."""
+    if t.terms is None:
+        return f"{t.score:.6f}\n"
+    return "\t".join([f"{t.score:.6f}", f"{len(t.terms) - len(t.missed)}/{len(t.terms)}", *t.missed]) + "\n"

@@ -39,7 +39,8 @@ class Search:
     """What a search's rules are built from: the batch (src_lens (B,) with ``</s>``, its length limits (B,), the
     forced prefix (B, P) and prefix_lens (B,) or None), K rows a sentence, the target tokens the n-gram block leaves
     free (bool (V,) or None), the source-numbers constraint (or None), whether it is a beam search (else one token
-    at a time: greedy decoding, sampling) and whether it is ``--all-numbers``' second pass (the beam shared)."""
+    at a time: greedy decoding, sampling), whether it is the second search of ``--all-numbers`` or ``--terms`` (the
+    beam shared: :mod:`nmtkit.translate.banks`), and the glossary's terms (or None)."""
 
     src_lens: torch.Tensor
     limits: torch.Tensor
@@ -52,6 +53,7 @@ class Search:
     Tx: int = 0  # the source positions of the batch (src.shape[1])
     beam: bool = True
     banks: bool = False
+    terms: object | None = None  # nmtkit.translate.terms.SourceTerms: each sentence's glossary terms
 
 
 @dataclass

@@ -27,7 +27,8 @@ Every search takes its settings as one :class:`nmtkit.translate.config.DecodeCon
   numbers; the others get −inf before the top-k, after the n-gram block (:mod:`nmtkit.translate.sourcenumbers`).
 - With ``all_numbers`` besides (``--all-numbers``), a sentence whose best hypothesis leaves out one of its source
   numbers is searched again with the beam shared by the numbers' digits written, Post & Vilar (2018)'s dynamic
-  beam allocation (:mod:`nmtkit.translate.numberbanks`, :mod:`nmtkit.translate.numberrules`).
+  beam allocation (:mod:`nmtkit.translate.numberbanks`, :mod:`nmtkit.translate.banks`); with ``terms``, the same for a
+  glossary's terms (:mod:`nmtkit.translate.terms`).
 - With ``min_length_ratio`` r > 0, ``</s>`` may not follow before ⌈r · source words⌉ tokens (nor past the length
   limit's).
 - Each of these is a rule on the step (:mod:`nmtkit.translate.rules`), as are the masks of ``<pad>``, ``<s>``,
@@ -48,7 +49,7 @@ import math
 import torch
 
 from nmtkit.data.vocab import BOS, EOS
-from nmtkit.translate import numberbanks
+from nmtkit.translate import banks, numberbanks
 from nmtkit.translate.cohort import BeamCohort
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.rules import CoveragePenalty, Prefix, Search, Step
@@ -125,13 +126,15 @@ def greedy(models, src: torch.Tensor, src_lens: torch.Tensor, decode: DecodeConf
 def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, decode: DecodeConfig = DEFAULT,
                 need_attention: bool = False, prefix: torch.Tensor | None = None,
                 prefix_lens: torch.Tensor | None = None, numbers: torch.Tensor | None = None,
-                numbers_from: SourceNumbers | None = None) -> list[list[Hypothesis]]:
+                numbers_from: SourceNumbers | None = None, terms=None) -> list[list[Hypothesis]]:
     """Batched beam search: src (B, Tx) with ``</s>``, src_lens (B,), optionally prefix (B, P) target ids padded
     with ``<pad>`` and prefix_lens (B,) → for each sentence its ``decode.nbest`` best hypotheses, best first (see the
     module docstring for the exact procedure; ``decode``: beam, nbest, lenpen, max_len_a/b, no_unk, coverage_penalty,
     no_repeat_ngram, min_length_ratio, ...; ``numbers``: the tokens the block leaves free; ``numbers_from``: the
-    source-numbers constraint), with their attention when ``need_attention``."""
-    cohort = BeamCohort(models, src, src_lens, decode, need_attention, prefix, prefix_lens, numbers, numbers_from)
+    source-numbers constraint; ``terms``: the glossary's, :class:`~nmtkit.translate.terms.SourceTerms`), with their
+    attention when ``need_attention``."""
+    cohort = BeamCohort(models, src, src_lens, decode, need_attention, prefix, prefix_lens, numbers, numbers_from,
+                        terms=terms)
     while not cohort.done:
         cohort.step()
     return cohort.results()
@@ -140,14 +143,15 @@ def beam_search(models, src: torch.Tensor, src_lens: torch.Tensor, decode: Decod
 @torch.no_grad()
 def beam_search_reference(models, src_ids: list[int], decode: DecodeConfig = DEFAULT,
                           prefix: list[int] | None = None, numbers: torch.Tensor | None = None,
-                          numbers_from: SourceNumbers | None = None) -> list[Hypothesis]:
+                          numbers_from: SourceNumbers | None = None, terms=None) -> list[Hypothesis]:
     """The same search for one sentence (ids without ``</s>``), hypothesis by hypothesis with Python lists
-    (``numbers_from``: the source-numbers constraint of a batch of this one sentence), with ``decode.all_numbers``'
-    second pass as :class:`~nmtkit.translate.numberrules.AllNumbers` makes it.  Each rule acts through its
-    one-hypothesis form (:meth:`~nmtkit.translate.rules.Rule.banned`)."""
-    hyps = _reference(models, src_ids, decode, prefix, numbers, numbers_from, banks=False)
-    if decode.all_numbers and numbers_from is not None and hyps and numberbanks.unmet(numbers_from, hyps[0].tokens, 0):
-        again = _reference(models, src_ids, decode, prefix, numbers, numbers_from, banks=True)
+    (``numbers_from``: the source-numbers constraint of a batch of this one sentence, ``terms`` its glossary terms),
+    with the second search of ``decode.all_numbers`` and ``terms`` as :class:`~nmtkit.translate.banks.SearchAgain`
+    makes it.  Each rule acts through its one-hypothesis form (:meth:`~nmtkit.translate.rules.Rule.banned`)."""
+    hyps = _reference(models, src_ids, decode, prefix, numbers, numbers_from, False, terms)
+    first = banks.Constraints(banks.constraints_of(decode, _Given(numbers_from, terms)))
+    if hyps and first.cs and first.unmet(hyps[0].tokens, 0):
+        again = _reference(models, src_ids, decode, prefix, numbers, numbers_from, True, terms)
         limit = max(int(_limits(torch.tensor([len(src_ids) + 1]), decode.max_len_a, decode.max_len_b)[0]),
                     len(prefix or []))
         if again and again[0].unmet == 0 and len(again[0].tokens) < limit:
@@ -157,8 +161,9 @@ def beam_search_reference(models, src_ids: list[int], decode: DecodeConfig = DEF
 
 @torch.no_grad()
 def _reference(models, src_ids: list[int], decode: DecodeConfig, prefix: list[int] | None,
-               numbers: torch.Tensor | None, numbers_from: SourceNumbers | None, banks: bool) -> list[Hypothesis]:
-    """One pass of :func:`beam_search_reference`; ``banks``: the beam shared by numbers written."""
+               numbers: torch.Tensor | None, numbers_from: SourceNumbers | None, shared: bool, terms=None
+               ) -> list[Hypothesis]:
+    """One pass of :func:`beam_search_reference`; ``shared``: the beam shared by numbers and terms written."""
     beam, nbest, lenpen = decode.beam, decode.nbest, decode.lenpen
     ens = Ensemble(models)
     src = torch.tensor([list(src_ids) + [EOS]])
@@ -169,13 +174,14 @@ def _reference(models, src_ids: list[int], decode: DecodeConfig, prefix: list[in
     forced = torch.tensor([prefix]) if prefix else None
     rules = build_rules(decode, Search(src_lens, torch.tensor([limit]), beam, torch.device("cpu"), forced,
                                        torch.tensor([len(prefix)]) if prefix else None, numbers, numbers_from,
-                                       src.shape[1], beam=True, banks=banks))
+                                       src.shape[1], beam=True, banks=shared, terms=terms))
     by_kind = {type(r): r for r in rules}
     prefix_rule, coverage_rule = by_kind.get(Prefix), by_kind.get(CoveragePenalty)
     masks = [r for r in rules if not isinstance(r, (Prefix, CoveragePenalty))]
+    cs = banks.Constraints(banks.constraints_of(decode, _Given(numbers_from, terms)))
+    shared = shared and cs.required(0) > 0
     live = [([], 0.0, ens.init(encs), [0.0] * len(src_ids))]  # (tokens, score, states, Σ_i α_ij per source word)
     finished: list[Hypothesis] = []
-    banks = banks and numbers_from is not None and numbers_from.required[0] > 0
     for t in range(limit + 1):
         expansions = []  # (score, order, tokens, token, states, coverage)
         extra = []  # with banks: each hypothesis' best token and best advancing token, as expansions
@@ -185,7 +191,7 @@ def _reference(models, src_ids: list[int], decode: DecodeConfig, prefix: list[in
             logp, new_states, alpha = ens.step(y, states, encs)
             new_cov = cov if alpha is None else [c + float(a) for c, a in zip(cov, alpha[0])]
             bans = [r.banned(toks, t, t >= limit) for r in masks]
-            state = numbers_from.state(toks, 0) if banks else None
+            state = cs.state(toks, 0) if shared else None
             must = prefix_rule.forced(t) if prefix_rule is not None else None  # (at its own log-probability)
             for v in range(logp.shape[1]):
                 if must is not None:
@@ -195,11 +201,10 @@ def _reference(models, src_ids: list[int], decode: DecodeConfig, prefix: list[in
                 # exact ties (which real log-probabilities practically never have) go to the lower index here;
                 # torch.topk promises no order among equal values
                 expansions.append((score + lp, h * logp.shape[1] + v, toks, v, new_states, new_cov))
-            if banks:
+            if shared:
                 mine = expansions[-logp.shape[1]:]
                 best = max((e for e in mine if e[3] != EOS), key=lambda e: (e[0], -e[1]))
-                b = numberbanks.begun(numbers_from, state, 0)
-                ahead = [mine[v] for v in numberbanks.advancing(numbers_from, state, b, 0, toks[-1] if toks else None)]
+                ahead = [mine[v] for v in cs.advancing(state, 0, toks[-1] if toks else None)]
                 extra += [e for e in [best] + ([max(ahead, key=lambda e: (e[0], -e[1]))] if ahead else [])
                           if math.isfinite(e[0])]
                 top = max(mine, key=lambda e: (e[0], -e[1]))
@@ -213,8 +218,9 @@ def _reference(models, src_ids: list[int], decode: DecodeConfig, prefix: list[in
             norm = score / (len(toks) + 1) ** lenpen
             if coverage_rule is not None:
                 norm += coverage_rule.one(cov)
-            unmet = numberbanks.unmet(numbers_from, toks, 0) if banks else 0
-            finished.append(Hypothesis(toks, score, norm, unmet=unmet))
+            unmet = cs.unmet(toks, 0) if shared else 0
+            missed = terms.missed(toks, 0) if terms is not None else None
+            finished.append(Hypothesis(toks, score, norm, unmet=unmet, missed=missed))
 
         ended = set()
         for rank, (score, order, toks, v, states, cov) in enumerate(expansions):
@@ -223,24 +229,28 @@ def _reference(models, src_ids: list[int], decode: DecodeConfig, prefix: list[in
                     ended.add(order)
                     if len(finished) < beam:
                         finish(score, toks, cov)
-            elif len(next_live) < beam and not banks:
+            elif len(next_live) < beam and not shared:
                 next_live.append((toks + [v], score, states, cov))
-        for score, order, toks, _, _, cov in ending:  # (banks: ended where </s> is the hypothesis' best)
+        for score, order, toks, _, _, cov in ending:  # (shared: ended where </s> is the hypothesis' best)
             if order not in ended and len(finished) < beam:
                 finish(score, toks, cov)
-        if banks:  # the beam shared by numbers written (numberbanks)
+        if shared:  # the beam shared by numbers and terms written (banks)
             cands = {e[1]: e for e in expansions if e[3] != EOS and math.isfinite(e[0])}
             for e in extra:
                 cands.setdefault(e[1], e)
             cands = list(cands.values())
-            before = [numbers_from.state(e[2], 0) for e in cands]
-            levels = [numberbanks.level(numbers_from, s, 0, numberbanks.written(numbers_from, s, 0), e[3])
-                      for s, e in zip(before, cands)]
-            picked = numberbanks.allocate([(e[0], e[1]) for e in cands], levels, beam,
-                                          numberbanks.top_level(numbers_from, 0))
+            levels = [cs.level(cs.state(e[2], 0), 0, e[3]) for e in cands]
+            picked = numberbanks.allocate([(e[0], e[1]) for e in cands], levels, beam, cs.top(0))
             next_live = [(cands[i][2] + [cands[i][3]], cands[i][0], cands[i][4], cands[i][5]) for i in picked]
         live = next_live
         if len(finished) >= beam:
             break
     finished.sort(key=Hypothesis.rank)
     return finished[:nbest]
+
+
+class _Given:
+    """What :func:`banks.constraints_of` reads of a search, for the reference search."""
+
+    def __init__(self, numbers_from, terms):
+        self.numbers_from, self.terms = numbers_from, terms

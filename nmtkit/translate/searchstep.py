@@ -14,15 +14,16 @@ import torch
 
 from nmtkit.models.fast.policy import policy
 from nmtkit.translate.config import DecodeConfig
-from nmtkit.translate.numberrules import AllNumbers, NumberBanks, SourceNumbersRule
+from nmtkit.translate.banks import Banks, SearchAgain, TermsMissed
+from nmtkit.translate.numberrules import SourceNumbersRule
 from nmtkit.translate.rules import (CoveragePenalty, LengthLimit, MinLength, NgramBlock, Prefix, Rule, Search,
                                     Vocabulary)
 from nmtkit.translate.sourcenumbers import SourceNumbers
 
 # the decoding rules (nmtkit.translate.rules) in the order they act: masks first, the forced prefix after them (it
 # keeps its token whatever they say), the length limit last; then what ranks finished hypotheses and searches again
-RULES: tuple[type[Rule], ...] = (Vocabulary, NgramBlock, SourceNumbersRule, NumberBanks, MinLength, Prefix,
-                                 LengthLimit, CoveragePenalty, AllNumbers)
+RULES: tuple[type[Rule], ...] = (Vocabulary, NgramBlock, SourceNumbersRule, Banks, MinLength, Prefix, LengthLimit,
+                                 CoveragePenalty, TermsMissed, SearchAgain)
 
 
 def build_rules(decode: DecodeConfig, search: Search) -> list[Rule]:
@@ -36,7 +37,8 @@ class Hypothesis:
     score: float  # log p(tokens, </s> | source): the model's own log-probability
     norm_score: float  # score / (len(tokens) + 1) ** lenpen, what ranks hypotheses
     attention: torch.Tensor | None = None  # (len(tokens) + 1, Tx) α for each output token and </s>, or None
-    unmet: int = 0  # with decode.all_numbers: the numbers it was to write and did not (ended at its length limit)
+    unmet: int = 0  # in a second search (banks): the numbers and terms it was to write and did not (at its limit)
+    missed: list[int] | None = None  # with terms: the sentence's terms (indices) it did not write
     posterior: np.ndarray | None = None  # (len(tokens) + 1, len(source) + 1) alignment posterior (add_posteriors)
 
     def rank(self) -> tuple[int, float]:

@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 # (also the library's names here)
-from nmtkit.translate import linetext
+from nmtkit.translate import glossary, linetext
 from nmtkit.translate.decoding import (DecodeSetup, SourceBatch, build_models, decode_batch,  # noqa: F401
                                        load_checkpoints)
 from nmtkit.errors import InputError, WorkerError
@@ -54,6 +54,7 @@ from nmtkit.translate.config import DecodeConfig, TranslatorConfig
 from nmtkit.translate.search import Hypothesis
 from nmtkit.translate.ngramblock import number_tokens
 from nmtkit.translate.sourcenumbers import DigitTable, source_numbers
+from nmtkit.translate.terms import WordBounds
 from nmtkit.data.candidates import load as load_candidates
 from nmtkit.streaming import windows
 from nmtkit.threads import ThreadGovernor
@@ -79,6 +80,7 @@ class _Piece:
     prefix_tokens: list[str] = field(default_factory=list)  # the prefix's model tokens, written back as given
     numbers: list[str] = field(default_factory=list)  # the line's source numbers (with decode.source_numbers)
     whole: bool = True  # the line is one piece (--all-numbers makes only a whole line write all its numbers)
+    terms: list[int] = field(default_factory=list)  # the glossary terms the piece must write (--terms)
 
 
 @dataclass
@@ -166,10 +168,17 @@ class Translator:
                              f"(rnnsearch); this checkpoint is {self.models[0].arch}", checkpoints[0])
         # what every batch is decoded with, also sent to the worker processes
         # (numbers: the target tokens with a digit, which the n-gram block leaves free)
+        self.glossary = None if config.terms is None else \
+            glossary.load(config.terms, self.source_words, lambda text: self.tgt_pre.subwords(self.target_words(text)),
+                          self.tgt_vocab.index, config.terms_ignore_case)
+        if self.glossary is not None and (decode.sampling is not None or decode.beam < 2):
+            raise InputError("--terms needs beam search with --beam 2 or more (the beam is shared among hypotheses "
+                             "by the terms they have written)")
         self.setup = DecodeSetup(decode, self.need_attention, config.bf16,
                                  number_tokens(self.tgt_vocab.tokens).numpy(), DigitTable(self.tgt_vocab.tokens),
                                  None if config.candidates is None else
-                                 load_candidates(config.candidates, self.src_vocab.tokens, self.tgt_vocab.tokens))
+                                 load_candidates(config.candidates, self.src_vocab.tokens, self.tgt_vocab.tokens),
+                                 None if self.glossary is None else WordBounds(self.tgt_vocab.tokens))
         # --threads 0 on a CPU: the count this process decodes with, measured as it goes (nmtkit.threads)
         self._governor = None
         threads, workers = config.threads, config.workers
@@ -314,7 +323,9 @@ class Translator:
                            [p.prefix for p in batch] if any(p.prefix is not None for p in batch) else None,
                            [p.key for p in batch] if decode.sampling is not None else None,
                            [p.numbers for p in batch] if decode.source_numbers else None,
-                           [p.whole for p in batch] if decode.source_numbers else None)
+                           [p.whole for p in batch] if decode.source_numbers else None,
+                           None if self.glossary is None else
+                           [[self.glossary.terms[i].variants for i in p.terms] for p in batch])
 
     def translate_lines(self, texts: Iterable[str]) -> list[str]:
         """Convenience: a list of raw lines → a list of translations."""
@@ -365,6 +376,8 @@ class Translator:
             for n, p in enumerate(parts):
                 piece = _Piece(k, n, self.src_vocab.encode(p), p, key=(lineno, n), numbers=numbers,
                                whole=len(parts) == 1)
+                if self.glossary is not None:  # (the terms of each piece's own words)
+                    piece.terms = self.glossary.find(words[k] if len(parts) == 1 else self.src_pre.words_of(p)[0])
                 if n == 0 and prefixes[k]:
                     ids = self.tgt_vocab.encode(prefixes[k])
                     ids[ids < len(SPECIALS)] = UNK  # a "</s>" or "<s>" written in a prefix is a word: <unk>
@@ -429,6 +442,8 @@ class Translator:
                 nbest.append((self._render(toks, given, len(prefix)), logprob, norm, length))
         t = Translation(lineno, self._render(best_tokens, given, len(prefix)), src_words, target_words, score, nbest,
                         pieces=len(parts))
+        if self.glossary is not None:
+            t.terms, t.missed, t.nbest_missed = glossary.report(self.glossary, parts, len(nbest))
         if self.need_attention:
             t.attention = block_attention(alphas)
             words = word_matrix(src_tokens, best_tokens, np.asarray(t.attention["alpha"]), self.src_pre.words_of,
