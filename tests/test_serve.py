@@ -79,6 +79,7 @@ class Server:
 
     def __init__(self, ckpt: str, *options: str, hooks: bool = False):
         command = [sys.executable, "-c", SERVE_HOOKS, *SERVE[1:]] if hooks else SERVE
+        self.ckpt = ckpt
         self.proc = subprocess.Popen([*command, "-m", ckpt, "--port", "0", "--threads", "1", *options],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, text=True)
         self.lines: list[str] = []
@@ -645,5 +646,18 @@ def test_the_page_translates_and_draws_the_alignment_in_a_real_browser(server, l
         assert lit == expected and expected
         browser.save_screenshot(str(tmp_path / "page.png"))
         assert (tmp_path / "page.png").stat().st_size > 10_000
+        # a glossary typed on the page: the translation obeys it and the page says which terms it used
+        from nmtkit.data import checkpoint
+
+        word = lines[0].split()[1].strip(".,")
+        never = next(w for w in checkpoint.load(server.ckpt)["vocab"]["tgt"][4:]
+                     if w.isalpha() and w not in api[0]["tgt"].split())
+        browser.find_element(By.ID, "terms").send_keys(f"{word} = {never}")
+        browser.find_element(By.ID, "translate").click()
+        WebDriverWait(browser, 120).until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".terms")) >= 1)
+        obeyed = server.translate(lines[:2], beam=12, attention=True, terms=[[word, never]])
+        assert [p.text for p in browser.find_elements(By.CSS_SELECTOR, ".translation")] == [r["tgt"] for r in obeyed]
+        assert never in obeyed[0]["tgt"].split()
+        assert browser.find_elements(By.CSS_SELECTOR, ".terms")[0].text == f"glossary used: {word}"
     finally:
         browser.quit()

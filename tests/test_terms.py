@@ -224,3 +224,33 @@ def test_nmt_score_gives_the_share_of_the_glossarys_terms_each_translation_write
     assert terms["lines"] == [{"line": 2, "missed": ["Standing Committee on Finance", "House"]}]
     res = run_tool("nmt-score", "-r", tmp_path / "ref.fr", "--terms", tmp_path / "g.tsv", tmp_path / "hyp.fr")
     one_line_error(res, "nmt-score", "--terms needs the source (-s SRC)")
+
+
+def test_nmt_serve_obeys_a_requests_terms_and_the_servers_and_says_which_it_used(model, tmp_path):
+    from test_serve import Server
+
+    ckpt, vocab = model
+    lines = ["A dog runs on the grass .", "Two men are talking ."]
+    plain = run_tool("nmt-translate", "-m", ckpt, "--tokenized", "--threads", "1", stdin="\n".join(lines) + "\n")
+    assert plain.returncode == 0, plain.stderr
+    outputs = plain.stdout.split("\n")[:2]
+    never = [w for w in vocab[4:] if w.isalpha() and not any(w in o.split() for o in outputs)][:2]
+    gloss = tmp_path / "g.tsv"
+    gloss.write_text(f"men\t{never[1]}\n", encoding="utf-8")
+    server = Server(ckpt, "--terms", str(gloss), "--tokenized")
+    try:
+        server.ready()
+        got = server.translate(lines, terms=[["dog", never[0]]])  # the request's term, and the server's
+        assert never[0] in got[0]["tgt"].split() and never[1] in got[1]["tgt"].split()
+        assert [g["terms"] for g in got] == [{"used": ["dog"], "missed": []}, {"used": ["men"], "missed": []}]
+        got = server.translate(lines)  # the server's only
+        assert got[0]["tgt"] == outputs[0] and got[0]["terms"] == {"used": [], "missed": []}
+        for terms, problem in (([["dog"]], "must be a list of [source term, target term, ...]"),
+                               ([["dog", ""]], "'' is empty"),
+                               ([["dog", "zzzunknownword"]], "'zzzunknownword' cannot be written")):
+            status, body, _ = server.call("/translate", {"src": lines, "terms": terms})
+            assert status == 400 and problem in body["error"] and "\n" not in body["error"], body
+        status, body, _ = server.call("/translate", {"src": lines, "terms": [["dog", "chien"]], "beam": 1})
+        assert status == 400 and "--terms needs beam search with --beam 2 or more" in body["error"]
+    finally:
+        assert server.stop() == 0

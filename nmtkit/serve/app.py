@@ -133,7 +133,7 @@ def make_app(cfg: ServeConfig, load: Callable[[], TranslationService],
         if state.service is None:
             return error(503, "the model is loading", {"Retry-After": "1"})
         try:  # (read as the translator reads it, off the event loop: what it may cost, before it is queued)
-            needs = await asyncio.get_running_loop().run_in_executor(None, cost, req, state.service.translator, cfg)
+            needs = await asyncio.get_running_loop().run_in_executor(None, _checked_cost, req, state.service, cfg)
         except TooCostly as e:
             return error(413, str(e))
         except InputError as e:
@@ -166,6 +166,13 @@ def make_app(cfg: ServeConfig, load: Callable[[], TranslationService],
     app = Starlette(routes=[Route(e.path, handlers[e.handler], methods=[e.method.upper()]) for e in ENDPOINTS],
                     exception_handlers={HTTPException: http_error, Exception: server_error}, lifespan=lifespan)
     return RequestLog(guard(app, cfg))  # (hosts, origins, API key: nmtkit/serve/guard.py)
+
+
+def _checked_cost(req, service, cfg):
+    """What a request may cost (nmtkit/serve/limits.py), once its settings are known to make a translator (its
+    glossary compiled: a term the model cannot write is the request's 400, not its batch's failure)."""
+    service.check(req)
+    return cost(req, service.translator, cfg)
 
 
 async def _read_body(request: HTTPRequest, limit: int) -> bytes:

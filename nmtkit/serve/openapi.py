@@ -16,7 +16,8 @@ _TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
 
 
 def _error(description: str) -> dict:
-    return {"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    return {"description": description,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,10 @@ def schema(cfg: ServeConfig) -> dict:
                           "description": "Give each line its soft alignment over words: the source's tokenised "
                                          "words and the target's words (</s> last on both), the weights a row per "
                                          "target word, summing to 1."},
+            "terms": {"type": "array", "items": {"type": "array", "items": {"type": "string"}, "minItems": 2},
+                      "description": "Glossary entries, [source term, target term, more variants...], added to "
+                                     "the server's --terms: each source term found in a line must appear in its "
+                                     "translation (nmt-translate --terms; needs beam >= 2)."},
             **options,
         },
     }
@@ -106,6 +111,10 @@ def schema(cfg: ServeConfig) -> dict:
                           "tgt": {"type": "string"}, "score": {"type": "number"},
                           "ranking_score": {"type": "number"}, "length": {"type": "integer"}}}},
             "alignment": {"type": "string", "description": "Pharaoh links, e.g. \"0-0 1-2\"."},
+            "terms": {"type": "object", "description": "With a glossary: the source terms found in the line that "
+                                                       "its translation used, and those it missed.",
+                      "properties": {"used": {"type": "array", "items": {"type": "string"}},
+                                     "missed": {"type": "array", "items": {"type": "string"}}}},
             "attention": {"type": "object", "properties": {
                 "src": {"type": "array", "items": {"type": "string"}},
                 "tgt": {"type": "array", "items": {"type": "string"}},

@@ -19,7 +19,7 @@ from typing import Any
 
 from nmtkit.errors import InputError
 
-REQUEST_KEYS = ("src", "prefix", "alignment", "attention")
+REQUEST_KEYS = ("src", "prefix", "alignment", "attention", "terms")
 
 
 @dataclass
@@ -32,22 +32,24 @@ class Request:
     alignment: bool = False
     attention: bool = False
     first: int = 1  # the number of its first line (a part of a longer request: its lines are numbered on)
-    chars: int = field(init=False)  # (its lines' and prefixes': what --max-chars bounds)
+    terms: tuple = ()  # glossary entries (nmtkit.translate.glossary.Entry) its translations obey, with the server's
+    chars: int = field(init=False)  # (its lines', prefixes' and terms': what --max-chars bounds)
 
     def __post_init__(self):
-        self.chars = sum(len(x) for x in self.lines) + sum(len(x) for x in self.prefixes or [])
+        self.chars = sum(len(x) for x in self.lines) + sum(len(x) for x in self.prefixes or []) + \
+            sum(len(e.source) + sum(len(x) for x in e.targets) for e in self.terms)
 
     def part(self, start: int, stop: int) -> Request:
         """Its lines ``start`` to ``stop`` (0-based, ``stop`` excluded) as a request of their own, numbered as
         they are here (a long request is decoded a few lines a batch: nmtkit/serve/batcher.py)."""
         return Request(self.lines[start:stop], self.decode,
                        self.prefixes[start:stop] if self.prefixes is not None else None, self.alignment,
-                       self.attention, self.first + start)
+                       self.attention, self.first + start, self.terms)
 
     @property
     def key(self) -> tuple:
         """What the lines of requests decoded together must share."""
-        return self.decode, self.alignment or self.attention
+        return self.decode, self.alignment or self.attention, self.terms
 
 
 def read_request(body: Any, defaults: dict | None = None) -> Request:
@@ -82,7 +84,27 @@ def read_request(body: Any, defaults: dict | None = None) -> Request:
     if decode.alignment_method != "attention" and not flags["alignment"]:  # (as nmt-translate refuses it)
         raise InputError(f"\"alignment_method\": \"{decode.alignment_method}\" says how the alignment is made: "
                          "ask for it with \"alignment\": true")
-    return Request(lines, decode, prefixes, **flags)
+    terms = _terms(body["terms"]) if body.get("terms") is not None else ()
+    return Request(lines, decode, prefixes, **flags, terms=terms)
+
+
+def _terms(value: Any) -> tuple:
+    """A request's ``"terms"``, ``[["source term", "target term", more variants...], ...]``, as glossary entries
+    (nmtkit/translate/glossary.py)."""
+    from nmtkit.translate.glossary import bad_text, parse
+
+    shape = "\"terms\" must be a list of [source term, target term, ...] lists of strings"
+    if not isinstance(value, list):
+        raise InputError(shape)
+    for k, entry in enumerate(value):
+        if not isinstance(entry, list) or len(entry) < 2 or not all(isinstance(x, str) for x in entry):
+            raise InputError(f"{shape} (\"terms\"[{k}] is not)")
+        for x in entry:
+            problem = "is empty" if not x.strip() else "holds a tab or a line break" if any(c in x for c in "\t\n\r") \
+                else None if bad_text(x) is None else f"holds {bad_text(x)}"
+            if problem:
+                raise InputError(f"\"terms\"[{k}]: {x!r} {problem}")
+    return tuple(parse("".join("\t".join(e) + "\n" for e in value), "\"terms\""))
 
 
 def _strings(value: Any, name: str) -> list[str]:
@@ -120,14 +142,19 @@ class TranslationService:
         return {"models": t.checkpoint_info, "ensemble": len(t.checkpoint_info), "device": str(t.device),
                 "attention": t.has_attention, "max_source_len": t.max_source_len}
 
-    def _translator(self, decode, need_attention: bool):
-        key = (decode, need_attention)
+    def _translator(self, decode, need_attention: bool, terms: tuple = ()):
+        key = (decode, need_attention, terms)
         with self._lock:
             if key not in self._configured:
                 if len(self._configured) > 64:  # (settings are many only under unusual use: keep memory bounded)
                     self._configured.clear()
-                self._configured[key] = self.translator.configured(decode, need_attention)
+                self._configured[key] = self.translator.configured(decode, need_attention, list(terms))
             return self._configured[key]
+
+    def check(self, request: Request) -> None:
+        """Whether a request's settings make a translator (its glossary compiled for the model, a beam to share
+        among its terms): else one InputError, before it is queued."""
+        self._translator(*request.key)
 
     def translate(self, requests: list[Request]) -> list[list[dict]]:
         """Requests that share their :attr:`Request.key` → each one's results, one per line, in order.  Each
@@ -180,6 +207,8 @@ def _result(t, request: Request) -> dict:
                            for text, logprob, norm, length in t.nbest]
     if request.alignment:
         result["alignment"] = pharaoh(t.alignment)
+    if t.terms is not None:  # (a glossary: the server's --terms, the request's "terms")
+        result["terms"] = {"used": [x for x in t.terms if x not in t.missed], "missed": list(t.missed)}
     if request.attention:  # (over words, as nmt-align shows them; nmt-translate --attention writes model tokens)
         result["attention"] = {"src": t.word_attention["source"], "tgt": t.word_attention["target"],
                                "weights": t.word_attention["alpha"]}

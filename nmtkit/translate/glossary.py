@@ -32,7 +32,7 @@ class Entry:
     line: int
 
 
-def _bad_text(text: str) -> str | None:
+def bad_text(text: str) -> str | None:
     """What makes a term unusable as text, or None."""
     for ch in text:
         if unicodedata.category(ch) in ("Cc", "Cs") and ch not in "\t":
@@ -49,7 +49,7 @@ def parse(text: str, name: str = "<terms>") -> list[Entry]:
         line = raw[:-1] if raw.endswith("\r") else raw
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        problem = _bad_text(line)
+        problem = bad_text(line)
         if problem is not None:
             raise InputError(f"holds {problem}", name, lineno)
         fields = [f.strip() for f in line.split("\t")]
@@ -67,7 +67,10 @@ def parse(text: str, name: str = "<terms>") -> list[Entry]:
 def read(path: str | Path) -> list[Entry]:
     """The entries of the glossary file ``path`` (:func:`parse`); a file that is not UTF-8 is one error naming the
     line of its first bad byte."""
-    data = Path(path).read_bytes()
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot be read ({e.strerror or e})", str(path)) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -155,18 +158,6 @@ class CompiledGlossary:
             taken[i: i - neg] = [True] * -neg
             found.setdefault(term, i)
         return sorted(found, key=found.get)
-
-
-def load(path: str, src_words, tgt_tokens, index: dict[str, int], ignore_case: bool = False) -> CompiledGlossary:
-    """The glossary file ``path`` compiled for a model (:class:`CompiledGlossary`'s arguments); every problem is
-    one :class:`~nmtkit.errors.InputError` naming the file (and line)."""
-    from nmtkit.data.vocab import UNK
-
-    try:
-        entries = read(path)
-    except OSError as e:
-        raise InputError(f"cannot be read ({e.strerror or e})", path) from None
-    return CompiledGlossary(entries, src_words, tgt_tokens, index, UNK, ignore_case, str(path))
 
 
 def report(glossary: CompiledGlossary, parts, n: int) -> tuple[list[str], list[str], list[int]]:

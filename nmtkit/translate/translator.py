@@ -168,17 +168,16 @@ class Translator:
                              f"(rnnsearch); this checkpoint is {self.models[0].arch}", checkpoints[0])
         # what every batch is decoded with, also sent to the worker processes
         # (numbers: the target tokens with a digit, which the n-gram block leaves free)
-        self.glossary = None if config.terms is None else \
-            glossary.load(config.terms, self.source_words, lambda text: self.tgt_pre.subwords(self.target_words(text)),
-                          self.tgt_vocab.index, config.terms_ignore_case)
-        if self.glossary is not None and (decode.sampling is not None or decode.beam < 2):
-            raise InputError("--terms needs beam search with --beam 2 or more (the beam is shared among hypotheses "
-                             "by the terms they have written)")
+        # --terms: the glossary the translations obey (nmtkit/translate/glossary.py), a server's requests' added
+        self._terms_ignore_case = config.terms_ignore_case
+        self._glossary_entries = [] if config.terms is None else glossary.read(config.terms)
+        self.glossary = self._compile_glossary(self._glossary_entries, config.terms) if config.terms else None
+        _check_glossary_search(self.glossary, decode)
         self.setup = DecodeSetup(decode, self.need_attention, config.bf16,
                                  number_tokens(self.tgt_vocab.tokens).numpy(), DigitTable(self.tgt_vocab.tokens),
                                  None if config.candidates is None else
                                  load_candidates(config.candidates, self.src_vocab.tokens, self.tgt_vocab.tokens),
-                                 None if self.glossary is None else WordBounds(self.tgt_vocab.tokens))
+                                 WordBounds(self.tgt_vocab.tokens))  # (a server's request may bring terms)
         # --threads 0 on a CPU: the count this process decodes with, measured as it goes (nmtkit.threads)
         self._governor = None
         threads, workers = config.threads, config.workers
@@ -196,11 +195,17 @@ class Translator:
         if workers > 1 and not self._lazy_pool:
             self._start_pool()
 
-    def configured(self, decode: DecodeConfig, need_attention: bool = False) -> Translator:
+    def _compile_glossary(self, entries: list, name: str) -> glossary.CompiledGlossary:
+        return glossary.CompiledGlossary(entries, self.source_words,
+                                         lambda text: self.tgt_pre.subwords(self.target_words(text)),
+                                         self.tgt_vocab.index, UNK, self._terms_ignore_case, name)
+
+    def configured(self, decode: DecodeConfig, need_attention: bool = False, terms: list | None = None) -> Translator:
         """The same loaded models with other decoding settings: how a server answers each request with its own
         options without loading the checkpoints again (``nmtkit.serve``).  Decoded in this process, or, where this
         translator started its worker processes (``workers`` > 1, not automatic), by the same workers, each batch
-        bringing its settings; several configured translators may then translate at once, one per thread."""
+        bringing its settings; several configured translators may then translate at once, one per thread.
+        ``terms``: glossary entries (:class:`nmtkit.translate.glossary.Entry`) added to this translator's."""
         if not isinstance(decode, DecodeConfig):
             raise TypeError(f"decode must be a DecodeConfig (got {type(decode).__name__})")
         if self._lazy_pool or (self._pool is None and not self.models):
@@ -212,6 +217,9 @@ class Translator:
         if (other.need_attention or decode.attends) and not self.has_attention:
             raise InputError("alignments, attention, --coverage-penalty and --replace-unk need an attention model "
                              f"(rnnsearch); this checkpoint is {self._arch}", self._checkpoints[0])
+        if terms:
+            other.glossary = self._compile_glossary(self._glossary_entries + list(terms), '"terms"')
+        _check_glossary_search(other.glossary, decode)
         other.setup = self.setup.configured(decode, other.need_attention)
         other._configured = True
         return other
@@ -468,3 +476,10 @@ class Translator:
 
     def _render(self, tokens: list[str], given: str = "", forced: int = 0) -> str:
         return linetext.render(self.tgt_pre, tokens, self.tokenized, given, forced)
+
+
+def _check_glossary_search(compiled, decode: DecodeConfig) -> None:
+    """A glossary needs a beam to share among hypotheses by the terms they have written."""
+    if compiled is not None and (decode.sampling is not None or decode.beam < 2):
+        raise InputError("--terms needs beam search with --beam 2 or more (the beam is shared among hypotheses by "
+                         "the terms they have written)")
