@@ -254,3 +254,25 @@ def test_nmt_serve_obeys_a_requests_terms_and_the_servers_and_says_which_it_used
         assert status == 400 and "--terms needs beam search with --beam 2 or more" in body["error"]
     finally:
         assert server.stop() == 0
+
+
+def test_a_prefix_and_an_ensemble_obey_the_glossary(model, tmp_path):
+    """With a prefix and two checkpoints decoded as an ensemble, the terms are written, after the prefix.  (A
+    SentencePiece vocabulary's terms, and numbers and terms together, are the reference tests' above: the tests'
+    SentencePiece model is too young to end a sentence by itself.)"""
+    ckpt, vocab = model
+    lines = ["A dog runs on the grass .", "Two men are talking ."]
+    src, prefix, gloss = tmp_path / "in.en", tmp_path / "prefix.fr", tmp_path / "g.tsv"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    prefix.write_text("Un\n\n", encoding="utf-8")
+    plain = run_tool("nmt-translate", "-m", ckpt, "-m", ckpt, "--tokenized", "-i", src, "--prefix", prefix,
+                     "--threads", "1")
+    assert plain.returncode == 0, plain.stderr
+    never = [w for w in vocab[4:] if w.isalpha() and w not in plain.stdout.split()][:2]
+    gloss.write_text(f"dog\t{never[0]}\nmen\t{never[1]}\n", encoding="utf-8")
+    res = run_tool("nmt-translate", "-m", ckpt, "-m", ckpt, "--tokenized", "-i", src, "--prefix", prefix, "--terms",
+                   gloss, "--scores", tmp_path / "scores", "--threads", "1")
+    assert res.returncode == 0, res.stderr
+    out = [line.split() for line in res.stdout.split("\n")[:2]]
+    assert out[0][0] == "Un" and never[0] in out[0][1:] and never[1] in out[1], out
+    assert [s.split("\t")[1] for s in (tmp_path / "scores").read_text(encoding="utf-8").splitlines()] == ["1/1", "1/1"]
