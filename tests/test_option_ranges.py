@@ -11,7 +11,7 @@ import torch
 from nmtkit.errors import InputError
 from nmtkit.train.config import MAX_SEED, TrainConfig
 from nmtkit.train.resume import check_training_state
-from nmtkit.translate.config import MAX_BEAM, MAX_LEN_A, MAX_LEN_B, MAX_LENPEN, DecodeConfig
+from nmtkit.translate.config import MAX_BEAM, MAX_LEN_A, MAX_LEN_B, MAX_LENPEN, MAX_SAMPLES, DecodeConfig
 
 from conftest import one_line_error, run_tool
 from test_serve import Server
@@ -38,11 +38,11 @@ def test_the_ranges_hold_their_ends():
     """Each end of a range is a setting (the search's arithmetic holds there); one step past it is refused."""
     DecodeConfig(beam=MAX_BEAM, nbest=MAX_BEAM, lenpen=MAX_LENPEN, max_len_a=MAX_LEN_A, max_len_b=MAX_LEN_B,
                  min_length_ratio=MAX_LEN_A)
-    DecodeConfig(sampling="topk:5", nbest=MAX_BEAM, lenpen=MAX_LENPEN)
+    DecodeConfig(sampling="topk:5", nbest=MAX_SAMPLES, lenpen=MAX_LENPEN)
     assert (MAX_LEN_A * 1_000_000 + MAX_LEN_B + 1) ** MAX_LENPEN < 1e300  # (a million-token source: no overflow)
     for past, line in (({"beam": MAX_BEAM + 1}, "--beam must be at most 1,000 (got 1001)"),
                        ({"beam": int(HUGE)}, f"--beam must be at most 1,000 (got {HUGE})"),
-                       ({"sampling": "topk:5", "nbest": 100_000}, "--nbest must be at most 1,000 (got 100000)"),
+                       ({"sampling": "topk:5", "nbest": 100_000}, "--nbest must be at most 10,000 (got 100000)"),
                        ({"lenpen": 10.01}, "--lenpen must be at most 10 (got 10.01)"),
                        ({"lenpen": 400.0, "sampling": "topk:5"}, "--lenpen must be at most 10 (got 400)"),
                        ({"max_len_a": 100.5}, "--max-len-a must be at most 100 (got 100.5)"),

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_a_full_disk_in_prepare_is_one_line_and_leaves_nothing(data_dir, tmp_path):
     for lang in ("en", "fr"):
         head_lines(data_dir / "multi30k" / f"train.{lang}", tmp_path / f"train.{lang}", 300)
-    res = _nmt_limited("nmt-prepare", 4000, "-s", "en", "-t", "fr", "--train", tmp_path / "train",
+    res = _nmt_limited("nmt-prepare", 4000, "-s", "en", "-t", "fr", "--train", tmp_path / "train", "--quiet",
                        "--dest", tmp_path / "out" / "data", "--src-vocab-size", "100", "--tgt-vocab-size", "100")
     # (the destination the user named, not "standard output": a write error of a file carries no name)
     assert _one_line_error(res, "nmt-prepare") == (f"nmt-prepare: error: {tmp_path / 'out' / 'data'}: cannot write: "

@@ -28,7 +28,8 @@ ALIGNMENT_METHODS = ("attention", "posterior")  # how --alignments are read (nmt
 MAX_COVERAGE_PENALTY = 10.0  # (Wu et al. use 0.2; far above, the penalty alone ranks and its sums overflow)
 # The ranges of the search's sizes: far past what any translation asks for, and small enough that the arithmetic of
 # a search holds (a length**LENPEN of 400 overflows a float; a length limit of 1e9 tokens asks for gigabytes at once)
-MAX_BEAM = 1000  # beam, and samples a line
+MAX_BEAM = 1000  # beam and n-best
+MAX_SAMPLES = 10_000  # samples a line (--sampling's --nbest: one row each, no beam's K x V candidates)
 MAX_LENPEN = 10.0  # (fairseq and OpenNMT-py use 0.6 to 2)
 MAX_LEN_A = 100.0  # output tokens per source token (--max-len-a, --min-length-ratio)
 MAX_LEN_B = 10_000  # output tokens
@@ -98,8 +99,9 @@ class DecodeConfig:
         if self.sampling is not None and self.nbest < 1:
             raise InputError(f"--nbest must be at least 1 sample (got {self.nbest})")
         for name in ("beam", "nbest"):
-            if getattr(self, name) > MAX_BEAM:
-                raise InputError(f"{_flag(name)} must be at most {MAX_BEAM:,} (got {getattr(self, name)})")
+            most = MAX_SAMPLES if name == "nbest" and self.sampling is not None else MAX_BEAM
+            if getattr(self, name) > most:
+                raise InputError(f"{_flag(name)} must be at most {most:,} (got {getattr(self, name)})")
         if not (math.isfinite(self.coverage_penalty) and 0 <= self.coverage_penalty <= MAX_COVERAGE_PENALTY):
             raise InputError(f"--coverage-penalty must be a finite number of at least 0 and at most "
                              f"{MAX_COVERAGE_PENALTY:g} (got {self.coverage_penalty}; Wu et al. use 0.2)")
