@@ -203,7 +203,7 @@ def test_health_is_503_until_loaded_then_models_and_the_schema(server, ckpt):
 
     props = schema["components"]["schemas"]["Request"]["properties"]
     assert status == 200 and schema["openapi"].startswith("3.1")
-    assert {f.name for f in fields(DecodeConfig)} | {"src", "prefix", "alignment", "attention"} == set(props)
+    assert {f.name for f in fields(DecodeConfig)} | {"src", "prefix", "alignment", "attention", "terms"} == set(props)
     assert props["beam"]["default"] == 12 and props["beam"]["type"] == "integer"
     assert props["alignment_method"]["enum"] == ["attention", "posterior"]
     status, body, _ = server.call("/nope")
