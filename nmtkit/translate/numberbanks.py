@@ -38,7 +38,9 @@ The shared beam:
 A sentence without numbers, or whose best hypothesis writes them, reads exactly as without the option.  A piece of a
 line cut at ``--max-source-len`` is not made to write the line's numbers
 (:class:`~nmtkit.translate.sourcenumbers.SourceNumbers`' ``whole``).
-:func:`~nmtkit.translate.search.beam_search_reference` applies the same rules hypothesis by hypothesis.
+:func:`~nmtkit.translate.search.beam_search_reference` applies the same rules hypothesis by hypothesis.  The
+batched search's allocation at a step is :func:`nmtkit.translate.banks.choose`, over the numbers and a glossary's
+terms alike (the numbers' functions here are what it asks of them).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import math
 
 import torch
 
-from nmtkit.data.vocab import EOS, PAD
+from nmtkit.data.vocab import EOS
 from nmtkit.translate.sourcenumbers import PERCENT, SourceNumbers, State
 
 
@@ -150,63 +152,4 @@ def ending(cand: torch.Tensor, K: int, already: set[tuple[int, int]], todo: list
     for a, b_row, t_row in zip(rows, best.tolist(), tok.tolist()):
         out += [(a, j, score) for j, (score, t) in enumerate(zip(b_row, t_row))
                 if t == EOS and math.isfinite(score) and (a, j) not in already]
-    return out
-
-
-def choose(nf: SourceNumbers, states: list[State | None], begun_n: list[int | None], sentences: list[int], K: int,
-           cand: torch.Tensor, top_scores: torch.Tensor, top_idx: torch.Tensor, last: list[int] | None
-           ) -> dict[int, list[tuple[float, int, int]]]:
-    """The batched search's allocation at one step: ``states`` of the A·K rows (:meth:`SourceNumbers.states`) and
-    their numbers begun ``begun_n`` (:func:`begun`), ``sentences`` the A sentences' ids, cand (A, K·V) the
-    expansions' scores (masked, ``</s>`` banned while a row has numbers not begun), top_scores/top_idx (A, 2K) its
-    ``2K`` best, ``last`` the rows' last tokens (None at the first step) → for each row a of a sentence with numbers
-    to write, its K continuations (score, beam, token), best first, padded with (−inf, 0, ``<pad>``)."""
-    A, KV = cand.shape
-    V = KV // K
-    todo = [a for a in range(A) if nf.required[sentences[a]] > 0]
-    if not todo:
-        return {}
-    # per live row: its best token other than </s>, and the tokens that advance (gathered in one index)
-    sub = cand[todo].view(len(todo), K, V).clone()
-    sub[:, :, EOS] = -math.inf
-    best_val, best_tok = (x.tolist() for x in sub.max(dim=2))
-    asks, flat = [], []  # (a, j, token), the flat index into cand
-    meta = {}
-    for n, a in enumerate(todo):
-        sent = sentences[a]
-        for j in range(K):
-            s = states[a * K + j]
-            if s is None or not math.isfinite(best_val[n][j]):  # (a dead row, or one that may only end)
-                continue
-            meta[(a, j)] = written(nf, s, sent)
-            for tok in advancing(nf, s, begun_n[a * K + j], sent, None if last is None else last[a * K + j]):
-                asks.append((a, j, tok))
-                flat.append(a * KV + j * V + tok)
-    adv = cand.view(-1)[torch.tensor(flat, dtype=torch.long, device=cand.device)].tolist() if flat else []
-    best_adv: dict[tuple[int, int], tuple[float, int]] = {}
-    for (a, j, tok), score in zip(asks, adv):
-        if math.isfinite(score) and ((a, j) not in best_adv or score > best_adv[(a, j)][0]):
-            best_adv[(a, j)] = (score, tok)
-    ts, ti = top_scores.tolist(), top_idx.tolist()
-    out = {}
-    for n, a in enumerate(todo):
-        sent = sentences[a]
-        seen: dict[int, float] = {}  # order (j·V + token) → score
-        for score, idx in zip(ts[a], ti[a]):
-            if idx % V != EOS and math.isfinite(score):
-                seen[idx] = score
-        for j in range(K):
-            if (a, j) not in meta:
-                continue
-            if math.isfinite(best_val[n][j]):
-                seen.setdefault(j * V + best_tok[n][j], best_val[n][j])
-            if (a, j) in best_adv:
-                score, tok = best_adv[(a, j)]
-                seen.setdefault(j * V + tok, score)
-        orders = list(seen)
-        keys = [(seen[o], o) for o in orders]
-        levels = [level(nf, states[a * K + o // V], sent, meta[(a, o // V)], o % V) for o in orders]
-        picked = allocate(keys, levels, K, top_level(nf, sent))
-        chosen = [(keys[i][0], orders[i] // V, orders[i] % V) for i in picked]
-        out[a] = chosen + [(-math.inf, 0, PAD)] * (K - len(chosen))
     return out
