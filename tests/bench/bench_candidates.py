@@ -119,16 +119,10 @@ def main(argv=None) -> int:
     t0 = time.time()
     name = "bench_candidates-tune.txt" if a.stage == "tune" else "bench_candidates.txt"
     path = a.out or peers.REPO / "tests" / "bench" / "results" / name
-    out = peers.system_header(f"nmtkit decoding over candidate lists: {a.stage}", ["tests/bench/bench_candidates.py"]
-                              + args)
-    out.insert(2, "script: tests/bench/bench_candidates.py")
-    if not peers.clean_tree():
-        if not a.allow_dirty:
-            print("bench_candidates.py: the tree has uncommitted changes: commit them first (a figure counts only "
-                  "from a clean commit), or --allow-dirty for a trial whose report says it is no evidence",
-                  file=sys.stderr)
-            return 2
-        out.insert(0, "DIRTY TREE: a trial run, not evidence")
+    out = peers.start_report("bench_candidates.py", f"nmtkit decoding over candidate lists: {a.stage}", args,
+                             a.allow_dirty)
+    if out is None:
+        return 2
     try:
         from nmtkit.data import candidates as C
         from nmtkit.data.corpus import Corpus

@@ -161,15 +161,10 @@ def main(argv=None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     t_start = time.time()
     argv = sys.argv[1:] if argv is None else argv
-    out = peers.system_header("Where the time of the hour's model goes: one training update, one decoding batch",
-                              ["tests/bench/bench_profile.py"] + argv)
-    out.insert(2, "script: tests/bench/bench_profile.py")
-    if not peers.clean_tree():
-        if not a.allow_dirty:
-            print("bench_profile.py: the tree has uncommitted changes: commit them first, or --allow-dirty for a "
-                  "trial whose report says it is no evidence", file=sys.stderr)
-            return 2
-        out.insert(0, "DIRTY TREE: a trial run, not evidence")
+    out = peers.start_report("bench_profile.py", "Where the time of the hour's model goes: one training update, one "
+                             "decoding batch", argv, a.allow_dirty)
+    if out is None:
+        return 2
     try:
         import numpy as np
         import torch

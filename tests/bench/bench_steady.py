@@ -125,16 +125,10 @@ def decode_once(checkout: Path, model: Path, src: Path, ref: list[str], out: Pat
 def main(argv=None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     t0 = time.time()
-    out = peers.system_header("nmtkit beside other work: training and decoding idle and beside one busy core",
-                              ["tests/bench/bench_steady.py"] + (sys.argv[1:] if argv is None else argv))
-    out.insert(2, "script: tests/bench/bench_steady.py")
-    dirty = not peers.clean_tree()
-    if dirty and not a.allow_dirty:
-        print("bench_steady.py: the tree has uncommitted changes: commit them first (a figure counts only from a "
-              "clean commit), or --allow-dirty for a trial whose report says it is no evidence", file=sys.stderr)
+    out = peers.start_report("bench_steady.py", "nmtkit beside other work: training and decoding idle and beside one "
+                             "busy core", sys.argv[1:] if argv is None else argv, a.allow_dirty)
+    if out is None:
         return 2
-    if dirty:
-        out.insert(0, "DIRTY TREE: a trial run, not evidence")
     head = peers.commit_of("HEAD")
     try:
         base_sha = peers.commit_of(a.baseline)

@@ -164,15 +164,10 @@ def main(argv=None) -> int:
     a = parse_args(args)
     t0 = time.time()
     path = a.out or peers.REPO / "tests" / "bench" / "results" / "bench_terms.txt"
-    out = peers.system_header("nmtkit: a glossary the translation obeys (--terms)", ["tests/bench/bench_terms.py"]
-                              + args)
-    out.insert(2, "script: tests/bench/bench_terms.py")
-    if not peers.clean_tree():
-        if not a.allow_dirty:
-            print("bench_terms.py: the tree has uncommitted changes: commit them first (a figure counts only from a "
-                  "clean commit), or --allow-dirty for a trial whose report says it is no evidence", file=sys.stderr)
-            return 2
-        out.insert(0, "DIRTY TREE: a trial run, not evidence")
+    out = peers.start_report("bench_terms.py", "nmtkit: a glossary the translation obeys (--terms)", args,
+                             a.allow_dirty)
+    if out is None:
+        return 2
     from nmtkit.errors import InputError
 
     try:

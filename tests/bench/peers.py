@@ -165,6 +165,21 @@ def system_header(title: str, argv: list[str]) -> list[str]:
     ]
 
 
+def start_report(script: str, title: str, argv: list[str], allow_dirty: bool) -> list[str] | None:
+    """A results file's first lines (:func:`system_header`, the script named), or None with the reason on stderr
+    where the tree has uncommitted changes and ``allow_dirty`` is not given (a figure counts only from a clean
+    commit); a dirty trial's report says in its first line that it is no evidence."""
+    out = system_header(title, [f"tests/bench/{script}"] + list(argv))
+    out.insert(2, f"script: tests/bench/{script}")
+    if not clean_tree():
+        if not allow_dirty:
+            print(f"{script}: the tree has uncommitted changes: commit them first (a figure counts only from a clean "
+                  "commit), or --allow-dirty for a trial whose report says it is no evidence", file=sys.stderr)
+            return None
+        out.insert(0, "DIRTY TREE: a trial run, not evidence")
+    return out
+
+
 def write_report(lines: list[str], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
