@@ -16,8 +16,8 @@ from nmtkit.files import atomic_dir, check_output_dir
 
 FORMATS = ("png", "svg", "pdf")
 # The most words (with </s>) a side of an attention plot may have.  The figure grows with the sentence, 0.26 inch a
-# word so that 9-point labels fit, and what matplotlib holds to draw it grows with its area: 330 MB at 100 words a
-# side, 645 MB at 150, 2.3 GB for a 420-word line.  Figure 3's sentences have fewer than 40.
+# word so that 9-point labels fit, and what matplotlib holds to draw it grows with its area (a 420-word line took
+# 2.3 GB, issue #57).  Figure 3's sentences have fewer than 40.
 MAX_PLOT_WORDS = 100
 
 

@@ -35,16 +35,17 @@ class TermUse:
                 continue
             words = self.tgt_pre.words(text)
             missed = [self.glossary.terms[i].source for i in terms
-                      if not any(_stands_in(words, v) for v in self.glossary.terms[i].variants)]
+                      if not any(stands_in(words, v) for v in self.glossary.terms[i].variants)]
             used, of = used + len(terms) - len(missed), of + len(terms)
             if missed:
                 lines.append({"line": k + 1, "missed": missed})
         return {"used": used, "of": of, "share": used / of if of else None, "lines": lines}
 
 
-def _stands_in(words: list[str], variant: tuple[str, ...]) -> bool:
-    n = len(variant)
-    return any(tuple(words[k: k + n]) == variant for k in range(len(words) - n + 1))
+def stands_in(words: list[str], phrase: tuple[str, ...]) -> bool:
+    """Whether ``phrase`` (words) stands in ``words`` as consecutive words."""
+    n = len(phrase)
+    return any(tuple(words[k: k + n]) == phrase for k in range(len(words) - n + 1))
 
 
 def summary(result: dict, reference: dict | None) -> str:

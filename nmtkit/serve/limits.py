@@ -5,8 +5,8 @@ prefixes), and from them and its settings come the most each line may cost.
 Why measured, not guessed from characters: the cost of a decoding is its hypotheses times the target tokens each may
 run to, ``max(max_len_a × source tokens + max_len_b, prefix tokens)`` per piece (nmtkit/translate/searchstep.py),
 and a character is anything from a tenth of a token (a long word) to several (SentencePiece's small units, a
-number's digits).  Reading a request costs about what its preprocessing costs in decoding (0.4 s for 20,000
-characters into 13,000 SentencePiece units), off the event loop, once; the decoding it bounds can cost minutes.
+number's digits).  Reading a request costs what its preprocessing costs in decoding, off the event loop, once;
+the decoding it bounds can cost minutes.
 
 - ``--max-beam``, ``--max-nbest``: the hypotheses of a line (``beam``, or the samples with ``sampling``);
 - ``--max-target-len``: the target tokens one piece may be decoded to: its prefix, and the length limit its

@@ -81,13 +81,14 @@ class TermConstraint:
         return self.terms.unmet(tokens, sentence)
 
 
-def constraints_of(decode, search) -> list:
-    """The constraints a search's shared beam holds: the numbers with ``decode.all_numbers``, the terms given."""
+def constraints_of(decode, numbers_from, terms) -> list:
+    """The constraints a shared beam holds: the source's numbers (``numbers_from``) with ``decode.all_numbers``,
+    the glossary's ``terms`` where given."""
     out = []
-    if decode.all_numbers and search.numbers_from is not None:
-        out.append(NumberConstraint(search.numbers_from))
-    if search.terms is not None:
-        out.append(TermConstraint(search.terms))
+    if decode.all_numbers and numbers_from is not None:
+        out.append(NumberConstraint(numbers_from))
+    if terms is not None:
+        out.append(TermConstraint(terms))
     return out
 
 
@@ -136,7 +137,7 @@ class Banks(Rule):
     def build(cls, decode, search):
         if not search.banks:
             return None
-        cs = constraints_of(decode, search)
+        cs = constraints_of(decode, search.numbers_from, search.terms)
         return cls(cs) if cs else None
 
     def row_states(self, step: Step) -> list[tuple]:
@@ -241,7 +242,7 @@ class SearchAgain(Rule):
     def build(cls, decode, search):
         if search.banks or not search.beam:
             return None
-        cs = constraints_of(decode, search)
+        cs = constraints_of(decode, search.numbers_from, search.terms)
         return cls(cs) if cs else None
 
     @torch.no_grad()

@@ -149,7 +149,7 @@ def beam_search_reference(models, src_ids: list[int], decode: DecodeConfig = DEF
     with the second search of ``decode.all_numbers`` and ``terms`` as :class:`~nmtkit.translate.banks.SearchAgain`
     makes it.  Each rule acts through its one-hypothesis form (:meth:`~nmtkit.translate.rules.Rule.banned`)."""
     hyps = _reference(models, src_ids, decode, prefix, numbers, numbers_from, False, terms)
-    first = banks.Constraints(banks.constraints_of(decode, _Given(numbers_from, terms)))
+    first = banks.Constraints(banks.constraints_of(decode, numbers_from, terms))
     if hyps and first.cs and first.unmet(hyps[0].tokens, 0):
         again = _reference(models, src_ids, decode, prefix, numbers, numbers_from, True, terms)
         limit = max(int(_limits(torch.tensor([len(src_ids) + 1]), decode.max_len_a, decode.max_len_b)[0]),
@@ -178,7 +178,7 @@ def _reference(models, src_ids: list[int], decode: DecodeConfig, prefix: list[in
     by_kind = {type(r): r for r in rules}
     prefix_rule, coverage_rule = by_kind.get(Prefix), by_kind.get(CoveragePenalty)
     masks = [r for r in rules if not isinstance(r, (Prefix, CoveragePenalty))]
-    cs = banks.Constraints(banks.constraints_of(decode, _Given(numbers_from, terms)))
+    cs = banks.Constraints(banks.constraints_of(decode, numbers_from, terms))
     shared = shared and cs.required(0) > 0
     live = [([], 0.0, ens.init(encs), [0.0] * len(src_ids))]  # (tokens, score, states, Σ_i α_ij per source word)
     finished: list[Hypothesis] = []
@@ -247,10 +247,3 @@ def _reference(models, src_ids: list[int], decode: DecodeConfig, prefix: list[in
             break
     finished.sort(key=Hypothesis.rank)
     return finished[:nbest]
-
-
-class _Given:
-    """What :func:`banks.constraints_of` reads of a search, for the reference search."""
-
-    def __init__(self, numbers_from, terms):
-        self.numbers_from, self.terms = numbers_from, terms

@@ -43,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers  # noqa: E402
+from nmtkit.score.terms import stands_in  # noqa: E402  (nmt-score --terms' match)
 from peers import BenchError, Goal, log, median, table  # noqa: E402
 
 DECODE_OPTIONS = ["--beam", "12", "--no-repeat-ngram", "4", "--source-numbers", "--all-numbers"]
@@ -105,11 +106,6 @@ def phrase_pairs(src: list[str], tgt: list[str], links: set[tuple[int, int]], ma
             yield tuple(src[i1: i2 + 1]), tuple(tgt[j1: j2 + 1])
 
 
-def contains(words: list[str], phrase: tuple[str, ...]) -> bool:
-    n = len(phrase)
-    return any(tuple(words[k: k + n]) == phrase for k in range(len(words) - n + 1))
-
-
 def build_glossary(a, src_lang: str, tgt_lang: str) -> tuple[list[tuple[str, str]], dict]:
     """The glossary's (source term, target term) pairs from the Hansards development sittings, and what it was
     built from."""
@@ -143,8 +139,8 @@ def build_glossary(a, src_lang: str, tgt_lang: str) -> tuple[list[tuple[str, str
             best[sp] = (tp, n)
     kept = []
     for sp, (tp, n) in sorted(best.items(), key=lambda kv: -kv[1][1]):
-        lines = [k for k, s in enumerate(words[src_lang]) if contains(s, sp)]
-        co = sum(contains(words[tgt_lang][k], tp) for k in lines) / max(1, len(lines))
+        lines = [k for k, s in enumerate(words[src_lang]) if stands_in(s, sp)]
+        co = sum(stands_in(words[tgt_lang][k], tp) for k in lines) / max(1, len(lines))
         if co >= a.min_cooccurrence:
             kept.append((" ".join(sp), " ".join(tp)))
         if len(kept) >= a.size:
@@ -223,7 +219,7 @@ def main(argv=None) -> int:
             found = [g.find(src_pre.words(line)) for line in en]
             ref_words = [tgt_pre.words(line) for line in fr]
             # (as Dinu et al. 2019: a line is scored with its terms where the reference uses every one of them)
-            in_ref = [all(any(contains(ref_words[k], tuple(tgt_pre.words(v))) for v in g.terms[i].targets)
+            in_ref = [all(any(stands_in(ref_words[k], tuple(tgt_pre.words(v))) for v in g.terms[i].targets)
                           for i in f) for k, f in enumerate(found)]
             with_terms = [k for k, f in enumerate(found) if f and in_ref[k]]
             others = [k for k, f in enumerate(found) if not f]
@@ -254,7 +250,7 @@ def main(argv=None) -> int:
                 met = 0
                 for n, k in enumerate(with_terms):
                     for i in found[k]:
-                        met += any(contains(hyp_words[n], tuple(tgt_pre.words(v))) for v in g.terms[i].targets)
+                        met += any(stands_in(hyp_words[n], tuple(tgt_pre.words(v))) for v in g.terms[i].targets)
                 use_rate[use] = 100 * met / max(1, len(required))
                 ref_t = [fr[k] for k in with_terms]
                 plain_hyp = got["plain", use][0][1]
