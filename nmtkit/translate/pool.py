@@ -318,6 +318,10 @@ class DecodePool:
                     self._lost(w)
                     continue
                 w.tickets.add(self._queue.popleft()[0])
+                if w.outstanding == 1 and self._reading and self._wake_w >= 0:
+                    # a reader in select watches the workers that were busy when it began: this one joins them, or
+                    # its death would go unseen until the others answer (a killed worker's request got 504, not 500)
+                    os.write(self._wake_w, b"!")
 
     def _wait_readable(self, block: bool = True) -> list[_Worker]:
         """The busy workers with a reply to read (waiting for one, or for a replacement's start, with ``block``)."""
