@@ -87,3 +87,10 @@ def test_a_results_file_starts_with_script_command_commit_and_machine_or_says_wh
 ])
 def test_the_header_rule_itself(text, lacks):
     assert missing(text) == lacks
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py") if p.name != "peers.py"))
+def test_every_bench_script_starts_its_report_with_start_report(script):
+    # a new script that writes figures without the header (and without refusing a dirty tree) fails here
+    assert "start_report(" in (BENCH / script).read_text(encoding="utf-8"), \
+        f"tests/bench/{script} does not call peers.start_report: its report would lack the header (issue #55)"

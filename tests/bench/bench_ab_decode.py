@@ -57,9 +57,13 @@ def main() -> int:
     p.add_argument("--paired", action="store_true", help="both versions at once, one core each (see above)")
     p.add_argument("--work", type=Path, default=peers.DEFAULT_WORK)
     p.add_argument("--out", type=Path, default=peers.REPO / "tests" / "bench" / "results" / "bench_ab_decode.txt")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
     a = p.parse_args()
     t0 = time.time()
-    out = peers.system_header("nmtkit A/B decoding benchmark", sys.argv)
+    out = peers.start_report("bench_ab_decode.py", "nmtkit A/B decoding benchmark", sys.argv[1:], a.allow_dirty)
+    if out is None:
+        return 2
     options = shlex.split(a.options)
     runs = a.work / "ab-decode"
     runs.mkdir(parents=True, exist_ok=True)

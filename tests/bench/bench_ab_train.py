@@ -84,9 +84,13 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=peers.REPO / "tests" / "bench" / "results" / "bench_ab_train.txt")
     p.add_argument("--paired", action="store_true", help="both versions at once, one core each (see above)")
     p.add_argument("--calls", type=int, metavar="N", help="count Python calls over N updates instead (see above)")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
     a = p.parse_args()
     t0 = time.time()
-    out = peers.system_header("nmtkit A/B training benchmark", sys.argv)
+    out = peers.start_report("bench_ab_train.py", "nmtkit A/B training benchmark", sys.argv[1:], a.allow_dirty)
+    if out is None:
+        return 2
     try:
         prep = peers.prepare_real(a.work)
         runs = a.work / "ab-runs"

@@ -26,6 +26,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers  # noqa: E402
+
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
 
 
@@ -73,13 +76,19 @@ def _collate_ms(trainer, count: int) -> tuple[float, float, float]:
     return 1000 * statistics.mean(times), statistics.mean(real), statistics.mean(padded)
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=30000)
     ap.add_argument("--merges", type=int, default=8000)
     ap.add_argument("--updates", type=int, default=60)
     ap.add_argument("--out", default=str(REPO / "tests" / "bench" / "results" / "bench_bpe_dropout.txt"))
+    ap.add_argument("--allow-dirty", action="store_true",
+                    help="run on a tree with uncommitted changes (the report then says it is no evidence)")
     args = ap.parse_args()
+    head = peers.start_report("bench_bpe_dropout.py", "nmtkit: what BPE-dropout costs a training update",
+                              sys.argv[1:], args.allow_dirty)
+    if head is None:
+        return 2
 
     from nmtkit.prepare import PrepareConfig, prepare
     from nmtkit.train.config import train_config
@@ -111,10 +120,11 @@ def main() -> None:
                for name, p in (("--bpe-dropout 0 (ids)", 0.0), ("--bpe-dropout 0.1", 0.1))),
              "",
              f"overhead: {100 * (rows[0.1][0] / rows[0.0][0] - 1):+.1f}% per update"]
-    text = "\n".join(lines) + "\n"
+    text = "\n".join(head + [""] + lines) + "\n"
     print(text, end="")
     Path(args.out).write_text(text, encoding="utf-8")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -11,7 +11,7 @@ Adadelta with clipping (the paper's recipe), float32 and bf16 autocast; decoding
 
 from __future__ import annotations
 
-import datetime
+import argparse
 import os
 import sys
 import time
@@ -19,6 +19,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peers  # noqa: E402
 from nmtkit.models import build_model  # noqa: E402
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.search import beam_search  # noqa: E402
@@ -71,11 +73,18 @@ def decode_speed(arch: str, V: int, n: int = 480, B: int = 80, T: int = 30) -> f
     return n / (time.perf_counter() - t)
 
 
-def main() -> None:
-    print("nmtkit CUDA benchmark")
-    print("=====================")
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; Python {sys.version.split()[0]}")
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
+    a = p.parse_args(args)
+    head = peers.start_report("bench_cuda.py", "nmtkit CUDA benchmark", args, a.allow_dirty)
+    if head is None:
+        return 2
+    cpu = next(k for k, line in enumerate(head) if line.startswith("CPU: "))
+    head.insert(cpu + 1, f"device: {torch.cuda.get_device_name()}")
+    print("\n".join(head))
     print(__doc__.split("\n\n", 2)[2].strip())
     print()
     print(f"{'model':<16} {'vocab':>6} {'precision':<14} {'train tok/s':>11} {'peak GPU MB':>11}")
@@ -87,7 +96,8 @@ def main() -> None:
     print()
     for arch, V in (("rnnsearch-small", 7900), ("rnnsearch-50", 30004)):
         print(f"{arch}: beam 12, batch 80, random weights: {decode_speed(arch, V):,.1f} sentences/s", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import peers  # noqa: E402
 from bench_quality import DATA, REPO, _bleu, diagnostics  # noqa: E402
 
 SETTINGS = {
@@ -31,11 +32,18 @@ SETTINGS = {
 }
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)
     p.add_argument("--threads", type=int, default=2)
-    a = p.parse_args(argv)
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
+    a = p.parse_args(args)
+    head = peers.start_report("bench_decoding.py", "nmtkit decoding settings on news-test-2014", args, a.allow_dirty)
+    if head is None:
+        return 2
+    print("\n".join(head) + "\n")
     src, ref = DATA / "wmt14" / "newstest2014.en", DATA / "wmt14" / "newstest2014.fr"
     print(f"news-test-2014 (3,003 sentences), {a.model}; beam 12, batch 80; sacreBLEU on detokenised output\n")
     print(f"{'setting':34} {'BLEU':>6} {'chrF':>6} {'len':>5} {'loops':>6} {'unk':>5} {'wall s':>7}")
@@ -51,7 +59,8 @@ def main(argv=None) -> None:
             print(f"{name:34} {s['bleu']:>6.2f} {s['chrf']:>6.2f} {d['ratio']:>5.2f} {100 * d['loops']:>5.0f}% "
                   f"{d['unk']:>5.1f} {wall:>7.0f}", flush=True)
     print("\nlen: output / reference length (13a tokens, <unk> as one); loops: lines with a repeated word trigram")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

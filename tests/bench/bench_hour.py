@@ -39,7 +39,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.g
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
 PEERS = REPO.parent / "shared" / "peers"
 
-from peers import kept_tokenised_pairs  # noqa: E402  (tests/bench/peers.py: this script's folder)
+import peers  # noqa: E402  (tests/bench/peers.py: this script's folder)
+from peers import kept_tokenised_pairs  # noqa: E402
 TESTS = {"hansards-test": DATA / "hansards" / "test", "newstest2014": DATA / "wmt14" / "newstest2014"}
 
 
@@ -251,7 +252,8 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--work", default=str(REPO / "runs" / "hour"))
     p.add_argument("--onmt-venv", default=str(REPO / "runs" / "onmt-venv"))
@@ -261,7 +263,13 @@ def main(argv=None) -> None:
                    "WORK/dev/valid (prepared earlier: preparing is not part of the hour)")
     p.add_argument("--onmt-words", help="nmt-prepare --max-len 30 --src/tgt-vocab-size 16000 of hansards/train with "
                    "WORK/dev/valid, for OpenNMT-py's pairs (prepared earlier)")
-    a = p.parse_args(argv)
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
+    a = p.parse_args(args)
+    head = peers.start_report("bench_hour.py", "nmtkit: one hour of two CPU cores against OpenNMT-py", args,
+                              a.allow_dirty)
+    if head is None:
+        return 2
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     results = {}
@@ -278,8 +286,10 @@ def main(argv=None) -> None:
     for name in ("nmtkit", "onmt"):
         if name not in results and (work / name / "result.json").is_file():
             results[name] = _load(work / name / "result.json")
+    print("\n".join(head) + "\n")
     print(table(results))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

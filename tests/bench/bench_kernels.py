@@ -55,6 +55,7 @@ Each figure is the median of interleaved repeats (milliseconds per call); the ma
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -86,7 +87,12 @@ def interleaved(cases: dict, rounds: int = 3) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].rstrip(":"))
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
+    a = p.parse_args(args)
     import torch
 
     from nmtkit.runtime import tune_malloc
@@ -95,7 +101,9 @@ def main() -> int:
 
     tune_malloc()
     t0 = time.time()
-    out = peers.system_header("nmtkit kernel benchmark", ["tests/bench/bench_kernels.py"])
+    out = peers.start_report("bench_kernels.py", "nmtkit kernel benchmark", args, a.allow_dirty)
+    if out is None:
+        return 2
     default_threads = torch.get_num_threads()
     g = torch.Generator().manual_seed(0)
     rows = []

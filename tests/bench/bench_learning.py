@@ -39,6 +39,8 @@ REPO = Path(__file__).resolve().parents[2]
 # the tools it runs import this checkout's nmtkit (bin/ has no sys.path of its own)
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers  # noqa: E402  (tests/bench/peers.py)
 
 # name -> (what it changes, nmt-train options).  "base" is the measurement: B.1 init, Adam 1e-3, clip 1.
 BASE = ["--arch", "rnnsearch-small", "--recipe", "paper", "--optimizer", "adam", "--lr", "0.001", "--clip-norm", "1",
@@ -223,7 +225,7 @@ def table(results: list[dict], diag: float, sample: int) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", help="prepared Hansards directory (nmt-prepare --max-len 30, 16k vocabularies)")
     p.add_argument("--work", default=str(REPO / "runs" / "learning"))
@@ -239,11 +241,13 @@ def main(argv=None) -> None:
                    help="recompute the alignment figures (AER, entropy, α(</s>)) of finished runs")
     p.add_argument("--list", action="store_true", help="print the variants and exit")
     p.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one variant in this process
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
     a = p.parse_args(argv)
     if a.list:
         for k, (what, opts) in VARIANTS.items():
             print(f"{k:18} {what}  [{' '.join(opts)}]")
-        return
+        return 0
     if not a.data:
         p.error("--data is required")
     names = a.variants.split(",")
@@ -252,10 +256,14 @@ def main(argv=None) -> None:
         p.error(f"unknown variant(s) {', '.join(unknown)} (see --list)")
     if a.one:
         print(json.dumps(run_variant(a.one, a)))
-        return
+        return 0
+    base_args = [a_ for a_ in (argv if argv is not None else sys.argv[1:])]
+    head = peers.start_report("bench_learning.py", "nmtkit: what a small RNNsearch learns per update", base_args,
+                              a.allow_dirty)
+    if head is None:
+        return 2
     Path(a.work).mkdir(parents=True, exist_ok=True)
     pending, running, results = list(names), [], {}
-    base_args = [a_ for a_ in (argv if argv is not None else sys.argv[1:])]
     while pending or running:
         while pending and len(running) < a.parallel:
             n = pending.pop(0)
@@ -272,8 +280,10 @@ def main(argv=None) -> None:
                 if proc.returncode != 0:
                     sys.exit(f"bench_learning: variant {n} failed (see {Path(a.work) / (n + '.log')})")
                 results[n] = json.loads(out.strip().splitlines()[-1])
+    print("\n".join(head) + "\n")
     print(table([results[n] for n in names], diagonal_aer(Path(a.trial)), a.test_sample))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -34,6 +34,9 @@ REPO = Path(__file__).resolve().parents[2]
 # the tools it runs import this checkout's nmtkit (bin/ has no sys.path of its own)
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers  # noqa: E402  (tests/bench/peers.py)
+
 TESTS = {"newstest2014": ("wmt14/newstest2014.en", "wmt14/newstest2014.fr"),
          "hansards-test": ("hansards/test.en", "hansards/test.fr")}
 
@@ -109,7 +112,8 @@ def by_length(hyps: dict[str, str]) -> list[str]:
     return lines
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True)
     p.add_argument("--model", required=True)
@@ -117,16 +121,23 @@ def main(argv=None) -> None:
     p.add_argument("--onmt-log", help="OpenNMT-py's training log, for its validation perplexity")
     p.add_argument("--hyps", nargs="*", default=[], metavar="NAME=DIR", help="DIR/{newstest2014,hansards-test}.hyp.fr")
     p.add_argument("--threads", type=int, default=2)
-    a = p.parse_args(argv)
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
+    a = p.parse_args(args)
     torch.set_num_threads(a.threads)
-    lines = measure(a.data, a.model, a.limit)
+    head = peers.start_report("bench_length.py", "nmtkit: where a model trained on short pairs loses", args,
+                              a.allow_dirty)
+    if head is None:
+        return 2
+    lines = head + [""] + measure(a.data, a.model, a.limit)
     if a.onmt_log:
         found = re.findall(r"Validation perplexity: ([\d.]+)", Path(a.onmt_log).read_text(encoding="utf-8"))
         if found:
             lines.append(f"OpenNMT-py's own validation perplexity on the same split (all pairs): {found[-1]}")
     lines += by_length(dict(x.split("=", 1) for x in a.hyps))
     print("\n".join(lines))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

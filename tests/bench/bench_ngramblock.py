@@ -21,6 +21,7 @@ import argparse
 import math
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -34,6 +35,8 @@ from nmtkit.translate.translator import Translator
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers  # noqa: E402  (tests/bench/peers.py)
 
 
 def ban_repeats_dict(logp: torch.Tensor, history: torch.Tensor, n: int) -> None:
@@ -70,7 +73,8 @@ def _repeats(tokens: list[str], n: int = 3) -> bool:
     return len(grams) != len(set(grams))
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)
     p.add_argument("--input", default=str(DATA / "hansards" / "dev.en"))
@@ -80,8 +84,14 @@ def main(argv=None) -> None:
     p.add_argument("-n", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=2)
-    a = p.parse_args(argv)
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
+    a = p.parse_args(args)
     torch.set_num_threads(a.threads)
+    head = peers.start_report("bench_ngramblock.py", "nmtkit: what the repeated-n-gram block costs beam search",
+                              args, a.allow_dirty)
+    if head is None:
+        return 2
     with open(a.input, encoding="utf-8") as f:
         lines = [next(f).rstrip("\n") for _ in range(a.lines)]
     ways = {"off": (0, ban_repeats), "tensor (kept)": (a.n, ban_repeats), "dict (fairseq)": (a.n, ban_repeats_dict)}
@@ -105,6 +115,7 @@ def main(argv=None) -> None:
     search.ban_repeats = ban_repeats
     rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
+    print("\n".join(head) + "\n")
     print(f"{a.lines} lines of {a.input}, {a.model};\nbeam {a.beam}, batch {a.batch_size}, {a.threads} torch "
           f"thread(s), n = {a.n}, best of {a.repeats};\nmain at {rev}, load average {load0[0]:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after, {time.perf_counter() - t_all:.0f} s in all\n")
@@ -115,7 +126,8 @@ def main(argv=None) -> None:
               f"{inside[name][1]:>6} {loops:>6}")
     print(f"\nthe two ways' translations identical: {outputs['tensor (kept)'] == outputs['dict (fairseq)']}")
     print("loops: lines with a repeated token trigram (tokenised output)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

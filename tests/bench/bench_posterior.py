@@ -17,9 +17,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peers  # noqa: E402
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-s", "--source", required=True)
     p.add_argument("-t", "--target", required=True)
@@ -27,12 +33,19 @@ def main(argv=None) -> None:
     p.add_argument("--gold-order", default="src-tgt", choices=["src-tgt", "tgt-src"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("models", nargs="+", metavar="NAME=MODEL[,REVERSE]")
-    a = p.parse_args(argv)
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
+    a = p.parse_args(args)
     import torch
 
     from nmtkit.align import SOFT_ALIGNMENTS, Aligner, align_files
 
     torch.set_num_threads(a.threads)
+    head = peers.start_report("bench_posterior.py", "nmtkit: AER of the attention and of the alignment posterior",
+                              args, a.allow_dirty)
+    if head is None:
+        return 2
+    print("\n".join(head) + "\n")
     print(f"AER against {a.gold} ({a.source}, {a.target}); lower is better")
     for spec in a.models:
         name, _, paths = spec.rpartition("=")
@@ -47,7 +60,8 @@ def main(argv=None) -> None:
             row = "  ".join(f"{k} {v.aer:.3f}" for k, v in scores.items())
             print(f"{name:28} {method:9} {row}  ({time.monotonic() - start:.0f} s)")
             sys.stdout.flush()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

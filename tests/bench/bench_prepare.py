@@ -135,16 +135,21 @@ def run_one(name: str, train_args: list[str], workers: int, scratch: Path) -> di
     return r
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=1, help="runs per setting; the fastest is reported")
     ap.add_argument("--out", default=str(REPO / "tests" / "bench" / "results" / "bench_prepare.txt"),
                     help="result file ('-' for stdout only)")
     ap.add_argument("--measure-json", help=argparse.SUPPRESS)
+    ap.add_argument("--allow-dirty", action="store_true",
+                    help="run on a tree with uncommitted changes (the report then says it is no evidence)")
     a = ap.parse_args()
     if a.measure_json:
         print(json.dumps(measure(json.loads(a.measure_json))))
-        return
+        return 0
+    header = peers.start_report("bench_prepare.py", "nmt-prepare benchmark", sys.argv[1:], a.allow_dirty)
+    if header is None:
+        return 2
 
     data = data_root()
     corpora = [
@@ -179,7 +184,8 @@ def main() -> None:
     line = lambda cs: "  ".join(c.ljust(wd) if i == 0 else c.rjust(wd) for i, (c, wd) in enumerate(zip(cs, widths)))
     table = "\n".join([line(head), line(["-" * wd for wd in widths])] + [line(c) for c in cells])
 
-    text = "\n".join([
+    text = "\n".join(header + [
+        "",
         "nmt-prepare benchmark (tests/bench/bench_prepare.py)",
         f"date:        {started:%Y-%m-%d %H:%M %Z}",
         f"cpu:         {cpu_model()} ({os.cpu_count()} logical CPUs visible)",
@@ -202,7 +208,8 @@ def main() -> None:
     if a.out != "-":
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(text, encoding="utf-8")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -36,7 +36,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.g
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
 PEERS = REPO.parent / "shared" / "peers"
 
-from peers import kept_tokenised_pairs  # noqa: E402  (tests/bench/peers.py: this script's folder)
+import peers  # noqa: E402  (tests/bench/peers.py: this script's folder)
+from peers import kept_tokenised_pairs  # noqa: E402
 TEST_SETS = {"hansards-test": ("hansards/test.en", "hansards/test.fr"),
              "newstest2014": ("wmt14/newstest2014.en", "wmt14/newstest2014.fr")}
 
@@ -235,7 +236,8 @@ def table(results: dict, a) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="prepared Hansards directory (nmt-prepare --max-len 30, 16k vocabs)")
     p.add_argument("--work", default=str(REPO / "runs" / "quality"))
@@ -249,7 +251,13 @@ def main(argv=None) -> None:
                         "training from scratch: the comparison at equal wall-clock time; its wall time is added")
     p.add_argument("--plot-sentences", default="332,566,777,1019",
                    help="hansards/test lines whose attention nmtkit's model draws (WORK/nmtkit/figure3)")
-    a = p.parse_args(argv)
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
+    a = p.parse_args(args)
+    head = peers.start_report("bench_quality.py", "nmtkit: quality beside OpenNMT-py on the same Hansards pairs", args,
+                              a.allow_dirty)
+    if head is None:
+        return 2
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     results = {}
@@ -259,8 +267,10 @@ def main(argv=None) -> None:
         path = work / name / "result.json"
         if name not in results and path.is_file():
             results[name] = json.loads(path.read_text())
+    print("\n".join(head) + "\n")
     print(table(results, a))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

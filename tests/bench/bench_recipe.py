@@ -33,6 +33,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers  # noqa: E402  (tests/bench/peers.py)
 
 
 def _run(cmd: list, log: Path, cpu: str | None = None, capture: bool = False) -> tuple[float, str]:
@@ -147,7 +149,8 @@ def cmd_numbers(a) -> None:
     print(f"{a.out}: {len(keep)} lines, {sum(len(numbers(s, 'en')) for s, _ in keep)} numbers")
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("numbers", help="a tuning set of the lines with numbers")
@@ -158,6 +161,8 @@ def main(argv=None) -> None:
         s = sub.add_parser(name)
         s.add_argument("--work", required=True)
         if name == "table":
+            s.add_argument("--allow-dirty", action="store_true",
+                           help="run on a tree with uncommitted changes (the report then says it is no evidence)")
             continue
         s.add_argument("--name", required=True)
         s.add_argument("--tune", action="append", default=[], help="PREFIX of a tuning set (PREFIX.en, PREFIX.fr)")
@@ -172,9 +177,15 @@ def main(argv=None) -> None:
             s.add_argument("--resume", action="store_true", help="continue an interrupted training")
         else:
             s.add_argument("--decode-options", required=True)
-    a = p.parse_args(argv)
+    a = p.parse_args(args)
+    if a.cmd == "table":  # (the report: the results file's part for this run starts here)
+        head = peers.start_report("bench_recipe.py", "nmtkit: training recipes at equal time", args, a.allow_dirty)
+        if head is None:
+            return 2
+        print("\n".join(head) + "\n")
     {"run": cmd_run, "decode": cmd_decode, "table": cmd_table, "numbers": cmd_numbers}[a.cmd](a)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

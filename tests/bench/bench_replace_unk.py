@@ -38,6 +38,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers  # noqa: E402  (tests/bench/peers.py)
+
 VARIANTS = {"none": [], "attention": ["--replace-unk"], "posterior": ["--replace-unk"]}
 BY_POSTERIOR = "--nmt-translate-by-posterior"  # (first argument: this script runs nmt-translate, as by_posterior)
 PLACEHOLDER = "UNKPLACEHOLDER"  # (what "<unk>" is tokenised as: one token, in no reference)
@@ -144,8 +147,9 @@ def _p_value(report: dict, name: str) -> float | None:
     return next(s for s in bleu["systems"] if s["name"] == name)["p_value"]
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    command = list(argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -155,7 +159,13 @@ def main(argv=None) -> None:
     p.add_argument("--bootstrap", type=int, default=1000)
     p.add_argument("--reuse", action="store_true", help="score the translations already under --out again")
     p.add_argument("sets", nargs="+", metavar="NAME=SOURCE,REFERENCE")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
     a = p.parse_args(argv)
+    head = peers.start_report("bench_replace_unk.py", "nmtkit: what nmt-translate --replace-unk gains", command,
+                              a.allow_dirty)
+    if head is None:
+        return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     sets = []
@@ -176,6 +186,7 @@ def main(argv=None) -> None:
                 for job in jobs}
         for job, future in done.items():
             seconds[job[0], job[2]] = future.result()
+    print("\n".join(head) + "\n")
     print(f"model {a.model}; nmt-translate {' '.join(extra)} --threads 1, {a.jobs} at a time")
     report = {}
     for name, source, reference in sets:
@@ -207,6 +218,7 @@ def main(argv=None) -> None:
         sys.stdout.flush()
     with open(out / "report.json", "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)
+    return 0
 
 
 if __name__ == "__main__":
@@ -214,4 +226,4 @@ if __name__ == "__main__":
     if sys.argv[1:2] == [BY_POSTERIOR]:
         by_posterior(sys.argv[2:])
     else:
-        main()
+        sys.exit(main())

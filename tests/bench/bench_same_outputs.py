@@ -66,9 +66,14 @@ def main() -> int:
     p.add_argument("--lines", type=int, default=200, help="lines of each set [200]")
     p.add_argument("--work", type=Path, default=peers.DEFAULT_WORK)
     p.add_argument("--out", type=Path, default=peers.REPO / "tests" / "bench" / "results" / "bench_same_outputs.txt")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
     a = p.parse_args()
     t0 = time.time()
-    out = peers.system_header("nmtkit: the same outputs before and after a change", sys.argv)
+    out = peers.start_report("bench_same_outputs.py", "nmtkit: the same outputs before and after a change",
+                             sys.argv[1:], a.allow_dirty)
+    if out is None:
+        return 2
     root = peers.data_root()
     if root is None:
         return peers.fail_report(out, a.out, peers.BenchError("no data: set NMTKIT_DATA or ../shared/data"))

@@ -39,6 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import peers  # this script's directory
 from bench_prepare import _pss_kib, _tree, cpu_model  # the same /proc measuring (this script's directory)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -169,20 +170,25 @@ def table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prefix", type=int, help="use only the first N Hansards pairs (and say so)")
     ap.add_argument("--out", default=str(REPO / "tests" / "bench" / "results" / "bench_select.txt"),
                     help="result file ('-' for stdout only)")
     ap.add_argument("--measure-json", help=argparse.SUPPRESS)
     ap.add_argument("--lm-scale-json", help=argparse.SUPPRESS)
+    ap.add_argument("--allow-dirty", action="store_true",
+                    help="run on a tree with uncommitted changes (the report then says it is no evidence)")
     a = ap.parse_args()
     if a.measure_json:
         print(json.dumps(measure(json.loads(a.measure_json))))
-        return
+        return 0
     if a.lm_scale_json:
         print(json.dumps(lm_scale(*json.loads(a.lm_scale_json))))
-        return
+        return 0
+    head = peers.start_report("bench_select.py", "nmt-select benchmark", sys.argv[1:], a.allow_dirty)
+    if head is None:
+        return 2
 
     data = data_root()
     started = datetime.datetime.now().astimezone()
@@ -221,11 +227,12 @@ def main() -> None:
             sys.exit(f"bench_select: LM scale run failed: {out.stderr}")
         scale = json.loads(out.stdout)
         loads.append(os.getloadavg())
-    text = render(a, started, loads, runs, scale)
+    text = "\n".join(head) + "\n\n" + render(a, started, loads, runs, scale)
     print(text)
     if a.out != "-":
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(text, encoding="utf-8")
+    return 0
 
 
 def render(a, started, loads, runs, scale) -> str:
@@ -322,4 +329,4 @@ def render(a, started, loads, runs, scale) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

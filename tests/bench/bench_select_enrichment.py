@@ -31,6 +31,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers  # noqa: E402  (tests/bench/peers.py)
 
 
 def _lines(path: Path) -> list[str]:
@@ -92,16 +94,24 @@ def _summary(rows: list[dict], names: list[str]) -> dict:
             "other_h_gen": float(np.median(h_gen[~news & ok]))}
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--baseline", required=True)
     p.add_argument("--parts", default="pool")
     p.add_argument("--out", default=str(REPO / "tests" / "bench" / "results" / "bench_select_enrichment.txt"))
-    a = p.parse_args(argv)
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
+    a = p.parse_args(args)
+    header = peers.start_report("bench_select_enrichment.py", "nmt-select: in-domain pairs found in a general pool",
+                                args, a.allow_dirty)
+    if header is None:
+        return 2
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
-    report = [f"nmt-select enrichment: in-domain news-test-2010+2011; baseline {a.baseline}, now {head} (+ working "
-              "tree); H = median per-token cross-entropy in bits (English side)", ""]
+    report = header + [""]
+    report += [f"nmt-select enrichment: in-domain news-test-2010+2011; baseline {a.baseline}, now {head} (+ working "
+               "tree); H = median per-token cross-entropy in bits (English side)", ""]
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "baseline"
         subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), a.baseline], check=True,
@@ -132,7 +142,8 @@ def main(argv=None) -> None:
     text = "\n".join(report) + "\n"
     print(text)
     Path(a.out).write_text(text, encoding="utf-8")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

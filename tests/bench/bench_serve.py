@@ -35,6 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers  # noqa: E402  (tests/bench/peers.py)
 
 
 REST = 3.0  # seconds without requests before memory is read "at rest" (nmtkit.runtime.IDLE_TRIM_S: 1 s)
@@ -84,7 +86,8 @@ def post(url: str, line: str) -> str:
         return json.loads(r.read())["translations"][0]["tgt"]
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("-m", "--model", required=True)
     p.add_argument("--lines", type=int, default=500, help="lines of each test set")
@@ -93,9 +96,15 @@ def main(argv=None) -> None:
     p.add_argument("--batch-wait-ms", default="5")
     p.add_argument("--threads", default="2")
     p.add_argument("--workers", default="1", help="nmt-serve --workers")
-    a = p.parse_args(argv)
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
+    a = p.parse_args(args)
+    head = peers.start_report("bench_serve.py", "nmt-serve under load", args, a.allow_dirty)
+    if head is None:
+        return 2
 
     lines = bench_lines(a.lines)
+    print("\n".join(head) + "\n")
     print(f"bench_serve (tests/bench/bench_serve.py), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, git "
           f"{subprocess.run(['git', '-C', REPO, 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}; "
           f"load average {os.getloadavg()[0]:.2f}")
@@ -181,7 +190,8 @@ def main(argv=None) -> None:
     print(f"server resident memory (its workers' included), at rest {REST:g} s after the warm-up: {rss_start / 1024:.0f} MiB; "
           f"at rest {REST:g} s after the last request: {rss_end / 1024:.0f} MiB ({100 * (rss_end - rss_start) / rss_start:+.1f}%; "
           f"goal < 10%); the most under load: {peak[0] / 1024:.0f} MiB; exit code after SIGTERM {code}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

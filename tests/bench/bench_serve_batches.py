@@ -25,12 +25,14 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import peers  # (tests/bench/peers.py)
 from bench_serve import bench_lines, post, wait_healthy  # (the bench's lines and requests: one line, beam 12)
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("-m", "--model", required=True)
     p.add_argument("--tree", default=str(REPO), help="the checkout whose nmt-serve runs")
@@ -40,10 +42,17 @@ def main(argv=None) -> None:
     p.add_argument("--empty", type=int, default=0,
                    help="then this many requests of no line ({\"src\": []}, nothing decoded), one at a time, each "
                         "on a new connection: the server's CPU time per request (its HTTP side)")
-    a = p.parse_args(argv)
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
+    a = p.parse_args(args)
+    head = peers.start_report("bench_serve_batches.py", "nmt-serve: the batches of clients that send again at once",
+                              args, a.allow_dirty)
+    if head is None:
+        return 2
     lines = bench_lines()
     tree = Path(a.tree).resolve()
     commit = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    print("\n".join(head) + "\n")
     print(f"bench_serve_batches, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: nmt-serve of {tree} (git "
           f"{commit.stdout.strip()}), --threads {a.threads} --workers {a.workers}, defaults otherwise; beam 12")
     server = subprocess.Popen([sys.executable, tree / "bin" / "nmt-serve", "-m", a.model, "--port", "0", "--threads",
@@ -93,7 +102,8 @@ def main(argv=None) -> None:
     finally:
         server.terminate()
         server.wait(timeout=120)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

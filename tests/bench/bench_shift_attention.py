@@ -16,8 +16,14 @@ as nmt-align reads it with ``--tokenized`` (recased as examples/cpu-scale/run.sh
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peers  # noqa: E402
 
 
 def shifted(forced):
@@ -32,7 +38,8 @@ def shifted(forced):
     return attention
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-m", "--model", required=True)
     p.add_argument("--reverse-model", required=True)
@@ -40,12 +47,19 @@ def main(argv=None) -> None:
     p.add_argument("-t", "--target", required=True)
     p.add_argument("--gold", required=True)
     p.add_argument("--gold-order", default="src-tgt", choices=["src-tgt", "tgt-src"])
-    a = p.parse_args(argv)
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
+    a = p.parse_args(args)
     import torch
 
     import nmtkit.align as align
 
     torch.set_num_threads(1)
+    head = peers.start_report("bench_shift_attention.py", "nmtkit: Shift-Att against RNNsearch's own attention step",
+                              args, a.allow_dirty)
+    if head is None:
+        return 2
+    print("\n".join(head) + "\n")
     as_is = align.forced_attention
     print(f"AER against {a.gold} ({a.source}, {a.target}); lower is better")
     for name, reading in (("alpha_i (as nmt-align reads it)", as_is), ("alpha_(i+1) (Shift-Att)", shifted(as_is))):
@@ -57,7 +71,8 @@ def main(argv=None) -> None:
         finally:
             align.forced_attention = as_is
         print(f"{name:32} " + "  ".join(f"{k} {v.aer:.3f}" for k, v in result.by_method.items()))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

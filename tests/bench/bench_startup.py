@@ -28,6 +28,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers  # noqa: E402  (tests/bench/peers.py)
 LINE = "The committee will report to the House before the end of the month."
 
 
@@ -41,14 +43,21 @@ def _wall(cmd: list[str], stdin: bytes, cwd: Path) -> tuple[float, bytes]:
     return wall, proc.stdout
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="a small model's checkpoint")
     p.add_argument("--baseline", required=True, help="the commit to compare with (e.g. the main before the change)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--sentences", type=int, default=1000)
     p.add_argument("--out", default=str(REPO / "tests" / "bench" / "results" / "bench_startup.txt"))
-    a = p.parse_args(argv)
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
+    a = p.parse_args(args)
+    start = peers.start_report("bench_startup.py", "nmt-translate start-up against an older commit", args,
+                               a.allow_dirty)
+    if start is None:
+        return 2
     model = str(Path(a.model).resolve())
     big = "".join(f"{x}\n" for x in (DATA / "wmt14" / "newstest2014.en").read_text(encoding="utf-8")
                   .splitlines()[: a.sentences]).encode()
@@ -89,13 +98,16 @@ def main(argv=None) -> None:
     same = all(outputs[("baseline", j)] == outputs[("now", j)] for j in ("one line", "large file"))
     lines.append(f"outputs identical between the two: {'yes' if same else 'NO'}  (large-file spreads are wall s)")
     text = "\n".join(lines) + "\n"
+    print("\n".join(start) + "\n")
     print(text)
     out = Path(a.out)  # (appended: the file keeps every run, each under its command line)
     earlier = out.read_text(encoding="utf-8") if out.is_file() else ""
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    header = ("\n" + "=" * 118 + "\n" if earlier else "") + f"Run of {when}: {' '.join(['python', *sys.argv])}\n\n"
+    header = ("\n" + "=" * 118 + "\n" if earlier else "") + "\n".join(start) + "\n\n" \
+        + f"Run of {when}: {' '.join(['python', *sys.argv])}\n\n"
     out.write_text(earlier + header + text, encoding="utf-8")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

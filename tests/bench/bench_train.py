@@ -104,6 +104,8 @@ def parse_args(argv):
     p.add_argument("--fresh", action="store_true", help="rebuild the cached corpora and vocabularies")
     p.add_argument("--out", type=Path, help="report file [results/bench_train.txt; quick: bench_train-quick.txt]")
     p.add_argument("--quick", action="store_true", help="smoke run: small counts (figures not comparable)")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
     a = p.parse_args(argv)
     q = a.quick
     a.repeats = a.repeats or (1 if q else 3)
@@ -289,7 +291,7 @@ OPTIMIZER_OPTIONS = {"adam": ["--optimizer", "adam", "--lr", "0.001", "--clip-no
 
 
 def small_part(s: Session, out: list[str], ceilings: dict) -> list[Goal]:
-    import torch  # noqa: F401  (nmtkit.models needs it)
+    __import__("torch")  # (nmtkit.models needs it)
 
     from nmtkit.data.manifest import PreparedData
     from nmtkit.models import build_model, get_config
@@ -505,12 +507,14 @@ def quality_part(s: Session, out: list[str]) -> list[Goal]:
 
 
 def main(argv=None) -> int:
-    a = parse_args(sys.argv[1:] if argv is None else argv)
+    args = sys.argv[1:] if argv is None else list(argv)
+    a = parse_args(args)
+    title = "nmtkit training benchmark" + (" (QUICK SMOKE RUN: not comparable)" if a.quick else "")
+    out = peers.start_report("bench_train.py", title, args, a.allow_dirty)
+    if out is None:
+        return 2
     a.work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    out = peers.system_header("nmtkit training benchmark" + (" (QUICK SMOKE RUN: not comparable)" if a.quick else ""),
-                              [str(Path(__file__).relative_to(peers.REPO)) if Path(__file__).is_relative_to(
-                                  peers.REPO) else __file__] + (sys.argv[1:] if argv is None else list(argv)))
     out.append(f"OpenNMT-py venv: {a.onmt_venv}; work dir: {a.work}")
     s = Session(a)
     goals: list[Goal] = []

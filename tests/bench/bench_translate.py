@@ -79,6 +79,8 @@ def parse_args(argv):
     p.add_argument("--retrain", action="store_true", help="retrain the cached small models")
     p.add_argument("--out", type=Path, help="report [results/bench_translate.txt; quick: bench_translate-quick.txt]")
     p.add_argument("--quick", action="store_true", help="smoke run: small counts (figures not comparable)")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
     a = p.parse_args(argv)
     q = a.quick
     a.repeats = a.repeats or (1 if q else 3)
@@ -411,12 +413,12 @@ def main(argv=None) -> int:
         worker(json.loads(argv[1]))
         return 0
     a = parse_args(argv)
+    title = "nmtkit decoding benchmark" + (" (QUICK SMOKE RUN: not comparable)" if a.quick else "")
+    out = peers.start_report("bench_translate.py", title, argv, a.allow_dirty)
+    if out is None:
+        return 2
     a.work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    script = Path(__file__).resolve()
-    out = peers.system_header("nmtkit decoding benchmark" + (" (QUICK SMOKE RUN: not comparable)" if a.quick else ""),
-                              [str(script.relative_to(peers.REPO)) if script.is_relative_to(peers.REPO) else
-                               str(script)] + argv)
     out.append(f"OpenNMT-py venv: {a.onmt_venv}; work dir: {a.work}")
     s = Session(a)
     goals: list[Goal] = []

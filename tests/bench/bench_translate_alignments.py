@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers  # noqa: E402  (tests/bench/peers.py)
 TRANSLATE = [sys.executable, str(REPO / "bin" / "nmt-translate")]
 METHODS = ("attention", "posterior")
 
@@ -41,7 +43,8 @@ def translate(model, src, out_dir: Path, method: str, threads: int, *more: str) 
     return seconds, out.read_text(encoding="utf-8").splitlines(), links.read_text(encoding="utf-8").splitlines()
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-m", "--model", required=True)
     p.add_argument("--test", required=True, help="source lines to time the two methods on")
@@ -52,7 +55,13 @@ def main(argv=None) -> None:
     p.add_argument("--gold-order", default="tgt-src", choices=["src-tgt", "tgt-src"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeat", type=int, default=2)
-    a = p.parse_args(argv)
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
+    a = p.parse_args(args)
+    head = peers.start_report("bench_translate_alignments.py", "nmt-translate --alignments: attention against "
+                              "posterior", args, a.allow_dirty)
+    if head is None:
+        return 2
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     from nmtkit.align import alignment_error, load_gold, read_text
 
@@ -61,6 +70,7 @@ def main(argv=None) -> None:
         test = d / "test.en"
         with open(a.test, encoding="utf-8") as f:
             test.write_text("".join(line for _, line in zip(range(a.lines), f)), encoding="utf-8")
+        print("\n".join(head) + "\n")
         print(f"nmt-translate --alignments on the first {a.lines} lines of {a.test} ({a.model}, {a.threads} "
               f"thread(s), wall clock of the command, best of {a.repeat})")
         runs = {}
@@ -93,7 +103,8 @@ def main(argv=None) -> None:
                 hyps.append({(i, j) for i, j in (map(int, x.split("-")) for x in line.split()) if j < m})
             s = alignment_error(hyps, gold)
             print(f"  {method:9}  AER {s.aer:.3f}  precision {s.precision:.3f}  recall {s.recall:.3f}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -32,6 +32,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers  # noqa: E402  (tests/bench/peers.py)
 
 TRAIN = ["-a", "rnnsearch-tiny", "-o", "dropout=0.3", "--batch-size", "16", "--pool-batches", "2",
          "--valid-every", "3", "--valid-bleu-sentences", "4", "--best-metric", "loss", "--patience", "4",
@@ -67,7 +69,8 @@ def _compare(a_path: Path, b_path: Path) -> list[str]:
     return checkpoint.differences(checkpoint.load(a_path), checkpoint.load(b_path))
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--kills", type=int, default=50,
                    help="kills that land between a lineage's first and last checkpoint (the others are made too, "
@@ -75,7 +78,14 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--max-delay", type=float, default=0.0,
                    help="kill within this many seconds of a start [measured: the reference run's wall time]")
-    a = p.parse_args(argv)
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
+    a = p.parse_args(args)
+    head = peers.start_report("soak_resume.py", "nmtkit: SIGKILLs at random instants of a training, each resumed",
+                              args, a.allow_dirty)
+    if head is None:
+        return 2
+    print("\n".join(head) + "\n", flush=True)
     rng = random.Random(a.seed)
     root = Path(tempfile.mkdtemp(prefix="nmtkit-soak-"))
     data = _prepare(root)
@@ -142,6 +152,7 @@ def main(argv=None) -> None:
           f"{final_update}; {compared} kills covered by a comparison; lineages that differ: {failures or 'none'}")
     if failures:
         raise SystemExit(1)
+    return 0
 
 
 def _update_of(path: Path):
@@ -153,4 +164,4 @@ def _update_of(path: Path):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -27,6 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("NMTKIT_DATA", REPO.parent / "shared" / "data"))
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers  # noqa: E402  (tests/bench/peers.py)
 BAD = re.compile(r"terminate called|Aborted|core dumped|Traceback|SIGABRT|SIGSEGV|exitcode\s*:\s*-?[1-9]")
 
 
@@ -54,13 +56,20 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def main() -> None:
+def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--updates", type=int, default=4)
     p.add_argument("--cores", metavar="DIR", help="run each job in DIR/run-N with core dumps on, and keep the failed "
                    "runs' directories (a core for gdb: gdb python DIR/run-N/core*, then thread apply all bt)")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="run on a tree with uncommitted changes (the report then says it is no evidence)")
     a = p.parse_args()
+    head = peers.start_report("soak_torchrun.py", "nmtkit: two-process torchrun trainings that must end cleanly",
+                              sys.argv[1:], a.allow_dirty)
+    if head is None:
+        return 2
+    print("\n".join(head) + "\n")
     print(f"soak_torchrun: {a.runs} runs of 2 gloo processes, {a.updates} updates each, validating every 2; "
           f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC; {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs; load average at start {os.getloadavg()[0]:.2f}")
@@ -101,8 +110,8 @@ def main() -> None:
             sys.stdout.flush()
     print(f"\n{a.runs - failures} of {a.runs} runs ended cleanly, {failures} failed; "
           f"{sum(walls) / len(walls):.1f} s a run; load average at the end {os.getloadavg()[0]:.2f}")
-    sys.exit(1 if failures else 0)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
