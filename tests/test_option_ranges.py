@@ -5,13 +5,16 @@ are negative."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from nmtkit.errors import InputError
 from nmtkit.train.config import MAX_SEED, TrainConfig
 from nmtkit.train.resume import check_training_state
-from nmtkit.translate.config import MAX_BEAM, MAX_LEN_A, MAX_LEN_B, MAX_LENPEN, MAX_SAMPLES, DecodeConfig
+from nmtkit.translate.config import (MAX_BEAM, MAX_LEN_A, MAX_LEN_B, MAX_LENPEN, MAX_SAMPLES, MIN_TEMPERATURE,
+                                     DecodeConfig)
 
 from conftest import one_line_error, run_tool
 from test_serve import Server
@@ -39,6 +42,7 @@ def test_the_ranges_hold_their_ends():
     DecodeConfig(beam=MAX_BEAM, nbest=MAX_BEAM, lenpen=MAX_LENPEN, max_len_a=MAX_LEN_A, max_len_b=MAX_LEN_B,
                  min_length_ratio=MAX_LEN_A)
     DecodeConfig(sampling="topk:5", nbest=MAX_SAMPLES, lenpen=MAX_LENPEN)
+    DecodeConfig(sampling=f"temperature:{MIN_TEMPERATURE}")
     assert (MAX_LEN_A * 1_000_000 + MAX_LEN_B + 1) ** MAX_LENPEN < 1e300  # (a million-token source: no overflow)
     for past, line in (({"beam": MAX_BEAM + 1}, "--beam must be at most 1,000 (got 1001)"),
                        ({"beam": int(HUGE)}, f"--beam must be at most 1,000 (got {HUGE})"),
@@ -47,10 +51,21 @@ def test_the_ranges_hold_their_ends():
                        ({"lenpen": 400.0, "sampling": "topk:5"}, "--lenpen must be at most 10 (got 400)"),
                        ({"max_len_a": 100.5}, "--max-len-a must be at most 100 (got 100.5)"),
                        ({"max_len_b": MAX_LEN_B + 1}, "--max-len-b must be at most 10,000 (got 10001)"),
-                       ({"min_length_ratio": 1e300}, "--min-length-ratio must be at most 100 (got 1e+300)")):
+                       ({"min_length_ratio": 1e300}, "--min-length-ratio must be at most 100 (got 1e+300)"),
+                       ({"sampling": "temperature:1e-320"}, "--sampling: the temperature must be at least 0.01, "
+                        "where sampling is all but greedy decoding (got 1e-320)")):
         with pytest.raises(InputError) as e:
             DecodeConfig(**past)
         assert str(e.value) == line
+
+
+def test_sampling_at_the_lowest_temperature_scores_finitely(small_model, tmp_path):
+    """(1e-320 wrote NaN scores: every token's p^(1/T) underflowed)"""
+    res = run_tool("nmt-translate", "-m", small_model, "-q", "--sampling", f"temperature:{MIN_TEMPERATURE}",
+                   "--nbest", "3", "--nbest-file", str(tmp_path / "nbest"), stdin="A dog runs on the grass.\n")
+    assert res.returncode == 0, res.stderr
+    scores = [float(x.split(" ||| ")[-1]) for x in (tmp_path / "nbest").read_text(encoding="utf-8").splitlines()]
+    assert len(scores) == 3 and all(math.isfinite(s) for s in scores), scores
 
 
 def test_a_tool_decodes_at_the_top_of_the_length_penalty(small_model):

@@ -207,6 +207,9 @@ def field_kind(name: str) -> type:
     return _KINDS[name]
 
 
+MIN_TEMPERATURE = 0.01  # the lowest sampling temperature
+
+
 @dataclass(frozen=True)
 class Sampling:
     temperature: float = 1.0
@@ -214,8 +217,10 @@ class Sampling:
     topp: float = 1.0  # 1 = the whole vocabulary
 
     def __post_init__(self):
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise ValueError(f"the temperature must be a number above 0 (got {self.temperature})")
+        if not (math.isfinite(self.temperature) and self.temperature >= MIN_TEMPERATURE):
+            # (below it p^(1/T) underflows: 1e-320 gave every token -inf, and NaN scores)
+            raise ValueError(f"the temperature must be at least {MIN_TEMPERATURE:g}, where sampling is all but "
+                             f"greedy decoding (got {self.temperature})")
         if self.topk < 0:
             raise ValueError(f"topk must be at least 0, the whole vocabulary (got {self.topk})")
         if not (0 < self.topp <= 1):
