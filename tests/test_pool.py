@@ -9,6 +9,7 @@ import signal
 import threading
 
 import numpy as np
+import pytest
 
 from conftest import wait_until
 from nmtkit.errors import WorkerError
@@ -50,3 +51,49 @@ def test_a_worker_killed_while_the_reader_waits_on_another_fails_its_batch_at_on
         assert "first" not in results  # (noticed while worker 0 still decodes, not once it has answered)
     finally:
         pool.close(kill=True)
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_cancelled_batches_stop_in_the_worker_or_never_reach_it_and_the_next_is_decoded(trained):
+    """nmt-serve's stop for a batch whose requests all timed out (nmtkit/translate/stopping.py): the batch decoding
+    in the worker stops before its next step, one still queued here is never sent, and the worker goes on with the
+    batch behind them."""
+    from nmtkit.translate.stopping import Cancelled
+
+    _, ckpt = trained
+    slow = DecodeConfig(beam=50, min_length_ratio=5, max_len_a=5)
+    with Translator([ckpt], slow, workers=1) as tr:
+        setup = tr.setup
+    pool = DecodePool([ckpt], 1, 1, "cpu", setup)
+    try:
+        idle = _cpu_s(pool.pids[0])
+        long = pool.submit(SourceBatch([np.arange(5, 25)] * 400))  # (a minute or more of decoding)
+        cheap = pool.submit(SourceBatch([np.arange(5, 10)]), (DecodeConfig(beam=2), False))  # (behind it, in the worker)
+        queued = pool.submit(SourceBatch([np.arange(5, 25)] * 400))  # (held here: the worker has two already)
+        wait_until(lambda: _cpu_s(pool.pids[0]) > idle + 0.5, 60, "the worker to decode the long batch")
+        pool.cancel([long, queued])
+        for ticket in (queued, long):
+            with pytest.raises(Cancelled):
+                pool.result(ticket)
+        assert len(pool.result(cheap)) == 1 and pool.pending == 0
+    finally:
+        pool.close(kill=True)
+
+
+def test_a_stop_ends_the_search_in_this_process_before_its_next_step(trained):
+    from nmtkit.translate.decoding import decode_batch
+    from nmtkit.translate.stopping import Cancelled
+
+    _, ckpt = trained
+    with Translator([ckpt], DecodeConfig(beam=4, min_length_ratio=5, max_len_a=5), workers=1) as tr:
+        asked = []
+        with pytest.raises(Cancelled):
+            decode_batch(tr.models, SourceBatch([np.arange(5, 25)] * 4), "cpu", tr.setup,
+                         lambda: asked.append(1) or len(asked) > 3)
+        assert len(asked) == 4  # (three steps taken; the fourth was not)
+        assert len(decode_batch(tr.models, SourceBatch([np.arange(5, 10)]), "cpu", tr.setup, lambda: False)) == 1

@@ -26,10 +26,10 @@ POISON = """
 from nmtkit.serve import service as _service
 _translate = _service.TranslationService.translate
 
-def _poisoned(self, requests):
+def _poisoned(self, requests, stop=None):
     if any(line == "POISON" for r in requests for line in r.lines):
         raise RuntimeError("this line breaks the decoding")
-    return _translate(self, requests)
+    return _translate(self, requests, stop)
 
 _service.TranslationService.translate = _poisoned
 """
@@ -190,8 +190,8 @@ def test_within_the_limits_a_request_is_translated(word_server):
 
 
 @pytest.mark.parametrize("raw, message", [
-    # scores that JSON cannot carry (a temperature that leaves no finite probability): was a 500
-    (b'{"src": ["A dog."], "sampling": "temperature:1e-320"}', "line 1: a score of "),
+    # a temperature that left no finite probability (scores JSON cannot carry): was a 500, then "a score of nan"
+    (b'{"src": ["A dog."], "sampling": "temperature:1e-320"}', "--sampling: the temperature must be at least 0.01"),
     # a message quoting a lone surrogate, which JSON's UTF-8 cannot carry: was a 500
     (b'{"src": ["A dog."], "sampling": "topk:\\ud800"}', "--sampling: bad sampling 'topk:\\ud800'"),
     # huge numbers (were 500s, or held the engine for good): 400 (the decoding option's range) or 413 (the server's

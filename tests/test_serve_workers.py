@@ -7,6 +7,7 @@ long batch ends the server within ``--timeout`` and a little, in a worker or in 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -20,6 +21,12 @@ from test_serve import Server, _children
 # words (about 36 s on one thread of this machine, 1 GB), not cut to a work budget (--batch-work)
 LONG = ("--max-batch", "1100", "--batch-size", "1100", "--max-lines", "1100", "--max-queue", "1100",
         "--max-chars", "200000", "--batch-work", "1000000000")
+
+
+def HEAVY(data_dir) -> dict:
+    """Minutes of decoding (the validation set at beam 100, each hypothesis made to run to 20 times its source's
+    words): far more than any timeout here."""
+    return {"src": lines_of(data_dir / "multi30k" / "val.en"), "beam": 100, "min_length_ratio": 20, "max_len_a": 20}
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +124,41 @@ def test_a_killed_worker_fails_its_request_alone_and_a_new_one_takes_its_place(p
     assert log.count("POST /translate 500") == 1 and log.count("starting a new one") == 2
 
 
+def _a_timed_out_batch_stops(s: Server, request: dict, timeout: float, few: list[str], want: list[str],
+                             batches: int) -> None:
+    """``request`` (minutes of decoding) times out: its ``batches`` stop within a step or so of its 504 (the
+    server says so, by its own clock), and a cheap request sent after the 504 is answered as before."""
+    start = len(s.lines)
+    done: dict = {}
+    thread = _post(s, request, done)
+    thread.join(timeout=120)
+    assert done["answer"][:2] == (504, {"error": f"no translation within {timeout:g} s (--timeout)"})
+    pattern = r"a batch of \d+ line\(s\) stopped after ([\d.]+) s: its requests had all timed out"
+    s.wait_for_log(pattern, count=batches, start=start)
+    took = [float(m.group(1)) for m in (re.search(pattern, x) for x in s.lines[start:]) if m]
+    # (each batch ran from about the request's arrival: a step or two past the timeout, not its minutes of work)
+    assert len(took) == batches and max(took) < timeout + 30, took
+    assert [t["tgt"] for t in s.translate(few)] == want
+    assert "Traceback" not in "".join(s.lines[start:])
+
+
+def test_a_request_that_times_out_stops_its_batch_in_the_servers_own_process(ckpt, data_dir):
+    s = Server(ckpt, "--workers", "1", "--timeout", "3", *LONG)
+    try:
+        s.ready()
+        few = lines_of(data_dir / "multi30k" / "val.en", 8)
+        want = [t["tgt"] for t in s.translate(few)]
+        _a_timed_out_batch_stops(s, HEAVY(data_dir), 3, few, want, 1)
+    finally:
+        s.stop()
+
+
+def test_a_request_that_times_out_stops_its_batches_in_the_workers(pooled, data_dir):
+    few = lines_of(data_dir / "multi30k" / "val.en", 8)
+    want = [t["tgt"] for t in pooled.translate(few)]
+    _a_timed_out_batch_stops(pooled, HEAVY(data_dir), 10, few, want, 2)  # (a batch in each worker)
+
+
 def _sigterm_during_a_long_batch(s: Server, request: dict, timeout: float) -> None:
     """SIGTERM while ``request`` decodes: the request gets its 504 at its timeout, and the server has ended a few
     seconds later (exit code 0), its workers with it, saying that it stopped the decoding."""
@@ -136,20 +178,22 @@ def _sigterm_during_a_long_batch(s: Server, request: dict, timeout: float) -> No
     status, body, _ = done["answer"]
     assert (status, body) == (504, {"error": f"no translation within {timeout:g} s (--timeout)"})
     log = "".join(s.lines[start:])
-    assert f"still decoding {timeout:g} s after the signal to stop (--timeout): stopping the decoding" in log
+    # (the request's 504 stops its batch, a step later; a step that outlasts the half second after the timeout
+    # is stopped as before, by killing the workers or by exiting without the batch)
+    assert ("its requests had all timed out" in log
+            or f"still decoding {timeout:g} s after the signal to stop (--timeout): stopping the decoding" in log), log
     assert all(_gone(pid) for pid in children) and "Traceback" not in log
 
 
 def test_sigterm_during_a_long_batch_in_the_servers_own_process_ends_it_within_its_timeout(ckpt, long_request):
-    """--workers 1, --timeout 3: the batch (about 36 s) decodes on a thread of the server, which cannot be stopped:
-    the server exits without it."""
+    """--workers 1, --timeout 3: the batch (about 36 s) decodes on a thread of the server; it stops at the
+    request's 504, or the server exits without it."""
     s = Server(ckpt, "--workers", "1", "--threads", "1", "--timeout", "3", *LONG, hooks=True)
     try:
         s.ready()
         _sigterm_during_a_long_batch(s, long_request, 3)
     finally:
         s.stop()
-    assert "a batch decoding in this process cannot be stopped: exiting without it" in "".join(s.lines)
 
 
 def test_sigterm_during_a_long_batch_in_the_workers_ends_the_server_within_its_timeout(pooled, long_request):

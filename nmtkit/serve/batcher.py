@@ -34,9 +34,9 @@ that breaks the decoding fails that request alone, never its neighbours.
 
 A request that would make the queue hold more than ``max_queue`` lines is refused at once (:class:`Overloaded`);
 one that waits longer than its timeout gets :class:`asyncio.TimeoutError` and its lines leave the queue, those of it
-not yet taken into a batch never decoded.  A batch being decoded runs to its end (a search on another thread, or in
-a worker process, is not interrupted between its steps; its result for that request is dropped): what it can hold
-the engine for is one batch's work.
+not yet taken into a batch never decoded.  A batch being decoded whose requests have all timed out is stopped
+before its next search step, on a thread of this process or in a worker (:mod:`nmtkit.translate.stopping`): a
+request that gave up holds the engine for one step, not for the rest of its batch (before: up to ``budget``'s work).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 from nmtkit.runtime import IDLE_TRIM_S, trim_heap
 from nmtkit.serve.service import Request, TranslationService
+from nmtkit.translate.stopping import Cancelled, Stop
 
 log = logging.getLogger("nmtkit.serve")
 QUIET_CAP = 10  # a batch waits for more lines at most this many times ``wait`` in all
@@ -121,6 +122,7 @@ class Batcher:
         self._decoding: set[asyncio.Future] = set()
         self._freed = 0.0  # (time.monotonic) when the latest batch was decoded (its clients may send again soon)
         self._busy = 0  # batches being decoded
+        self._running: dict[Stop, list[_Part]] = {}  # the batches being decoded, by the stop that ends each
 
     def start(self) -> None:
         """Start forming and decoding batches (in the running event loop)."""
@@ -157,6 +159,10 @@ class Batcher:
         except (asyncio.TimeoutError, asyncio.CancelledError):
             job.abandoned = True
             self._drop(job)  # (its lines not yet in a batch are never decoded)
+            for stop, batch in list(self._running.items()):  # (its batches that nobody else waits for stop)
+                if all(part.job.abandoned for part in batch):
+                    # (off the event loop: cancelling in the workers takes the pool's lock)
+                    asyncio.get_running_loop().run_in_executor(None, stop.set)
             raise
 
     def _drop(self, job: _Job) -> None:
@@ -243,24 +249,33 @@ class Batcher:
         start = time.monotonic()
         for part in batch:
             part.job.started = start if part.job.started is None else part.job.started
+        stop = Stop()
+        self._running[stop] = batch
         try:
             results = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._translate, [part.request for part in batch])
+                self._executor, self._translate, [part.request for part in batch], stop)
         except Exception as e:  # (the executor itself failed: the error of these requests; the server goes on)
             results = [e] * len(batch)
         finally:
+            del self._running[stop]
             self._freed = time.monotonic()
             self._busy -= 1
             self._slots.release()
         decode_ms = (time.monotonic() - start) * 1000
+        if stop():
+            log.info("a batch of %d line(s) stopped after %.1f s: its requests had all timed out", lines,
+                     decode_ms / 1000)
         for part, result in zip(batch, results):
             self._deliver(part, result, lines, decode_ms)
 
-    def _translate(self, requests: list[Request]) -> list:
+    def _translate(self, requests: list[Request], stop: Stop) -> list:
         """Each request's results, or the exception its lines raised: a batch that fails is decoded again a
-        request at a time, so that the request whose line breaks the decoding is the only one that fails."""
+        request at a time, so that the request whose line breaks the decoding is the only one that fails (one
+        stopped, :class:`Cancelled`, is not)."""
         try:
-            return self.service.translate(requests)
+            return self.service.translate(requests, stop)
+        except Cancelled as e:
+            return [e] * len(requests)
         except Exception as e:
             if len(requests) == 1:
                 return [e]
@@ -269,7 +284,7 @@ class Batcher:
         out = []
         for request in requests:
             try:
-                out.append(self.service.translate([request])[0])
+                out.append(self.service.translate([request], stop)[0])
             except Exception as e:
                 out.append(e)
         return out

@@ -156,15 +156,16 @@ class TranslationService:
         among its terms): else one InputError, before it is queued."""
         self._translator(*request.key)
 
-    def translate(self, requests: list[Request]) -> list[list[dict]]:
+    def translate(self, requests: list[Request], stop=None) -> list[list[dict]]:
         """Requests that share their :attr:`Request.key` → each one's results, one per line, in order.  Each
         request's lines are numbered from 1 as in a file of its own (a part of one, :meth:`Request.part`, on from the
-        lines before it), so that sampling draws what ``nmt-translate`` draws for that file."""
+        lines before it), so that sampling draws what ``nmt-translate`` draws for that file.  ``stop``: a
+        :class:`~nmtkit.translate.stopping.Stop` that, once set, ends the decoding with ``Cancelled``."""
         if not requests:
             return []
         translator = self._translator(*_key(requests))
         numbered, prefixes = _lines(requests)
-        return _split(requests, list(translator.translate(numbered, prefixes, "prefix")))
+        return _split(requests, list(translator.translate(numbered, prefixes, "prefix", stop)))
 
 
 def _key(requests: list[Request]) -> tuple:

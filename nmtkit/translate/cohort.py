@@ -15,6 +15,7 @@ import math
 import torch
 
 from nmtkit.data.vocab import BOS, EOS
+from nmtkit.translate import stopping
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.rules import Search, Step
 from nmtkit.translate.searchstep import Ensemble, Hypothesis, _limits, build_rules, check_numbers_from, top_k
@@ -66,7 +67,9 @@ class BeamCohort:
 
     @torch.no_grad()
     def step(self) -> None:
-        """One step: the models' log-probabilities of the rows, then :meth:`advance`."""
+        """One step: the models' log-probabilities of the rows, then :meth:`advance` (:class:`Cancelled` instead
+        once the decoding's stop is set: :mod:`nmtkit.translate.stopping`)."""
+        stopping.check()
         logp, states, alpha = self.ens.step(self.y, self.states, self.encs)  # (A*K, V), α (A*K, Tx)
         self.advance(logp, states, alpha)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -27,6 +28,7 @@ from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.sampling import sample
 from nmtkit.translate.search import Hypothesis, beam_search
 from nmtkit.translate.sourcenumbers import DigitTable, SourceNumbers
+from nmtkit.translate.stopping import stoppable
 from nmtkit.translate.terms import SourceTerms, WordBounds
 from nmtkit.data.vocab import PAD
 
@@ -112,11 +114,18 @@ class SourceBatch:
                 raise ValueError(f"a batch of {len(self.ids)} sentences with {len(given)} {name}")
 
 
-def decode_batch(models: list, batch: SourceBatch, device, setup: DecodeSetup) -> list[list[Hypothesis]]:
+def decode_batch(models: list, batch: SourceBatch, device, setup: DecodeSetup,
+                 stop: Callable[[], bool] | None = None) -> list[list[Hypothesis]]:
     """Beam search (:func:`nmtkit.translate.search.beam_search`) over a batch as ``setup.decode`` says, or with
     ``decode.sampling`` ``decode.nbest`` samples per sentence: each sentence's hypotheses, with attention (if
     ``setup.need_attention``) as float32 numpy arrays (len(tokens) + 1, Tx).  With ``setup.candidates`` the batch
-    is decoded over its candidate list (:mod:`nmtkit.translate.candidates`)."""
+    is decoded over its candidate list (:mod:`nmtkit.translate.candidates`).  Once ``stop()`` says True the search
+    raises :class:`~nmtkit.translate.stopping.Cancelled` before its next step."""
+    with stoppable(stop):
+        return _decode_batch(models, batch, device, setup)
+
+
+def _decode_batch(models: list, batch: SourceBatch, device, setup: DecodeSetup) -> list[list[Hypothesis]]:
     decode, sources, prefixes = setup.decode, batch.ids, batch.prefixes
     numbers, digit_table = setup.numbers, setup.digit_table
     device = torch.device(device)

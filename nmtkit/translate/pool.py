@@ -35,6 +35,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from nmtkit.errors import InputError, WorkerError
+from nmtkit.translate.stopping import Cancelled
 
 if TYPE_CHECKING:  # (the parent needs no torch to start workers)
     from nmtkit.translate.config import DecodeConfig
@@ -83,6 +84,7 @@ def worker_main() -> None:
 
     from nmtkit.runtime import IDLE_TRIM_S, trim_heap, tune_malloc
     from nmtkit.translate.decoding import build_models, decode_batch
+    from nmtkit.translate.stopping import Cancelled
 
     tune_malloc()
     try:
@@ -98,6 +100,7 @@ def worker_main() -> None:
     _send(out_fd, ("ready", None, None))
     tasks: deque = deque()
     arrived = threading.Condition()
+    cancelled: set[int] = set()  # tickets the parent no longer wants (checked between search steps)
 
     def read_tasks() -> None:  # always drain stdin, so the parent never blocks writing to us
         while True:
@@ -105,6 +108,9 @@ def worker_main() -> None:
                 task = _receive(in_fd)
             except EOFError:
                 task = None
+            if task is not None and task[0] == "cancel":
+                cancelled.add(task[1])
+                continue
             with arrived:
                 tasks.append(task)
                 arrived.notify()
@@ -120,12 +126,16 @@ def worker_main() -> None:
             task = tasks.popleft()
         if task is None:
             return
-        ticket, batch, settings = task
+        _, ticket, batch, settings = task
         try:  # (a batch may bring its own decoding settings: a server's requests do)
             decode_setup = setup["setup"] if settings is None else setup["setup"].configured(*settings)
-            reply = ("done", ticket, decode_batch(models, batch, setup["device"], decode_setup))
+            reply = ("done", ticket, decode_batch(models, batch, setup["device"], decode_setup,
+                                                  lambda: ticket in cancelled))
+        except Cancelled:
+            reply = ("cancelled", ticket, None)
         except Exception as e:  # noqa: BLE001
             reply = ("failed", ticket, f"{type(e).__name__}: {e}")
+        cancelled.discard(ticket)
         try:
             _send(out_fd, reply)
         except BrokenPipeError:
@@ -292,7 +302,29 @@ class DecodePool:
             kind, payload = self._done.pop(ticket)
         if kind == "failed":
             raise WorkerError(payload)
+        if kind == "cancelled":
+            raise Cancelled("the decoding was stopped: nobody waits for its result")
         return payload
+
+    def cancel(self, tickets) -> None:
+        """Stop decoding these batches (:mod:`nmtkit.translate.stopping`): one not yet handed to a worker is
+        dropped, a worker stops the others before their next search step; :meth:`result` raises
+        :class:`~nmtkit.translate.stopping.Cancelled` for each (unless it came back first)."""
+        with self._lock:
+            tickets = set(tickets) & self._open
+            for item in self._queue:
+                if item[0] in tickets:
+                    self._done[item[0]] = ("cancelled", None)
+            self._queue = deque(item for item in self._queue if item[0] not in tickets)
+            for w in self._workers:
+                for ticket in w.tickets & tickets:
+                    try:
+                        _send(w.in_fd, ("cancel", ticket))
+                    except BrokenPipeError:  # (it died: its batches fail once that is found)
+                        break
+            self._lock.notify_all()
+            if self._reading and self._wake_w >= 0:  # (a reader waiting for a ticket dropped from the queue)
+                os.write(self._wake_w, b"!")
 
     def discard(self, tickets) -> None:
         """Forget batches whose results will not be collected (their request failed): their results are dropped,
@@ -313,7 +345,7 @@ class DecodePool:
         for w in sorted(self._workers, key=lambda w: w.outstanding):
             while self._queue and w.outstanding < DEPTH and w in self._workers:
                 try:
-                    _send(w.in_fd, self._queue[0])
+                    _send(w.in_fd, ("decode", *self._queue[0]))
                 except BrokenPipeError:  # (it died: its end of the pipe is closed)
                     self._lost(w)
                     continue
@@ -349,7 +381,7 @@ class DecodePool:
                 self._discarded.discard(ticket)
                 self._open.discard(ticket)
                 continue
-            self._done[ticket] = ("done", payload) if kind == "done" else \
+            self._done[ticket] = (kind, payload) if kind in ("done", "cancelled") else \
                 ("failed", f"decoding failed in {w.name}: {payload}")
         self._dispatch()
 

@@ -49,7 +49,7 @@ import math
 import torch
 
 from nmtkit.data.vocab import BOS, EOS
-from nmtkit.translate import banks, numberbanks
+from nmtkit.translate import banks, numberbanks, stopping
 from nmtkit.translate.cohort import BeamCohort
 from nmtkit.translate.config import DecodeConfig
 from nmtkit.translate.rules import CoveragePenalty, Prefix, Search, Step
@@ -90,6 +90,7 @@ def one_token_at_a_time(models, src: torch.Tensor, src_lens: torch.Tensor, choos
     # each row's tokens so far, (B·n, T), filled a column a step (rows do not move here)
     history = torch.zeros((B * n, T), dtype=torch.long, device=dev)
     for t in range(T):
+        stopping.check()  # (Cancelled once the decoding's stop is set)
         logp, states, alpha = ens.step(y, states, encs)  # (B·n, V), α (B·n, Tx)
         step = Step(t, history[:, :t], sentences, n, t >= limits, numbers_from)
         for rule in rules:

@@ -55,6 +55,7 @@ from nmtkit.translate.search import Hypothesis
 from nmtkit.translate.ngramblock import number_tokens
 from nmtkit.translate.sourcenumbers import DigitTable, source_numbers
 from nmtkit.translate.terms import WordBounds
+from nmtkit.translate.stopping import Cancelled, Stop
 from nmtkit.data.candidates import load as load_candidates
 from nmtkit.streaming import windows
 from nmtkit.threads import ThreadGovernor
@@ -277,9 +278,10 @@ class Translator:
     # -- translation -------------------------------------------------------------------------------------------
 
     def translate(self, lines: Iterable[tuple[int, str]], prefixes: Iterable[str] | None = None,
-                  prefix_name: str = "prefixes") -> Iterator[Translation]:
+                  prefix_name: str = "prefixes", stop: Stop | None = None) -> Iterator[Translation]:
         """(line number, text) pairs → one :class:`Translation` per line, in order, window by window; ``prefixes``
         (from the file ``prefix_name``, for messages) gives each line its target prefix, one line per input line.
+        Once ``stop`` is set, the decoding stops and :class:`~nmtkit.translate.stopping.Cancelled` is raised.
 
         Windows are full while lines flow; when the input stalls, the lines read so far form a window and are
         translated before more is read (nmtkit/streaming.py), so a pipeline that waits for each translation gets it.
@@ -295,13 +297,13 @@ class Translator:
                     and not stalled:
                 self._start_lazy_pool()  # the input is large: worth the processes' start-up
             if self._pool is None:
-                yield from self._assemble(w, [self._decode(b) for b in w.batches])
+                yield from self._assemble(w, [self._decode(b, stop) for b in w.batches])
                 continue
             pending.append(w)
             # an input that stalled waits for its translations: finish what is in flight before reading on
             yield from self._from_pool(pending, w, lambda: stalled or len(pending) > AHEAD
-                                       or all(self._pool.ready(t) for t in pending[0].tickets))
-        yield from self._from_pool(pending, None, lambda: True)
+                                       or all(self._pool.ready(t) for t in pending[0].tickets), stop)
+        yield from self._from_pool(pending, None, lambda: True, stop)
         if prefix_lines is not None and next(prefix_lines, None) is not None:
             raise InputError(f"has more lines than the input ({last})", prefix_name, last + 1)
 
@@ -339,16 +341,23 @@ class Translator:
         """Convenience: a list of raw lines → a list of translations."""
         return [t.text for t in self.translate(enumerate(texts, start=1))]
 
-    def _from_pool(self, pending: deque[_Window], new: _Window | None, more) -> Iterator[Translation]:
+    def _from_pool(self, pending: deque[_Window], new: _Window | None, more, stop: Stop | None = None
+                   ) -> Iterator[Translation]:
         """Submit the batches of window ``new`` (if any) to the workers, then give back the windows in flight, in
-        order, while ``more()`` says so.  Automatic workers that fail leave what is in flight to this process."""
+        order, while ``more()`` says so.  Automatic workers that fail leave what is in flight to this process;
+        ``stop``, once set, cancels the batches submitted."""
         try:
             if new is not None:
                 settings = (self.decode, self.need_attention) if self._configured else None
                 new.tickets = [self._pool.submit(self._batch(b), settings) for b in new.batches]
+                if stop is not None:
+                    stop.on_set(lambda pool=self._pool, tickets=new.tickets: pool.cancel(tickets))
             while pending and more():
                 results = [self._pool.result(t) for t in pending[0].tickets]
                 yield from self._assemble(pending.popleft(), results)
+        except Cancelled:
+            self._pool.discard([t for w in pending for t in w.tickets])
+            raise
         except WorkerError as e:
             if not self._lazy_pool:
                 if self._pool is not None:  # (the other batches of these windows: their results are not wanted)
@@ -363,9 +372,9 @@ class Translator:
             w = pending.popleft()
             yield from self._assemble(w, [self._decode(b) for b in w.batches])
 
-    def _decode(self, batch: list[_Piece]) -> list[list[Hypothesis]]:
+    def _decode(self, batch: list[_Piece], stop: Stop | None = None) -> list[list[Hypothesis]]:
         t0 = time.perf_counter()
-        hyps = decode_batch(self.models, self._batch(batch), self.device, self.setup)
+        hyps = decode_batch(self.models, self._batch(batch), self.device, self.setup, stop)
         if self._governor is not None:  # (the work: source tokens, which a batch's cost follows)
             self._governor.step(sum(len(p.ids) for p in batch), time.perf_counter() - t0)
         return hyps
