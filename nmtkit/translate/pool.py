@@ -13,9 +13,9 @@ arrays) and collects each batch's hypotheses by ticket, so the caller decides th
 :class:`nmtkit.translate.translator.Translator` submits whole windows ahead and gives results back in input order. Each
 worker gets at most ``DEPTH`` batches at a time, so a fast worker takes more of them.
 
-Protocol: length-prefixed pickles over the worker's stdin and a duplicate of its stdout (its own stdout and
-prints go to stderr). Only the parent and its own children speak it. Workers run in their own session, so Ctrl-C
-in a terminal reaches only the parent, which stops them; a worker whose parent dies reads end-of-file and exits.
+The protocol and the worker's loop are in :mod:`nmtkit.translate.worker`. Workers run in their own session, so
+Ctrl-C in a terminal reaches only the parent, which stops them; a worker whose parent dies reads end-of-file and
+exits.
 A worker that dies (killed, out of memory) is reported as an error naming it, never waited for forever.
 """
 
@@ -24,9 +24,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import pickle
 import select
-import struct
 import subprocess
 import sys
 import threading
@@ -36,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from nmtkit.errors import InputError, WorkerError
 from nmtkit.translate.stopping import Cancelled
+from nmtkit.translate.worker import receive, send
 
 if TYPE_CHECKING:  # (the parent needs no torch to start workers)
     from nmtkit.translate.config import DecodeConfig
@@ -43,105 +42,6 @@ if TYPE_CHECKING:  # (the parent needs no torch to start workers)
 
 log = logging.getLogger("nmtkit.translate")
 DEPTH = 2  # batches handed to one worker at a time
-_HEADER = struct.Struct(">Q")
-
-
-def _send(fd: int, obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    view = memoryview(_HEADER.pack(len(data)) + data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _read_exactly(fd: int, n: int) -> bytes | None:
-    chunks, left = [], n
-    while left:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            return None  # end of file: the other side is gone
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def _receive(fd: int) -> Any:
-    """One message, or EOFError when the other side has closed (or died)."""
-    header = _read_exactly(fd, _HEADER.size)
-    data = None if header is None else _read_exactly(fd, _HEADER.unpack(header)[0])
-    if data is None:
-        raise EOFError
-    return pickle.loads(data)
-
-
-# -- the worker side --------------------------------------------------------------------------------------------------
-
-def worker_main() -> None:
-    """Run in a worker process: read the set-up, load the models, then decode batches until end of input."""
-    out_fd = os.dup(1)
-    os.dup2(2, 1)  # anything printed goes to stderr, not into the protocol
-    in_fd = 0
-    import torch
-
-    from nmtkit.runtime import IDLE_TRIM_S, trim_heap, tune_malloc
-    from nmtkit.translate.decoding import build_models, decode_batch
-    from nmtkit.translate.stopping import Cancelled
-
-    tune_malloc()
-    try:
-        setup = _receive(in_fd)
-    except EOFError:
-        return
-    torch.set_num_threads(setup["threads"])
-    try:
-        models = build_models(setup["checkpoints"], setup["device"], backend=setup["backend"])
-    except Exception as e:  # noqa: BLE001   reported by the parent as its own error
-        _send(out_fd, ("error", None, f"{type(e).__name__}: {e}"))
-        return
-    _send(out_fd, ("ready", None, None))
-    tasks: deque = deque()
-    arrived = threading.Condition()
-    cancelled: set[int] = set()  # tickets the parent no longer wants (checked between search steps)
-
-    def read_tasks() -> None:  # always drain stdin, so the parent never blocks writing to us
-        while True:
-            try:
-                task = _receive(in_fd)
-            except EOFError:
-                task = None
-            if task is not None and task[0] == "cancel":
-                cancelled.add(task[1])
-                continue
-            with arrived:
-                tasks.append(task)
-                arrived.notify()
-            if task is None:
-                return
-
-    threading.Thread(target=read_tasks, daemon=True).start()
-    while True:
-        with arrived:
-            if not arrived.wait_for(lambda: tasks, timeout=IDLE_TRIM_S):
-                trim_heap()  # idle: the heap kept for the next batch goes back until work comes
-                arrived.wait_for(lambda: tasks)
-            task = tasks.popleft()
-        if task is None:
-            return
-        _, ticket, batch, settings = task
-        try:  # (a batch may bring its own decoding settings: a server's requests do)
-            decode_setup = setup["setup"] if settings is None else setup["setup"].configured(*settings)
-            reply = ("done", ticket, decode_batch(models, batch, setup["device"], decode_setup,
-                                                  lambda: ticket in cancelled))
-        except Cancelled:
-            reply = ("cancelled", ticket, None)
-        except Exception as e:  # noqa: BLE001
-            reply = ("failed", ticket, f"{type(e).__name__}: {e}")
-        cancelled.discard(ticket)
-        try:
-            _send(out_fd, reply)
-        except BrokenPipeError:
-            return
-
-
 # -- the parent side --------------------------------------------------------------------------------------------------
 
 class _Worker:
@@ -150,12 +50,12 @@ class _Worker:
         # parent, also when the parent's caller changed sys.path in the process
         path = os.pathsep.join(p for p in sys.path if p)
         self.rank, self.name = rank, f"decoding worker {rank}"
-        self.proc = subprocess.Popen([sys.executable, "-c", "import nmtkit.translate.pool as d; d.worker_main()"],
+        self.proc = subprocess.Popen([sys.executable, "-c", "import nmtkit.translate.worker as w; w.worker_main()"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
                                      env={**os.environ, "PYTHONPATH": path})
         self.in_fd, self.out_fd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         self.tickets: set[int] = set()  # the batches handed to it whose results have not come back
-        _send(self.in_fd, setup)
+        send(self.in_fd, setup)
 
     @property
     def outstanding(self) -> int:
@@ -164,7 +64,7 @@ class _Worker:
     def loaded(self) -> None:
         """Wait until it has loaded the checkpoints (or raise why it could not)."""
         try:
-            kind, _, message = _receive(self.out_fd)
+            kind, _, message = receive(self.out_fd)
         except EOFError:
             raise self.died() from None
         if kind == "error":
@@ -319,7 +219,7 @@ class DecodePool:
             for w in self._workers:
                 for ticket in w.tickets & tickets:
                     try:
-                        _send(w.in_fd, ("cancel", ticket))
+                        send(w.in_fd, ("cancel", ticket))
                     except BrokenPipeError:  # (it died: its batches fail once that is found)
                         break
             self._lock.notify_all()
@@ -345,7 +245,7 @@ class DecodePool:
         for w in sorted(self._workers, key=lambda w: w.outstanding):
             while self._queue and w.outstanding < DEPTH and w in self._workers:
                 try:
-                    _send(w.in_fd, ("decode", *self._queue[0]))
+                    send(w.in_fd, ("decode", *self._queue[0]))
                 except BrokenPipeError:  # (it died: its end of the pipe is closed)
                     self._lost(w)
                     continue
@@ -372,7 +272,7 @@ class DecodePool:
             if w not in self._workers:  # (found dead meanwhile)
                 continue
             try:
-                kind, ticket, payload = _receive(w.out_fd)
+                kind, ticket, payload = receive(w.out_fd)
             except EOFError:
                 self._lost(w)
                 continue
