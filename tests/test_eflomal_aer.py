@@ -56,6 +56,7 @@ def train(data_dir, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_eflomal_aligns_the_trial_set_far_better_than_the_diagonal(trial, train, tmp_path):
     try:  # (a test extra, setup.cfg: under CI=true its absence fails, as any missing dependency)
         importlib.import_module("eflomal")

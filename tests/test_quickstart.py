@@ -7,9 +7,12 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from conftest import REPO, lines_of
 
 
+@pytest.mark.slow
 def test_quickstart_pipeline_runs_end_to_end(data_dir, tmp_path):
     work = tmp_path / "qs"
     env = {**os.environ, "QUICKSTART_TINY": "1", "NMTKIT_DATA": str(data_dir), "OMP_NUM_THREADS": "2"}
@@ -59,6 +62,7 @@ def test_quickstart_pipeline_runs_end_to_end(data_dir, tmp_path):
         assert name in proc.stderr  # the closing summary: the scores, example translations, where each output is
 
 
+@pytest.mark.slow
 def test_quickstart_warns_when_its_time_runs_out_before_the_updates(data_dir, tmp_path):
     """A machine too slow for the budget (here: a budget of half a second for the tiny run's 40 updates) still
     finishes every step, and says that the model is undertrained and how many updates it made."""
