@@ -10,7 +10,8 @@ must match) and turns raw lines into translations, **one result per input line, 
 - lines are read in windows of ``window`` lines, sorted by length into batches of ``batch_size`` within the window,
   decoded with batched beam search (:mod:`nmtkit.translate.search`), and the results given back in input order, window
   by window, so memory does not grow with the input;
-- the output undoes the preprocessing (subword merge, Moses detokenisation) unless ``tokenized``;
+- the output undoes the preprocessing (subword merge, Moses detokenisation) unless ``tokenized`` (each line's
+  translation is written from its pieces' hypotheses by :mod:`nmtkit.translate.assembly`);
 - with ``prefixes`` (one target line per input line, preprocessed as the target side is), each translation starts
   with its line's prefix: the search is forced through it (:mod:`nmtkit.translate.search`) and the prefix's own
   text is written back as given (its words out of the vocabulary, its spacing and case too); an empty source line
@@ -40,13 +41,12 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 # (also the library's names here)
 from nmtkit.translate import glossary, linetext
+from nmtkit.translate.assembly import Assembler, Piece, Window
 from nmtkit.translate.decoding import (DecodeSetup, SourceBatch, build_models, decode_batch,  # noqa: F401
                                        load_checkpoints)
 from nmtkit.errors import InputError, WorkerError
@@ -62,36 +62,10 @@ from nmtkit.threads import ThreadGovernor
 from nmtkit.data.text import Preprocessor, TextConfig
 from nmtkit.data.vocab import SPECIALS, UNK, Vocabulary
 from nmtkit.translate.outputs import Translation
-from nmtkit.translate.unkreplace import replace_unks
-from nmtkit.translate.wordalign import block_attention, block_matrix, hard_links, word_matrix
 
 log = logging.getLogger("nmtkit.translate")
 MAX_AUTO_WORKERS = 4  # workers=0 starts min(threads, this) processes on a CPU
 AHEAD = 1  # windows queued behind the one being decoded, with worker processes
-
-
-@dataclass
-class _Piece:
-    index: int  # position of the line in the window
-    order: int  # position of the piece within its line
-    ids: np.ndarray  # source ids (no </s>)
-    tokens: list[str]  # source model tokens
-    key: tuple[int, int] = (0, 0)  # (line number, piece): what a sample's random draws depend on, with the seed
-    prefix: np.ndarray | None = None  # target prefix ids the translation must start with (first piece only)
-    prefix_tokens: list[str] = field(default_factory=list)  # the prefix's model tokens, written back as given
-    numbers: list[str] = field(default_factory=list)  # the line's source numbers (with decode.source_numbers)
-    whole: bool = True  # the line is one piece (--all-numbers makes only a whole line write all its numbers)
-    terms: list[int] = field(default_factory=list)  # the glossary terms the piece must write (--terms)
-
-
-@dataclass
-class _Window:
-    lines: list[tuple[int, str]]  # (line number, text)
-    words: list[list[str]]  # each line's source words
-    prefixes: list[list[str]]  # each line's target prefix tokens (empty: none)
-    given: list[str]  # each line's prefix as the user wrote it (what the translation starts with)
-    batches: list[list[_Piece]]  # length-sorted
-    tickets: list[int] = field(default_factory=list)  # the batches' tickets in the decoding pool
 
 
 def checkpoint_info(path: str, payload: dict) -> dict:
@@ -287,7 +261,7 @@ class Translator:
         translated before more is read (nmtkit/streaming.py), so a pipeline that waits for each translation gets it.
         With worker processes, a window's batches are submitted as soon as it is read and the next window is read
         while they decode; at most ``AHEAD`` windows are in flight, so memory stays bounded."""
-        pending: deque[_Window] = deque()
+        pending: deque[Window] = deque()
         prefix_lines = iter(prefixes) if prefixes is not None else None
         last = 0
         for window, stalled in windows(lines, self.window):
@@ -326,7 +300,7 @@ class Translator:
         """A target-side line (a prefix) as the target side's words."""
         return linetext.words(self.tgt_pre, line, self.tokenized)
 
-    def _batch(self, batch: list[_Piece]) -> SourceBatch:
+    def _batch(self, batch: list[Piece]) -> SourceBatch:
         """A batch's sentences as the search takes them: ids, and what the settings need beside them."""
         decode = self.decode
         return SourceBatch([p.ids for p in batch],
@@ -341,7 +315,7 @@ class Translator:
         """Convenience: a list of raw lines → a list of translations."""
         return [t.text for t in self.translate(enumerate(texts, start=1))]
 
-    def _from_pool(self, pending: deque[_Window], new: _Window | None, more, stop: Stop | None = None
+    def _from_pool(self, pending: deque[Window], new: Window | None, more, stop: Stop | None = None
                    ) -> Iterator[Translation]:
         """Submit the batches of window ``new`` (if any) to the workers, then give back the windows in flight, in
         order, while ``more()`` says so.  Automatic workers that fail leave what is in flight to this process;
@@ -366,23 +340,23 @@ class Translator:
             self._fall_back(e)
             yield from self._in_process(pending)
 
-    def _in_process(self, pending: deque[_Window]) -> Iterator[Translation]:
+    def _in_process(self, pending: deque[Window]) -> Iterator[Translation]:
         """The windows whose results the failed workers did not give back, decoded here, in order."""
         while pending:
             w = pending.popleft()
             yield from self._assemble(w, [self._decode(b) for b in w.batches])
 
-    def _decode(self, batch: list[_Piece], stop: Stop | None = None) -> list[list[Hypothesis]]:
+    def _decode(self, batch: list[Piece], stop: Stop | None = None) -> list[list[Hypothesis]]:
         t0 = time.perf_counter()
         hyps = decode_batch(self.models, self._batch(batch), self.device, self.setup, stop)
         if self._governor is not None:  # (the work: source tokens, which a batch's cost follows)
             self._governor.step(sum(len(p.ids) for p in batch), time.perf_counter() - t0)
         return hyps
 
-    def _prepare(self, window: list[tuple[int, str]], prefixes: list[list[str]], given: list[str]) -> _Window:
+    def _prepare(self, window: list[tuple[int, str]], prefixes: list[list[str]], given: list[str]) -> Window:
         """Words, model-token pieces and length-sorted batches of a window of lines."""
         words = [self.source_words(text) for _, text in window]
-        pieces: list[_Piece] = []
+        pieces: list[Piece] = []
         for k, (lineno, _) in enumerate(window):
             tokens = self.src_pre.subwords(words[k])
             parts = linetext.pieces(self.src_pre, tokens, self.max_source_len) if tokens else []
@@ -391,8 +365,8 @@ class Translator:
                             lineno, len(tokens), self.max_source_len, len(parts))
             numbers = source_numbers(window[k][1], self._clock24) if self.decode.source_numbers else []
             for n, p in enumerate(parts):
-                piece = _Piece(k, n, self.src_vocab.encode(p), p, key=(lineno, n), numbers=numbers,
-                               whole=len(parts) == 1)
+                piece = Piece(k, n, self.src_vocab.encode(p), p, key=(lineno, n), numbers=numbers,
+                              whole=len(parts) == 1)
                 if self.glossary is not None:  # (the terms of each piece's own words)
                     piece.terms = self.glossary.find(words[k] if len(parts) == 1 else self.src_pre.words_of(p)[0])
                 if n == 0 and prefixes[k]:
@@ -403,88 +377,13 @@ class Translator:
         order = sorted(range(len(pieces)), key=lambda i: len(pieces[i].ids))
         batches = [[pieces[i] for i in order[start: start + self.batch_size]]
                    for start in range(0, len(order), self.batch_size)]
-        return _Window(window, words, prefixes, given, batches)
+        return Window(window, words, prefixes, given, batches)
 
-    def _assemble(self, w: _Window, hyps: list[list[list[Hypothesis]]]) -> list[Translation]:
-        """The window's translations in input order, from each batch's hypotheses."""
-        results: list[list[tuple[_Piece, list[Hypothesis]]]] = [[] for _ in w.lines]
-        for batch, batch_hyps in zip(w.batches, hyps):
-            for p, h in zip(batch, batch_hyps):
-                results[p.index].append((p, h))
-        for r in results:  # pieces of a line were sorted by length: restore their order
-            r.sort(key=lambda ph: ph[0].order)
-        return [self._finish(lineno, w.words[k], results[k], w.prefixes[k], w.given[k])
-                for k, (lineno, _) in enumerate(w.lines)]
-
-    def _finish(self, lineno: int, src_words: list[str], parts: list[tuple[_Piece, list[Hypothesis]]],
-                prefix: list[str], given: str) -> Translation:
-        if not parts:  # an empty line: nothing to translate, the prefix (if any) as it was given
-            # (counted and shaped as a decoded line's: its tokens and </s>, all attention on the source's </s>)
-            text = self._render(prefix, given, len(prefix))
-            prefix_words = self.tgt_pre.merge_subwords(prefix)
-            return Translation(lineno, text, src_words, prefix_words, 0.0,
-                               nbest=[(text, 0.0, 0.0, len(prefix) + 1)],
-                               alignment=[] if self.need_attention else None,
-                               attention={"source": ["</s>"], "target": list(prefix) + ["</s>"],
-                                          "alpha": [[1.0]] * (len(prefix) + 1)}
-                               if self.need_attention else None,
-                               word_attention={"source": ["</s>"], "target": prefix_words + ["</s>"],
-                                               "alpha": [[1.0]] * (len(prefix_words) + 1)}
-                               if self.need_attention else None)
-        best_tokens: list[str] = []
-        src_tokens: list[str] = []
-        alphas, posteriors = [], []
-        by_posterior = self.need_attention and self.decode.alignment_method == "posterior"
-        for piece, hyps in parts:
-            h = hyps[0]
-            toks = self._target_tokens(h, piece)
-            best_tokens += toks
-            src_tokens += piece.tokens
-            if self.need_attention:
-                alphas.append((piece.tokens, toks, h.attention))
-            if by_posterior:
-                posteriors.append((piece.tokens, toks, h.posterior))
-        target_words = self.tgt_pre.merge_subwords(best_tokens)
-        score = sum(hyps[0].score for _, hyps in parts)
-        nbest = []
-        for k in range(self.decode.nbest):
-            toks, logprob, norm, length = [], 0.0, 0.0, 0
-            for piece, hyps in parts:
-                h = hyps[min(k, len(hyps) - 1)]
-                toks += self._target_tokens(h, piece)
-                logprob += h.score
-                norm += h.norm_score
-                length += len(h.tokens) + 1
-            if k < max(len(hyps) for _, hyps in parts):
-                nbest.append((self._render(toks, given, len(prefix)), logprob, norm, length))
-        t = Translation(lineno, self._render(best_tokens, given, len(prefix)), src_words, target_words, score, nbest,
-                        pieces=len(parts))
-        if self.glossary is not None:
-            t.terms, t.missed, t.nbest_missed = glossary.report(self.glossary, parts, len(nbest))
-        if self.need_attention:
-            t.attention = block_attention(alphas)
-            words = word_matrix(src_tokens, best_tokens, np.asarray(t.attention["alpha"]), self.src_pre.words_of,
-                                self.tgt_pre.words_of)
-            if by_posterior:  # the links from the posterior (as nmt-align reads them), the attention as it is
-                t.alignment = hard_links(word_matrix(src_tokens, best_tokens, block_matrix(posteriors),
-                                                     self.src_pre.words_of, self.tgt_pre.words_of))
-            else:
-                t.alignment = hard_links(words)
-            t.word_attention = {"source": self.src_pre.words_of(src_tokens)[0] + ["</s>"],
-                                "target": self.tgt_pre.words_of(best_tokens)[0] + ["</s>"], "alpha": words.tolist()}
-        return t
-
-    def _target_tokens(self, h: Hypothesis, piece: _Piece) -> list[str]:
-        toks = self.tgt_vocab.decode(h.tokens)
-        forced = len(piece.prefix_tokens)
-        toks[:forced] = piece.prefix_tokens  # the prefix's words as given, out-of-vocabulary too
-        if self.decode.replace_unk and h.attention is not None:
-            toks = replace_unks(toks, h.tokens, h.attention, piece.tokens, self.src_pre.words_of, self.unk_dict,
-                                start=forced)
-        return toks
-
-    def _render(self, tokens: list[str], given: str = "", forced: int = 0) -> str:
-        return linetext.render(self.tgt_pre, tokens, self.tokenized, given, forced)
+    def _assemble(self, w: Window, hyps: list[list[list[Hypothesis]]]) -> list[Translation]:
+        """The window's translations in input order, from each batch's hypotheses (nmtkit/translate/assembly.py),
+        with this translator's settings as they are now."""
+        return Assembler(self.src_pre, self.tgt_pre, self.tgt_vocab, self.decode, self.need_attention, self.glossary,
+                         self.unk_dict, self.tokenized).assemble(w, hyps)
 
 
 def _check_glossary_search(compiled, decode: DecodeConfig) -> None:
