@@ -78,26 +78,6 @@ def test_the_rule_on_sentencepiece_pieces():
     assert {SPM.index("▁le"), EOS}.isdisjoint(rule.banned(_ids(SPM, "▁le ▁1 9 9 5")))
 
 
-def test_the_states_of_a_search_step_by_step_are_those_read_from_the_first_token():
-    """:meth:`SourceNumbers.states` advances each hypothesis' state by its last token from the state its other tokens
-    had at the step before (rows reordered, dropped or repeated between steps, as a beam's are); it gives what
-    :meth:`SourceNumbers.state` reads from the first token, at every step."""
-    import random
-
-    import torch
-
-    rule = SourceNumbers(DigitTable(SPM), [source_numbers("$1,975,500 in 1995"), [], source_numbers("1 or 10")])
-    rng = random.Random(5)
-    sentences = [k for k in (0, 1, 2) for _ in range(4)]
-    rows = [[] for _ in sentences]
-    for t in range(14):
-        tokens = torch.tensor(rows, dtype=torch.long).view(len(rows), t)
-        got = rule.states(tokens, sentences)
-        assert got == [rule.state(row, k) if k != 1 else None for row, k in zip(rows, sentences)], t
-        picks = [rng.choice([r for r, k in enumerate(sentences) if k == s]) for s in sentences]  # (the beams)
-        rows = [rows[r] + [rng.choice(range(4, len(SPM)))] for r in picks]
-
-
 def test_the_numbers_a_finished_hypothesis_leaves_out():
     rule = SourceNumbers(DigitTable(SPM), [source_numbers("$1,975,500 in 1995"), source_numbers("from 55% to 50%")])
     assert rule.missing([], 0) == 2

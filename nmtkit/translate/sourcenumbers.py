@@ -136,13 +136,7 @@ class SourceNumbers:
         self.required_digits = [sum(len(n) for n in ns[: len(ns) - p]) if r else 0
                                 for ns, p, r in zip(numbers, self.percents, self.required)]
         self._allowed: dict[tuple[tuple, str, bool], torch.Tensor] = {}  # (left, run, apart) -> (len(ids),)
-        self._go_on: dict[State, bool] = {}  # must_go_on's answers
         self._in_number: torch.Tensor | None = None  # bool (V,): the digit and glue tokens, made at the first apply
-        self._ids: torch.Tensor | None = None  # (len(ids),) long, made at the first apply
-        self._none: torch.Tensor | None = None  # (len(ids),) bool, all False: a row without numbers
-        # the states of the hypotheses seen at the latest two lengths, by (sentence, *tokens): a state is the one of
-        # its tokens but the last, advanced by that token (:meth:`states`), not read again from the first token
-        self._seen_t, self._seen, self._seen_before = -1, {}, {}
 
     def subset(self, sentences: list[int]) -> "SourceNumbers":
         """The constraint for some of the batch's sentences, in the order given."""
@@ -161,33 +155,23 @@ class SourceNumbers:
         """The :class:`State` after ``tokens``: each digit token continues the run when the run and its digits begin
         a number still to write, else ends it (a whole number is then taken from those to write) and starts a new
         one; glue keeps a run open, any other token ends it."""
-        s = self.start(sentence)
+        digits, glue = self.table.digits, self.table.glue
+        left, run = dict(self.numbers[sentence]), ""
         for tok in tokens:
-            s = self.after(s, tok)
-        return s
-
-    def start(self, sentence: int) -> State:
-        """The state before the first token."""
-        return State(tuple(sorted((k, v) for k, v in self.numbers[sentence].items() if v)), "", True, False)
-
-    def after(self, s: State, tok: int) -> State:
-        """The state once ``tok`` follows a hypothesis in state ``s`` (:meth:`state`'s step)."""
-        x = self.table.digits.get(tok)
-        if x is None and not s.run:  # (a word after a word: most tokens)
-            return s if s.apart and not s.glued else State(s.left, "", True, False)
-        left, run = dict(s.left), s.run
-        if x is not None:
-            if run and _begins(left, run + x):
-                run += x
-            else:
+            x = digits.get(tok)
+            if x is not None:
+                if run and _begins(left, run + x):
+                    run += x
+                    continue
                 if run:
                     _take(left, run)
                 run = x
-        elif tok not in self.table.glue:
-            _take(left, run)
-            run = ""
-        glued = bool(run) and tok in self.table.glue
-        apart = not run or glued or (not self.table.sentencepiece and tok not in self.table.joins_next)
+            elif run and tok not in glue:
+                _take(left, run)
+                run = ""
+        last = tokens[-1] if tokens else None
+        glued = bool(run) and last in glue
+        apart = not run or glued or (not self.table.sentencepiece and last not in self.table.joins_next)
         return State(tuple(sorted((k, v) for k, v in left.items() if v)), run, apart, glued)
 
     def missing(self, tokens: list[int], sentence: int) -> int:
@@ -222,11 +206,7 @@ class SourceNumbers:
     def must_go_on(self, s: State) -> bool:
         """Whether the run of a hypothesis in state ``s`` must go on: it begins a number still to write but is none,
         and some digit token may continue it (then neither ``</s>`` nor a word may follow)."""
-        if not s.run:
-            return False
-        if s not in self._go_on:
-            self._go_on[s] = not _whole(dict(s.left), s.run) and bool(self.allowed(s).any())
-        return self._go_on[s]
+        return bool(s.run) and not _whole(dict(s.left), s.run) and bool(self.allowed(s).any())
 
     def banned(self, tokens: list[int], sentence: int = 0, ending: bool = False) -> set[int]:
         """The tokens that may not follow ``tokens`` (one hypothesis); ``ending``: at its length limit, where
@@ -245,21 +225,8 @@ class SourceNumbers:
         for the rows of a sentence without numbers."""
         rows = [r for r, k in enumerate(sentences) if self.numbers[k]]
         out: list[State | None] = [None] * len(sentences)
-        if not rows:
-            return out
-        t = tokens.shape[1]
-        if t != self._seen_t:  # (a step on: the states one token shorter are those of the step before)
-            self._seen_before = self._seen if t == self._seen_t + 1 else {}
-            self._seen_t, self._seen = t, {}
-        seen, before = self._seen, self._seen_before
-        for r, row in zip(rows, tokens[rows].tolist()):
-            key = (sentences[r], *row)
-            s = seen.get(key)
-            if s is None:
-                s = before.get(key[:-1]) if t else None
-                s = self.after(s, row[-1]) if s is not None else self.state(row, sentences[r])
-                seen[key] = s
-            out[r] = s
+        for r, row in zip(rows, tokens[rows].tolist() if rows else []):
+            out[r] = self.state(row, sentences[r])
         return out
 
     def apply(self, logp: torch.Tensor, tokens: torch.Tensor, sentences: list[int],
@@ -268,18 +235,21 @@ class SourceNumbers:
         ``sentences[r]`` → the tokens that may not follow set to −inf (``ending``, bool (R,): the rows at their
         length limit, whose ``</s>`` is never banned; ``states``: the rows' :meth:`states`, if already read).
         Rows of a sentence without numbers may write no digit; the others are read token by token."""
-        if not self.ids or not logp.shape[0]:
+        if not self.ids:
             return
         if self._in_number is None:
             self._in_number = torch.zeros(self.table.size, dtype=torch.bool)
             self._in_number[sorted(self.table.digits)] = True
-            self._ids = torch.tensor(self.ids)
-            self._none = torch.zeros(len(self.ids), dtype=torch.bool)
-        states = states if states is not None else self.states(tokens, sentences)
-        allowed = torch.stack([self._none if s is None else self.allowed(s) for s in states])  # (R, len(ids))
-        go_on = [(r, s.glued) for r, s in enumerate(states) if s is not None and self.must_go_on(s)]
-        ending_l = ending.tolist() if ending is not None and go_on else [False] * logp.shape[0]
-        ids = self._ids.to(logp.device)
+        allowed = torch.zeros((logp.shape[0], len(self.ids)), dtype=torch.bool)
+        ending_l = ending.tolist() if ending is not None else [False] * logp.shape[0]
+        go_on = []
+        for r, s in enumerate(states if states is not None else self.states(tokens, sentences)):
+            if s is None:
+                continue
+            allowed[r] = self.allowed(s)
+            if self.must_go_on(s):
+                go_on.append((r, s.glued))
+        ids = torch.tensor(self.ids, device=logp.device)
         logp[:, ids] = logp[:, ids].masked_fill(~allowed.to(logp.device), -math.inf)
         for r, glued in go_on:  # only digits (already masked) and, once, glue
             keep = self._in_number.clone()
