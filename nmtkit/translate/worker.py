@@ -74,6 +74,7 @@ def worker_main() -> None:
     tasks: deque = deque()
     arrived = threading.Condition()
     cancelled: set[int] = set()  # tickets the parent no longer wants (checked between search steps)
+    answered = [-1]  # the latest ticket answered (tickets come in increasing order): a later cancel of it is moot
 
     def read_tasks() -> None:  # always drain stdin, so the parent never blocks writing to us
         while True:
@@ -82,7 +83,8 @@ def worker_main() -> None:
             except EOFError:
                 task = None
             if task is not None and task[0] == "cancel":
-                cancelled.add(task[1])
+                if task[1] > answered[0]:
+                    cancelled.add(task[1])
                 continue
             with arrived:
                 tasks.append(task)
@@ -108,6 +110,7 @@ def worker_main() -> None:
             reply = ("cancelled", ticket, None)
         except Exception as e:  # noqa: BLE001
             reply = ("failed", ticket, f"{type(e).__name__}: {e}")
+        answered[0] = ticket
         cancelled.discard(ticket)
         try:
             send(out_fd, reply)
