@@ -315,10 +315,11 @@ def test_cpu_scale_tiny_end_to_end_through_a_kill(tmp_path, data_dir):
     seconds = {line.split("\t")[0]: int(line.split("\t")[1]) for line in (work / "timings.tsv").read_text().split("\n")
                if line}
     assert seconds["align"] >= 2
-    began = time.monotonic()
+    began = time.time()  # (bash's SECONDS, which the stage's time is, reads this wall clock: a clock
+    # adjustment during the run moves both alike, where against time.monotonic a recorded 74 s met a measured 63 s)
     align = subprocess.run(["bash", str(CPU), "--tiny", "--stage", "align"], capture_output=True, text=True,
                            timeout=300, env=env)
-    took = time.monotonic() - began
+    took = time.time() - began
     assert align.returncode == 0, align.stderr[-3000:]
     again_seconds = dict(line.split("\t") for line in (work / "timings.tsv").read_text().split("\n") if line)
     assert int(again_seconds["align"]) <= took + 1 and "report" not in again_seconds
