@@ -31,21 +31,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     _torch.set_num_threads(1)
 
 
-def pytest_configure(config):
-    # Under ``--dist loadfile`` each file is a unit of work, handed out in the order of the collection (xdist
-    # reorders them by their number of tests unless told not to: the few long end-to-end tests of
-    # tests/test_examples.py then started last and ran minutes alone at the end of the suite).
-    if hasattr(config.option, "loadscopereorder"):
-        config.option.loadscopereorder = False
-
-
-def pytest_collection_modifyitems(session, config, items):
-    """The files that hold a ``slow`` test first (the longest end-to-end runs), the others after them, each in its
-    order: the two workers then end together, with short files to share at the end."""
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)  # (stable: the order within each group is kept)
-
-
 def _data_root() -> Path | None:
     candidates = [os.environ.get("NMTKIT_DATA"), REPO.parent / "shared" / "data"]
     for c in candidates:
