@@ -147,13 +147,19 @@ def _library(tool: str, root: Path, bad: Path, workdir: Path) -> None:
         Trainer(TrainConfig(data=str(root / "data"), arch="rnnsearch-tiny", max_updates=3, threads=1, **where))
 
 
-@pytest.mark.parametrize("tool, change, fragment", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
-def test_a_malformed_checkpoint_is_one_error_naming_file_and_entry(run, tmp_path, tool, change, fragment):
+def _refused_in_one_line(run, tmp_path, tool: str, change, fragment: str) -> None:
+    """The tool's library call on the checkpoint ``change`` makes: one InputError line naming the file and holding
+    ``fragment``."""
     bad = _malformed(run, tmp_path, tool, change)
     with pytest.raises(InputError) as e:
         _library(tool, run[0], bad, tmp_path)
     assert str(e.value).startswith(f"{bad}: ") and fragment in str(e.value), (fragment, str(e.value))
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("tool, change, fragment", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_a_malformed_checkpoint_is_one_error_naming_file_and_entry(run, tmp_path, tool, change, fragment):
+    _refused_in_one_line(run, tmp_path, tool, change, fragment)
 
 
 # (a process each, a few seconds: one case of each item and tool through the installed command)
@@ -275,11 +281,7 @@ TEXT_FAULTS = [
 @pytest.mark.parametrize("change, fragment", [(_scaled, "'model.E_src' has weights of root mean square")] + TEXT_FAULTS,
                          ids=["scaled-x9999", "nul", "escape", "surrogate", "duplicate"])
 def test_each_tool_refuses_scaled_weights_and_vocabularies_that_are_not_text(run, tmp_path, tool, change, fragment):
-    bad = _malformed(run, tmp_path, tool, change)
-    with pytest.raises(InputError) as e:
-        _library(tool, run[0], bad, tmp_path)
-    assert str(e.value).startswith(f"{bad}: ") and fragment in str(e.value), (fragment, str(e.value))
-    assert "\n" not in str(e.value)
+    _refused_in_one_line(run, tmp_path, tool, change, fragment)
 
 
 def _serve(bad: Path) -> subprocess.CompletedProcess:

@@ -140,6 +140,22 @@ def load(path: str | os.PathLike, map_location="cpu") -> dict:
     return payload
 
 
+def peek(path: str | os.PathLike, key: str):
+    """One top-level entry of a checkpoint, read cheaply (the weights memory-mapped, not read) and unchecked; None
+    where the file does not open as a checkpoint or lacks it (:func:`load` says what is wrong with such a file)."""
+    import torch
+
+    if not os.path.isfile(path):
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except Exception:  # (not a zip checkpoint, or not a checkpoint at all)
+            return None
+    return payload.get(key) if isinstance(payload, dict) else None
+
+
 def differences(a: dict, b: dict) -> list[str]:
     """What differs between two loaded checkpoints (empty: the same run state): each weight whose tensor is not bit
     for bit the same, then "optimizer state" and the run state (update, epoch, best... but not the time taken or

@@ -27,10 +27,11 @@ allow (nmtkit/serve/limits.py, measured before it was queued), and a batch takes
 ``budget`` (``--batch-work``; its first line whatever it costs).  A request of more is decoded a few lines a batch,
 and the queue serves the requests that have had the least work decoded first, in arrival order among equals: a
 one-line request that comes while a long one is decoding waits for one batch of it at most, not for all of it
-(before, a 45,000-word prefix at beam 50 held the engine for the whole ``--timeout`` and every other client got
-504).  A request's parts are numbered on from the lines before them (:meth:`nmtkit.serve.service.Request.part`), so
-that sampling draws the same.  A batch that fails is decoded again a request at a time, so that one request's line
-that breaks the decoding fails that request alone, never its neighbours.
+(before, issue #57 reports, a 45,000-word prefix at beam 50 held the engine for the whole ``--timeout`` and every
+other client got 504).  A request's parts are numbered on from the lines before them
+(:meth:`nmtkit.serve.service.Request.part`), so that sampling draws the same.  A batch that fails is decoded again
+a request at a time, so that one request's line that breaks the decoding fails that request alone, never its
+neighbours.
 
 A request that would make the queue hold more than ``max_queue`` lines is refused at once (:class:`Overloaded`);
 one that waits longer than its timeout gets :class:`asyncio.TimeoutError` and its lines leave the queue, those of it

@@ -3,16 +3,16 @@ once, and the file descriptors they need; and a log that says a repeated error o
 
 Why here and not in uvicorn's settings: uvicorn closes a connection that stays idle after an answer
 (``timeout_keep_alive``), but a connection that sends nothing at all, or half its headers, or half its body, it
-keeps for good -- six such sockets stayed open for as long as a red team watched, and 21,000 of them used up the
-file descriptors.  Its ``limit_concurrency`` answers 503 to the *requests* past the limit, but keeps every
+keeps for good -- issue #57 reports six such sockets open for as long as its red team watched, and 21,000 of them
+using up the file descriptors.  Its ``limit_concurrency`` answers 503 to the *requests* past the limit, but keeps every
 connection open.  :func:`protocol` is its HTTP/1.1 protocol (h11's, whichever parser is installed) with a deadline
 for each request's headers and a limit on open connections, each answered at the socket; the body's deadline is
 kept where the route reads it (:class:`nmtkit.serve.guard.Guard`), so that it is answered as a route's error.
 
 When the descriptors run out anyway (another process's limit, a lower ``ulimit -n``), asyncio logs
 ``socket.accept() out of system resource`` with a traceback up to 2,048 times for each wake-up of the listening
-socket (its accept loop goes on after the error): 1.4 million lines in 25 s.  :class:`RepeatFilter` lets one line
-of a kind through a second and counts the others.
+socket (its accept loop goes on after the error): 1.4 million lines in 25 s, issue #57 reports.
+:class:`RepeatFilter` lets one line of a kind through a second and counts the others.
 """
 
 from __future__ import annotations

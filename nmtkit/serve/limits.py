@@ -12,7 +12,8 @@ the decoding it bounds can cost minutes.
 - ``--max-target-len``: the target tokens one piece may be decoded to: its prefix, and the length limit its
   ``max_len_a``/``max_len_b`` allow (also the length of each sample);
 - ``--max-attention-cells``: what ``attention``, ``alignment`` and ``replace_unk`` keep per line, a source × target
-  matrix (11.5 GB of lists for one 20 kB request before this limit), at the longest translation allowed;
+  matrix (11.5 GB of lists for one 20 kB request before this limit, issue #57 reports), at the longest
+  translation allowed;
 - each line's *work*, hypotheses × target tokens allowed, is what :mod:`nmtkit.serve.batcher` fills a batch with
   (``--batch-work``) and orders the queue by.
 

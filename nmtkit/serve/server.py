@@ -138,10 +138,10 @@ def _stop_in_time(server, grace: float, services: list[TranslationService]) -> t
     """Make a shutdown that SIGTERM or Ctrl-C asks for end within ``grace`` seconds (``--timeout``) and a little:
     by then every request in flight has had its answer or its 504, and a batch whose requests all timed out stops
     before its next search step (nmtkit/serve/batcher.py), which uvicorn's graceful shutdown waits for (a long batch
-    held a server 136 s after SIGTERM with ``--timeout 10`` before batches could stop).  A batch still decoding half
-    a second later (a step longer than that) is ended: the decoding workers are killed (the batch fails; nobody
-    waits for it), and a batch decoding in this process is left: the process exits without it.  The event returned
-    is to be set once the server has stopped."""
+    held a server 136 s after SIGTERM with ``--timeout 10``, issue #57 reports, before batches could stop).  A batch
+    still decoding half a second later (a step longer than that) is ended: the decoding workers are killed (the
+    batch fails; nobody waits for it), and a batch decoding in this process is left: the process exits without it.
+    The event returned is to be set once the server has stopped."""
     finished, asked = threading.Event(), threading.Event()
     handle_exit = server.handle_exit
 

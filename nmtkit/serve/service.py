@@ -100,8 +100,9 @@ def _terms(value: Any) -> tuple:
         if not isinstance(entry, list) or len(entry) < 2 or not all(isinstance(x, str) for x in entry):
             raise InputError(f"{shape} (\"terms\"[{k}] is not)")
         for x in entry:
+            bad = bad_text(x)  # (control characters, a line break among them; lone surrogates)
             problem = "is empty" if not x.strip() else "holds a tab or a line break" if any(c in x for c in "\t\n\r") \
-                else None if bad_text(x) is None else f"holds {bad_text(x)}"
+                else None if bad is None else f"holds {bad}"
             if problem:
                 raise InputError(f"\"terms\"[{k}]: {x!r} {problem}")
     return tuple(parse("".join("\t".join(e) + "\n" for e in value), "\"terms\""))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nmtkit.errors import InputError
+from nmtkit.settings import flag as settings_flag
 
 KEY = "decoding_defaults"  # the checkpoint's field
 PATH_SETTINGS = ("candidates",)  # TranslatorConfig fields a checkpoint may recommend: files, relative to it
@@ -68,22 +69,13 @@ def read(path: str) -> dict[str, Any]:
     """The decoding defaults a checkpoint carries ({} for none), checked (:func:`check`).  Read cheaply (the
     weights memory-mapped, not read): the tools read them before their model loads, and a checkpoint that does not
     load says what is wrong with it when it does, so here a file that does not open is {} rather than an error."""
-    import warnings
+    from nmtkit.data.checkpoint import peek
 
-    import torch
-
-    if not os.path.isfile(path):
+    entry = peek(path, KEY)
+    if entry is None:
         return {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except Exception:  # (not a zip checkpoint, or not a checkpoint at all: checkpoint.load says which)
-            return {}
-    if not isinstance(payload, dict) or payload.get(KEY) is None:
-        return {}
-    check(payload[KEY], path)
-    return dict(payload[KEY])
+    check(entry, path)
+    return dict(entry)
 
 
 @dataclass
@@ -140,7 +132,7 @@ def flags(settings: dict[str, Any]) -> str:
     switch turned off)."""
     parts = []
     for name, value in settings.items():
-        flag = "--" + name.replace("_", "-")
+        flag = settings_flag(name)
         if isinstance(value, bool):
             parts.append(flag if value else _negation(flag))
         else:
