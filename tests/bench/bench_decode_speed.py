@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Decoding speed against quality, beam by beam (issue 55, part 4): ``nmt-translate`` at this commit with
+one-hour.sh's options over candidate lists at several beams (greedy included), beside the same options without the
+lists and beside an older commit (``--old``, by default 0c0678f, the issue's baseline), on the hour's model.
+
+Two stages, each one command (run alone, from a clean commit -- a dirty tree is refused)::
+
+    python tests/bench/bench_decode_speed.py --stage tune --model M   # bench_decode_speed-tune.txt (about 12 min)
+    python tests/bench/bench_decode_speed.py --stage test --model M   # bench_decode_speed.txt (about 25 min)
+
+- **tune**: ``--lines`` lines (default 1000) spread evenly over ``hansards/dev`` and ``newstest2013``, once each;
+  it names the smallest beam whose BLEU and chrF are within 0.3 of the old commit's on both sets and whose numbers
+  carried are no lower (the choice ``examples/one-hour.sh``'s beam is made by).
+- **test**: ``--lines`` lines (default 1000) spread over ``hansards/test`` and ``newstest2014``, sets the choice did
+  not see, ``--repeats`` interleaved repeats (the order of the runs reversed from one repeat to the next); the goal
+  line takes the row with one-hour.sh's options as committed (its ``DECODE_OPTIONS`` and the candidate lists).
+
+Every run is one ``nmt-translate`` process (the old commit's from a git worktree of it) with its default threads
+and workers, as a user runs it; lines/s over the whole process, start-up included.  Beside each speed: sacreBLEU
+and chrF of the first repeat, the source numbers the translation carries (``nmtkit.score.diagnostics``), and the
+share of lines written exactly as the old commit wrote them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peers  # noqa: E402
+from peers import BenchError, Goal, log, median, table  # noqa: E402
+
+SETS = {"tune": {"hansards/dev": ("hansards", "dev"), "newstest2013": ("wmt14", "newstest2013")},
+        "test": {"hansards/test": ("hansards", "test"), "newstest2014": ("wmt14", "newstest2014")}}
+WITHIN = 0.3  # BLEU and chrF points: "the same quality" (issue 55)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--stage", choices=("tune", "test"), required=True)
+    p.add_argument("--model", type=Path, required=True, help="a checkpoint of the hour's model")
+    p.add_argument("--candidates", type=Path, help="its candidate lists (default: peers.prepare_hour's)")
+    p.add_argument("--old", default="0c0678f", help="the commit compared against (default: %(default)s)")
+    p.add_argument("--beams", default="12,8,6,4,2,1", help="the beams over the lists (default: %(default)s)")
+    p.add_argument("--lines", type=int, help="lines a set (default: 1000)")
+    p.add_argument("--repeats", type=int, help="default: 1 to tune, 3 to test")
+    p.add_argument("--work", type=Path, default=Path("/tmp/nmtkit-bench"))
+    p.add_argument("--out", type=Path)
+    p.add_argument("--allow-dirty", action="store_true")
+    return p.parse_args(argv)
+
+
+def recipe_options() -> list[str]:
+    """examples/one-hour.sh's DECODE_OPTIONS as committed (it adds ``--candidates`` where the lists exist)."""
+    text = (peers.REPO / "examples" / "one-hour.sh").read_text(encoding="utf-8")
+    m = re.search(r'^DECODE_OPTIONS="([^"]*)"', text, re.M)
+    if m is None:
+        raise BenchError("examples/one-hour.sh has no DECODE_OPTIONS line")
+    return shlex.split(m.group(1))
+
+
+def with_beam(options: list[str], beam: int) -> list[str]:
+    out = list(options)
+    i = out.index("--beam")
+    out[i + 1] = str(beam)
+    return out
+
+
+def spread(stage: str, n: int, work: Path) -> dict:
+    """name -> (source file of n lines spread evenly over the set, the source lines, their references)."""
+    root = peers.data_root()
+    if root is None:
+        raise BenchError("no data: set NMTKIT_DATA or put it in ../shared/data")
+    out = {}
+    for name, (folder, stem) in SETS[stage].items():
+        en = (root / folder / f"{stem}.en").read_text(encoding="utf-8").splitlines()
+        fr = (root / folder / f"{stem}.fr").read_text(encoding="utf-8").splitlines()
+        keep = list(range(0, len(en), max(1, len(en) // n)))[:n]
+        src = work / f"speed-{name.replace('/', '-')}-{n}.en"
+        src.write_text("".join(en[i] + "\n" for i in keep), encoding="utf-8")
+        out[name] = (src, [en[i] for i in keep], [fr[i] for i in keep])
+    return out
+
+
+def decode(checkout: Path, model: Path, src: Path, lines: int, options: list[str], out: Path) -> tuple[float, list]:
+    cmd = [sys.executable, str(checkout / "bin" / "nmt-translate"), "-m", str(model), "--quiet"] + options
+    env = {**os.environ, **peers.quiet_env(), **peers.checkout_env(checkout)}
+    wall, hyp = peers.translate_timed(cmd, src, out, lines, env)
+    return lines / wall, hyp
+
+
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    a = parse_args(args)
+    t0 = time.time()
+    name = "bench_decode_speed-tune.txt" if a.stage == "tune" else "bench_decode_speed.txt"
+    path = a.out or peers.REPO / "tests" / "bench" / "results" / name
+    out = peers.start_report("bench_decode_speed.py", f"nmtkit decoding speed against quality, beam by beam: {a.stage}",
+                             args, a.allow_dirty)
+    if out is None:
+        return 2
+    try:
+        import sacrebleu
+
+        from bench_candidates import model_note
+        from nmtkit.score.diagnostics import Diagnostics
+
+        lines = a.lines or 1000
+        repeats = a.repeats or (1 if a.stage == "tune" else 3)
+        beams = [int(b) for b in a.beams.split(",")]
+        cands = a.candidates or peers.prepare_hour(a.work) / "candidates.npz"
+        if not cands.is_file():
+            raise BenchError(f"{cands}: no candidate lists (bench_candidates.py builds them)")
+        recipe = recipe_options()
+        old_tree = peers.worktree(a.work, a.old)
+        old_options = ["--beam", "12", "--no-repeat-ngram", "4", "--source-numbers", "--all-numbers"]
+        configs = [("old", old_tree, old_options, f"{a.old[:7]}, one-hour.sh's options then (beam 12, whole vocab.)"),
+                   ("whole", peers.REPO, with_beam(recipe, 12), "this commit, beam 12, whole vocabulary")]
+        configs += [(f"beam{k}", peers.REPO, with_beam(recipe, k) + ["--candidates", str(cands)],
+                     f"this commit, beam {k}, candidate lists" if k > 1 else "this commit, greedy, candidate lists")
+                    for k in beams]
+        out += [model_note(a.model), f"candidate lists: {cands}",
+                f"options: {a.old[:7]}: {' '.join(old_options)}; this commit: one-hour.sh's '{' '.join(recipe)}' "
+                "with the beam of the row (and --candidates where the row says); nmt-translate's default threads "
+                "and workers; lines/s over the whole process"]
+        sets = spread(a.stage, lines, a.work)
+        runs = a.work / "speed-runs"
+        runs.mkdir(parents=True, exist_ok=True)
+        got: dict = {}
+        for r in range(repeats):
+            for s, (src, _, ref) in sets.items():
+                for key, tree, options, _ in (configs if r % 2 == 0 else configs[::-1]):
+                    speed, hyp = decode(tree, a.model, src, len(ref), options, runs / "out.fr")
+                    got.setdefault((s, key), []).append((speed, hyp))
+                    log(f"repeat {r + 1} {s} {key}: {speed:.1f} lines/s")
+        goals, quality = [], {}
+        for s, (_, source, ref) in sets.items():
+            diag = Diagnostics(ref, source, "en", "fr")
+            base_speed = median([v for v, _ in got[s, "old"]])
+            base_hyp = got[s, "old"][0][1]
+            rows = []
+            for key, _, options, label in configs:
+                speeds, hyp = [v for v, _ in got[s, key]], got[s, key][0][1]
+                bleu = sacrebleu.corpus_bleu(hyp, [ref]).score
+                chrf = sacrebleu.corpus_chrf(hyp, [ref]).score
+                numbers = diag.of(hyp)["numbers"]
+                quality[s, key] = (bleu, chrf, numbers["share"])
+                same = sum(x == y for x, y in zip(hyp, base_hyp)) / len(ref)
+                rows.append([label, f"{median(speeds):.1f} ({min(speeds):.1f}–{max(speeds):.1f})",
+                             f"{median(speeds) / base_speed:.2f}×", f"{bleu:.2f}", f"{chrf:.2f}",
+                             f"{100 * numbers['share']:.1f}% of {numbers['of']}", f"{100 * same:.1f}%"])
+            out += ["", f"{s}: {len(ref)} lines spread evenly over the set; lines/s median (min–max) of {repeats} "
+                    f"run(s); BLEU, chrF and numbers of the first run; lines written as {a.old[:7]} wrote them", ""]
+            out += table(["run", "lines/s", "speed", "BLEU", "chrF", "numbers carried", "same lines"], rows)
+        base = {s: quality[s, "old"] for s in sets}
+
+        def holds(key):
+            return all(quality[s, key][0] >= base[s][0] - WITHIN and quality[s, key][1] >= base[s][1] - WITHIN
+                       and quality[s, key][2] >= base[s][2] for s in sets)
+
+        out.append("")
+        if a.stage == "tune":
+            ok = [k for k in beams if holds(f"beam{k}")]
+            out.append(f"beams over the lists within {WITHIN} BLEU and chrF of {a.old[:7]} on both sets, numbers no "
+                       f"lower: {', '.join(map(str, ok)) or 'none'}; the smallest: {min(ok) if ok else 'none'}")
+        else:
+            k = int(recipe[recipe.index("--beam") + 1])
+            key = f"beam{k}"
+            if key not in dict((c[0], c) for c in configs):
+                raise BenchError(f"one-hour.sh's beam {k} is not among --beams {a.beams}")
+            for s in sets:
+                b, c, n = quality[s, key]
+                speed = median([v for v, _ in got[s, key]]) / median([v for v, _ in got[s, "old"]])
+                goals.append(Goal(f"{s}: one-hour.sh's options (beam {k}, lists) against {a.old[:7]}'s (BLEU "
+                                  f"{b - base[s][0]:+.2f}, chrF {c - base[s][1]:+.2f}, numbers "
+                                  f"{100 * (n - base[s][2]):+.1f} points)", speed, 3.0, "×"))
+            goals.append(Goal(f"the same quality: BLEU and chrF within {WITHIN} of {a.old[:7]}'s and numbers no lower "
+                              "on both sets (1 = yes, 0 = no)", 1.0 if holds(key) else 0.0, 1.0))
+        return peers.finish_report(out, goals, 55, path, t0)
+    except (BenchError, OSError, subprocess.SubprocessError, ValueError) as e:
+        return peers.fail_report(out, path, e)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
