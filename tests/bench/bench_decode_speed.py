@@ -11,9 +11,9 @@ Two stages, each one command (run alone, from a clean commit -- a dirty tree is 
 - **tune**: ``--lines`` lines (default 1000) spread evenly over ``hansards/dev`` and ``newstest2013``, once each;
   it names the smallest beam whose BLEU and chrF are within 0.3 of the old commit's on both sets and whose numbers
   carried are no lower (the choice ``examples/one-hour.sh``'s beam is made by).
-- **test**: ``--lines`` lines (default 1000) spread over ``hansards/test`` and ``newstest2014``, sets the choice did
-  not see, ``--repeats`` interleaved repeats (the order of the runs reversed from one repeat to the next); the goal
-  line takes the row with one-hour.sh's options as committed (its ``DECODE_OPTIONS`` and the candidate lists).
+- **test**: ``--lines`` lines (default 1000; 0: the whole sets) spread over ``hansards/test`` and
+  ``newstest2014``, sets the choice did not see, ``--repeats`` interleaved repeats (the order of the runs reversed
+  from one repeat to the next); the goal line takes the row with one-hour.sh's options as committed (its ``DECODE_OPTIONS`` and the candidate lists).
 
 Every run is one ``nmt-translate`` process (the old commit's from a git worktree of it) with its default threads
 and workers, as a user runs it; lines/s over the whole process, start-up included.  Beside each speed: sacreBLEU
@@ -49,7 +49,8 @@ def parse_args(argv):
     p.add_argument("--candidates", type=Path, help="its candidate lists (default: peers.prepare_hour's)")
     p.add_argument("--old", default="0c0678f", help="the commit compared against (default: %(default)s)")
     p.add_argument("--beams", default="12,8,6,4,2,1", help="the beams over the lists (default: %(default)s)")
-    p.add_argument("--lines", type=int, help="lines a set (default: 1000)")
+    p.add_argument("--lines", type=int, default=1000, help="lines a set, 0 for the whole set (default: %(default)s)")
+    p.add_argument("--no-whole", action="store_true", help="leave out the row without the lists")
     p.add_argument("--repeats", type=int, help="default: 1 to tune, 3 to test")
     p.add_argument("--work", type=Path, default=Path("/tmp/nmtkit-bench"))
     p.add_argument("--out", type=Path)
@@ -82,7 +83,7 @@ def spread(stage: str, n: int, work: Path) -> dict:
     for name, (folder, stem) in SETS[stage].items():
         en = (root / folder / f"{stem}.en").read_text(encoding="utf-8").splitlines()
         fr = (root / folder / f"{stem}.fr").read_text(encoding="utf-8").splitlines()
-        keep = list(range(0, len(en), max(1, len(en) // n)))[:n]
+        keep = list(range(0, len(en), max(1, len(en) // n)))[:n] if n else list(range(len(en)))
         src = work / f"speed-{name.replace('/', '-')}-{n}.en"
         src.write_text("".join(en[i] + "\n" for i in keep), encoding="utf-8")
         out[name] = (src, [en[i] for i in keep], [fr[i] for i in keep])
@@ -112,7 +113,6 @@ def main(argv=None) -> int:
         from bench_candidates import model_note
         from nmtkit.score.diagnostics import Diagnostics
 
-        lines = a.lines or 1000
         repeats = a.repeats or (1 if a.stage == "tune" else 3)
         beams = [int(b) for b in a.beams.split(",")]
         cands = a.candidates or peers.prepare_hour(a.work) / "candidates.npz"
@@ -121,8 +121,9 @@ def main(argv=None) -> int:
         recipe = recipe_options()
         old_tree = peers.worktree(a.work, a.old)
         old_options = ["--beam", "12", "--no-repeat-ngram", "4", "--source-numbers", "--all-numbers"]
-        configs = [("old", old_tree, old_options, f"{a.old[:7]}, one-hour.sh's options then (beam 12, whole vocab.)"),
-                   ("whole", peers.REPO, with_beam(recipe, 12), "this commit, beam 12, whole vocabulary")]
+        configs = [("old", old_tree, old_options, f"{a.old[:7]}, one-hour.sh's options then (beam 12, whole vocab.)")]
+        if not a.no_whole:
+            configs.append(("whole", peers.REPO, with_beam(recipe, 12), "this commit, beam 12, whole vocabulary"))
         configs += [(f"beam{k}", peers.REPO, with_beam(recipe, k) + ["--candidates", str(cands)],
                      f"this commit, beam {k}, candidate lists" if k > 1 else "this commit, greedy, candidate lists")
                     for k in beams]
@@ -130,7 +131,7 @@ def main(argv=None) -> int:
                 f"options: {a.old[:7]}: {' '.join(old_options)}; this commit: one-hour.sh's '{' '.join(recipe)}' "
                 "with the beam of the row (and --candidates where the row says); nmt-translate's default threads "
                 "and workers; lines/s over the whole process"]
-        sets = spread(a.stage, lines, a.work)
+        sets = spread(a.stage, a.lines, a.work)
         runs = a.work / "speed-runs"
         runs.mkdir(parents=True, exist_ok=True)
         got: dict = {}
@@ -156,8 +157,9 @@ def main(argv=None) -> int:
                 rows.append([label, f"{median(speeds):.1f} ({min(speeds):.1f}–{max(speeds):.1f})",
                              f"{median(speeds) / base_speed:.2f}×", f"{bleu:.2f}", f"{chrf:.2f}",
                              f"{100 * numbers['share']:.1f}% of {numbers['of']}", f"{100 * same:.1f}%"])
-            out += ["", f"{s}: {len(ref)} lines spread evenly over the set; lines/s median (min–max) of {repeats} "
-                    f"run(s); BLEU, chrF and numbers of the first run; lines written as {a.old[:7]} wrote them", ""]
+            where = " spread evenly over the set" if a.lines else ", the whole set"
+            out += ["", f"{s}: {len(ref)} lines{where}; lines/s median (min–max) of {repeats} run(s); BLEU, chrF and "
+                    f"numbers of the first run; lines written as {a.old[:7]} wrote them", ""]
             out += table(["run", "lines/s", "speed", "BLEU", "chrF", "numbers carried", "same lines"], rows)
         base = {s: quality[s, "old"] for s in sets}
 
