@@ -116,13 +116,17 @@ def check_plot_dir(directory: str, force: bool = False) -> None:
     check_output_dir(directory, force, marker="index.tsv", kind="a plot directory of nmt-align")
 
 
+def _words(labels: list[str]) -> int:
+    return len(labels) - (1 if labels and labels[-1] == "</s>" else 0)
+
+
 def write_attention_plots(directory: str, items, fmt: str = "png", force: bool = False
                           ) -> tuple[list[str], list[int]]:
     """One :func:`plot_attention` image per item into ``directory``, built atomically with an ``index.tsv``
     (line, file, source, target) that marks the directory as ours: an earlier plot directory is replaced only
     with ``force``, a directory of other files never. ``items``: (line number, title, source words, target
     words, alpha). Returns the file names, and the line numbers not plotted: those with more than
-    :data:`MAX_PLOT_WORDS` words on a side."""
+    :data:`MAX_PLOT_WORDS` words on a side (a closing ``</s>`` is not a word)."""
 
     if fmt not in ("png", "pdf", "svg"):
         raise InputError(f"unknown plot format '{fmt}' (png, pdf or svg)")
@@ -133,7 +137,7 @@ def write_attention_plots(directory: str, items, fmt: str = "png", force: bool =
     with atomic_dir(directory, force=force, marker="index.tsv", kind="a plot directory of nmt-align") as tmp:
         index = ["line\tfile\tsource\ttarget\n"]
         for line, title, source, target, alpha in items:
-            if max(len(source), len(target)) > MAX_PLOT_WORDS:
+            if max(_words(source), _words(target)) > MAX_PLOT_WORDS:
                 skipped.append(line)
                 continue
             name = f"{line:0{width}d}.{fmt}"

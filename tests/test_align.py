@@ -209,6 +209,22 @@ def test_attention_plot_is_a_readable_png(tmp_path):
         plot_attention(src, tgt[:-1], alpha, tmp_path / "bad.png")
 
 
+
+def test_the_plot_limit_counts_words_not_the_closing_eos(tmp_path):
+    """nmt-align says "more than 100 words on a side" of the lines it does not plot: a line of exactly 100 words
+    and its </s> is drawn, one of 101 is not."""
+    from nmtkit.plots import MAX_PLOT_WORDS, write_attention_plots
+
+    def item(line, words):
+        src = [f"w{k}" for k in range(words)] + ["</s>"]
+        tgt = ["x", "</s>"]
+        return line, "", src, tgt, np.full((len(tgt), len(src)), 1.0 / len(src))
+
+    names, skipped = write_attention_plots(str(tmp_path / "plots"), [item(1, MAX_PLOT_WORDS),
+                                                                     item(2, MAX_PLOT_WORDS + 1)], fmt="svg")
+    assert names == ["0001.svg"] and skipped == [2]
+    assert (tmp_path / "plots" / "0001.svg").stat().st_size > 0
+
 # -- with a model ----------------------------------------------------------------------------------------------
 
 
