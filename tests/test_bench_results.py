@@ -94,3 +94,22 @@ def test_every_bench_script_starts_its_report_with_start_report(script):
     # a new script that writes figures without the header (and without refusing a dirty tree) fails here
     assert "start_report(" in (BENCH / script).read_text(encoding="utf-8"), \
         f"tests/bench/{script} does not call peers.start_report: its report would lack the header (issue #55)"
+
+
+def test_a_report_outside_a_git_checkout_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """A bench script run from an exported tree (no .git) has no commit to name: start_report refuses it with one
+    line, or with --allow-dirty marks the report as no evidence; before, git's failure was a traceback."""
+    import os
+
+    monkeypatch.syspath_prepend(str(BENCH))  # (sys.path as it was after the test, and PYTHONPATH, which peers sets)
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # (git looks no higher than tmp_path)
+    import peers
+
+    monkeypatch.setattr(peers, "REPO", tmp_path)
+    assert peers.clean_tree() is None
+    assert peers.start_report("bench_x.py", "title", ["--flag"], allow_dirty=False) is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{tmp_path} is no git checkout" in err[0] and "--allow-dirty" in err[0], err
+    out = peers.start_report("bench_x.py", "title", ["--flag"], allow_dirty=True)
+    assert out[0].startswith("NO COMMIT:") and missing("\n".join(out)) == ["the script", "the commit"]

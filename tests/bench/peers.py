@@ -142,11 +142,15 @@ def worktree(work: Path, rev: str, prefix: str = "ab") -> Path:
     return path
 
 
-def clean_tree() -> bool:
-    """Whether this checkout's tracked files are as committed (a figure counts only from a clean commit)."""
-    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
-                         text=True, check=True).stdout
-    return not out.strip()
+def clean_tree() -> bool | None:
+    """Whether this checkout's tracked files are as committed (a figure counts only from a clean commit); None
+    where it is no git checkout (or git cannot say): then no commit names what was measured."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
+                             text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return None if out.returncode else not out.stdout.strip()
 
 
 def system_header(title: str, argv: list[str]) -> list[str]:
@@ -171,12 +175,16 @@ def start_report(script: str, title: str, argv: list[str], allow_dirty: bool) ->
     commit); a dirty trial's report says in its first line that it is no evidence."""
     out = system_header(title, [f"tests/bench/{script}"] + list(argv))
     out.insert(2, f"script: tests/bench/{script}")
-    if not clean_tree():
+    clean = clean_tree()
+    if not clean:
+        problem = "the tree has uncommitted changes: commit them first" if clean is False else \
+            f"{REPO} is no git checkout (or git cannot read it): measure a clone"
         if not allow_dirty:
-            print(f"{script}: the tree has uncommitted changes: commit them first (a figure counts only from a clean "
-                  "commit), or --allow-dirty for a trial whose report says it is no evidence", file=sys.stderr)
+            print(f"{script}: {problem} (a figure counts only from a clean commit), or --allow-dirty for a trial "
+                  "whose report says it is no evidence", file=sys.stderr)
             return None
-        out.insert(0, "DIRTY TREE: a trial run, not evidence")
+        out.insert(0, "DIRTY TREE: a trial run, not evidence" if clean is False else
+                   "NO COMMIT: measured outside a git checkout, a trial run, not evidence")
     return out
 
 
