@@ -13,7 +13,8 @@ Two stages, each one command (run alone, from a clean commit -- a dirty tree is 
   carried are no lower (the choice ``examples/one-hour.sh``'s beam is made by).
 - **test**: ``--lines`` lines (default 1000; 0: the whole sets) spread over ``hansards/test`` and
   ``newstest2014``, sets the choice did not see, ``--repeats`` interleaved repeats (the order of the runs reversed
-  from one repeat to the next); the goal line takes the row with one-hour.sh's options as committed (its ``DECODE_OPTIONS`` and the candidate lists).
+  from one repeat to the next); the goal line takes the row with one-hour.sh's options as committed (its
+  ``DECODE_OPTIONS`` and the candidate lists).
 
 Every run is one ``nmt-translate`` process (the old commit's from a git worktree of it) with its default threads
 and workers, as a user runs it; lines/s over the whole process, start-up included.  Beside each speed: sacreBLEU
