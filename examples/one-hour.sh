@@ -34,7 +34,7 @@
 # 500 frequent units and 10 translations a source unit) chosen on hansards/dev and newstest2013, then 1.68× and 1.46×
 # the lines/s on hansards/test and newstest2014 with BLEU +0.58 and +0.40 (half-hour model,
 # tests/bench/results/bench_candidates.txt); against 0c0678f's options, 2.55× and 2.16× on the whole test sets, and
-# beam 12 kept: smaller beams lost numbers on newstest2013 (tests/bench/results/bench_decode_speed*.txt, where
+# beam 12 kept: smaller beams lost numbers on the development sets (tests/bench/results/bench_decode_speed*.txt, where
 # beam 6 and greedy are measured too: give --beam to trade quality for speed).
 # Still provisional: the schedule ('budget' against a constant rate was undecided at 900 s).  The hour itself:
 # tests/bench/results/bench_hour.txt (beside OpenNMT-py's hour on the same pairs: tests/bench/bench_hour.py).
