@@ -61,15 +61,7 @@ def sets_for(stage: str, n: int, work: Path) -> dict:
     root = peers.data_root()
     names = {"tune": {"hansards/dev": root / "hansards" / "dev", "newstest2013": root / "wmt14" / "newstest2013"},
              "test": {"hansards/test": root / "hansards" / "test", "newstest2014": root / "wmt14" / "newstest2014"}}
-    out = {}
-    for name, prefix in names[stage].items():
-        en = Path(f"{prefix}.en").read_text(encoding="utf-8").splitlines()
-        fr = Path(f"{prefix}.fr").read_text(encoding="utf-8").splitlines()
-        keep = list(range(0, len(en), max(1, len(en) // n)))[:n]  # n lines spread evenly
-        src = work / f"cand-{name.replace('/', '-')}-{n}.en"
-        src.write_text("".join(en[i] + "\n" for i in keep), encoding="utf-8")
-        out[name] = (src, [fr[i] for i in keep])
-    return out
+    return {name: (src, ref) for name, (src, _, ref) in peers.spread_sets(names[stage], n, work, "cand").items()}
 
 
 def list_sizes(table, src: Path, model: Path, window: int = 640, batch: int = 64) -> float:

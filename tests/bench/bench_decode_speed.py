@@ -75,20 +75,13 @@ def with_beam(options: list[str], beam: int) -> list[str]:
     return out
 
 
-def spread(stage: str, n: int, work: Path) -> dict:
-    """name -> (source file of n lines spread evenly over the set, the source lines, their references)."""
+def sets_for(stage: str, n: int, work: Path) -> dict:
+    """name -> (source file of n lines spread evenly over the set (0: all), the source lines, their references)."""
     root = peers.data_root()
     if root is None:
         raise BenchError("no data: set NMTKIT_DATA or put it in ../shared/data")
-    out = {}
-    for name, (folder, stem) in SETS[stage].items():
-        en = (root / folder / f"{stem}.en").read_text(encoding="utf-8").splitlines()
-        fr = (root / folder / f"{stem}.fr").read_text(encoding="utf-8").splitlines()
-        keep = list(range(0, len(en), max(1, len(en) // n)))[:n] if n else list(range(len(en)))
-        src = work / f"speed-{name.replace('/', '-')}-{n}.en"
-        src.write_text("".join(en[i] + "\n" for i in keep), encoding="utf-8")
-        out[name] = (src, [en[i] for i in keep], [fr[i] for i in keep])
-    return out
+    return peers.spread_sets({name: root / folder / stem for name, (folder, stem) in SETS[stage].items()}, n, work,
+                             "speed")
 
 
 def decode(checkout: Path, model: Path, src: Path, lines: int, options: list[str], out: Path) -> tuple[float, list]:
@@ -132,7 +125,7 @@ def main(argv=None) -> int:
                 f"options: {a.old[:7]}: {' '.join(old_options)}; this commit: one-hour.sh's '{' '.join(recipe)}' "
                 "with the beam of the row (and --candidates where the row says); nmt-translate's default threads "
                 "and workers; lines/s over the whole process"]
-        sets = spread(a.stage, a.lines, a.work)
+        sets = sets_for(a.stage, a.lines, a.work)
         runs = a.work / "speed-runs"
         runs.mkdir(parents=True, exist_ok=True)
         got: dict = {}

@@ -80,6 +80,20 @@ def data_root() -> Path | None:
     return None
 
 
+def spread_sets(prefixes: dict[str, Path], n: int, work: Path, tag: str) -> dict[str, tuple[Path, list, list]]:
+    """name -> (a file ``WORK/TAG-NAME-N.en`` of n lines spread evenly over ``PREFIX.en``, or all of them with n = 0;
+    those source lines; their references from ``PREFIX.fr``): the sets the decoding benchmarks measure on."""
+    out = {}
+    for name, prefix in prefixes.items():
+        en = Path(f"{prefix}.en").read_text(encoding="utf-8").splitlines()
+        fr = Path(f"{prefix}.fr").read_text(encoding="utf-8").splitlines()
+        keep = list(range(0, len(en), max(1, len(en) // n)))[:n] if n else list(range(len(en)))
+        src = work / f"{tag}-{name.replace('/', '-')}-{n}.en"
+        src.write_text("".join(en[i] + "\n" for i in keep), encoding="utf-8")
+        out[name] = (src, [en[i] for i in keep], [fr[i] for i in keep])
+    return out
+
+
 def median(values):
     values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
     return statistics.median(values) if values else float("nan")
