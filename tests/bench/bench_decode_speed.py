@@ -169,7 +169,7 @@ def main(argv=None) -> int:
         else:
             k = int(recipe[recipe.index("--beam") + 1])
             key = f"beam{k}"
-            if key not in dict((c[0], c) for c in configs):
+            if key not in {c[0] for c in configs}:
                 raise BenchError(f"one-hour.sh's beam {k} is not among --beams {a.beams}")
             for s in sets:
                 b, c, n = quality[s, key]
