@@ -150,6 +150,7 @@ def main(argv=None) -> int:
                 same = sum(x == y for x, y in zip(hyp, base_hyp)) / len(ref)
                 rows.append([label, f"{median(speeds):.1f} ({min(speeds):.1f}–{max(speeds):.1f})",
                              f"{median(speeds) / base_speed:.2f}×", f"{bleu:.2f}", f"{chrf:.2f}",
+                             "none in the source" if numbers["share"] is None else
                              f"{100 * numbers['share']:.1f}% of {numbers['of']}", f"{100 * same:.1f}%"])
             where = " spread evenly over the set" if a.lines else ", the whole set"
             out += ["", f"{s}: {len(ref)} lines{where}; lines/s median (min–max) of {repeats} run(s); BLEU, chrF and "
@@ -159,7 +160,7 @@ def main(argv=None) -> int:
 
         def holds(key):
             return all(quality[s, key][0] >= base[s][0] - WITHIN and quality[s, key][1] >= base[s][1] - WITHIN
-                       and quality[s, key][2] >= base[s][2] for s in sets)
+                       and (quality[s, key][2] or 0.0) >= (base[s][2] or 0.0) for s in sets)
 
         out.append("")
         if a.stage == "tune":
@@ -176,7 +177,7 @@ def main(argv=None) -> int:
                 speed = median([v for v, _ in got[s, key]]) / median([v for v, _ in got[s, "old"]])
                 goals.append(Goal(f"{s}: one-hour.sh's options (beam {k}, lists) against {a.old[:7]}'s (BLEU "
                                   f"{b - base[s][0]:+.2f}, chrF {c - base[s][1]:+.2f}, numbers "
-                                  f"{100 * (n - base[s][2]):+.1f} points)", speed, 3.0, "×"))
+                                  f"{100 * ((n or 0.0) - (base[s][2] or 0.0)):+.1f} points)", speed, 3.0, "×"))
             goals.append(Goal(f"the same quality: BLEU and chrF within {WITHIN} of {a.old[:7]}'s and numbers no lower "
                               "on both sets (1 = yes, 0 = no)", 1.0 if holds(key) else 0.0, 1.0))
         return peers.finish_report(out, goals, 55, path, t0)
