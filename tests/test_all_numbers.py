@@ -111,6 +111,40 @@ def test_batched_equals_the_reference_and_every_number_is_written(beam):
     assert SourceNumbers(table, [source_numbers("from 55% to 50%")]).required == [2]
 
 
+def test_the_second_search_has_its_own_beam():
+    """--constrained-beam: a first search 2 wide, the second 6 wide.  The batched search equals the reference; a
+    sentence searched again has the 6-wide shared beam's hypotheses (not the 2-wide one's, which differ for some
+    sentence here), and the others the 2-wide first search's."""
+    m = randomize_(tiny("rnnsearch")).eval()
+    with torch.no_grad():
+        m.b_y[EOS] += 4.0
+    rng = random.Random(7)
+    sents = [[rng.randint(4, 22) for _ in range(rng.randint(2, 9))] for _ in range(8)]
+    numbers = [["1975500", "35"], [], ["2014"], ["10", "30", "100"], ["7", "7"], ["31415926"], ["42"], ["86420"]]
+    src, lens = collate_source([np.asarray(s) for s in sents])
+    decode = DecodeConfig(beam=2, constrained_beam=6, max_len_a=2.0, max_len_b=8, source_numbers=True,
+                          all_numbers=True)
+    assert decode.second == DecodeConfig(beam=6, max_len_a=2.0, max_len_b=8, source_numbers=True, all_numbers=True)
+    table = DigitTable(DIGITS)
+    both = beam_search(m, src, lens, decode, numbers_from=SourceNumbers(table, numbers))
+    plain = beam_search(m, src, lens, decode.replace(all_numbers=False, constrained_beam=0),
+                        numbers_from=SourceNumbers(table, numbers))
+    wide = _banked(m, src, lens, decode.second, SourceNumbers(table, numbers))
+    narrow = _banked(m, src, lens, decode.replace(constrained_beam=0), SourceNumbers(table, numbers))
+    assert any([h.tokens for h in w] != [h.tokens for h in n] for w, n in zip(wide, narrow))
+    taken = 0
+    for k, s in enumerate(sents):
+        rule = SourceNumbers(table, [numbers[k]])
+        assert [h.tokens for h in both[k]] == [h.tokens for h in beam_search_reference(m, s, decode,
+                                                                                       numbers_from=rule)]
+        limit = int(2.0 * len(s) + 8)
+        again = numberbanks.unmet(rule, plain[k][0].tokens, 0) > 0
+        takes = again and wide[k][0].unmet == 0 and len(wide[k][0].tokens) < limit
+        assert [h.tokens for h in both[k]] == [h.tokens for h in (wide[k] if takes else plain[k])]
+        taken += takes
+    assert taken
+
+
 def _silent_model(trained, tmp_path):
     """The trained tiny checkpoint with digits among its target words ("1", "4", "5", "9": its own entries, or rare
     ones renamed), each made far less likely than any word: left to itself it never writes one."""

@@ -45,6 +45,9 @@ def test_json_round_trip_and_keyword_construction_agree():
     assert DecodeConfig.from_dict({}) == DecodeConfig()
     assert DecodeConfig(lenpen=1) == DecodeConfig(lenpen=1.0) and isinstance(DecodeConfig(lenpen=1).lenpen, float)
     assert decode.replace(beam=7).beam == 7 and decode.beam == 5
+    assert decode.second is decode and decode.widest == 5  # (the second search of --all-numbers: --beam wide)
+    wider = decode.replace(constrained_beam=16)
+    assert wider.second == decode.replace(beam=16) and wider.widest == 16
     sampled = DecodeConfig(sampling="topk:10,temperature:0.8", nbest=4, seed=3)
     assert (sampled.how.topk, sampled.how.temperature) == (10, 0.8) and DecodeConfig().how is None
 
@@ -64,6 +67,11 @@ def test_json_round_trip_and_keyword_construction_agree():
     ({"sampling": "topk:0"}, "--sampling: bad sampling 'topk:0': topk must be at least 1"),
     ({"sampling": "topk:5", "coverage_penalty": 0.2}, "--coverage-penalty ranks beam search's hypotheses"),
     ({"sampling": 3}, "--sampling must be text (got 3)"),
+    ({"constrained_beam": -1}, "--constrained-beam is the beam of a second beam search"),
+    ({"constrained_beam": 2, "beam": 4, "nbest": 3}, "--constrained-beam is the beam of a second beam search: it has "
+     "no meaning with --sampling, and holds the n-best (need 0 or nbest <= K <= 1,000; got 2, nbest 3)"),
+    ({"constrained_beam": 4, "sampling": "topk:5"}, "--constrained-beam is the beam of a second beam search"),
+    ({"constrained_beam": 1001}, "--constrained-beam must be at most 1,000 (got 1001)"),
 ])
 def test_a_bad_setting_is_one_error_naming_it(settings, message):
     with pytest.raises(InputError) as e:

@@ -159,6 +159,7 @@ LONG = " ".join(["A man in a blue shirt is standing on a ladder cleaning windows
 
 @pytest.mark.parametrize("body, message", [
     ({"src": ["A dog."], "beam": 61}, "beam 61: at most 60 a request (--max-beam)"),
+    ({"src": ["A dog."], "beam": 6, "constrained_beam": 61}, "constrained_beam 61: at most 60 a request (--max-beam)"),
     ({"src": ["A dog."], "beam": 5, "nbest": 5}, "nbest 5 (n-best a line): at most 4 a request (--max-nbest)"),
     ({"src": ["A dog."], "sampling": "topk:5", "nbest": 5},
      "nbest 5 (samples a line): at most 4 a request (--max-nbest)"),

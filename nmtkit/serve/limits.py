@@ -46,9 +46,10 @@ def cost(request, translator, cfg) -> Cost:
     from nmtkit.translate import linetext
 
     decode = request.decode
-    rows = decode.nbest if decode.sampling is not None else decode.beam
-    if decode.sampling is None and decode.beam > cfg.max_beam:
-        raise TooCostly(f"beam {decode.beam}: at most {cfg.max_beam} a request (--max-beam)")
+    rows = decode.nbest if decode.sampling is not None else decode.widest
+    if decode.sampling is None and decode.widest > cfg.max_beam:
+        which = "constrained_beam" if decode.constrained_beam > decode.beam else "beam"
+        raise TooCostly(f"{which} {decode.widest}: at most {cfg.max_beam} a request (--max-beam)")
     if decode.nbest > cfg.max_nbest:
         what = "samples" if decode.sampling is not None else "n-best"
         raise TooCostly(f"nbest {decode.nbest} ({what} a line): at most {cfg.max_nbest} a request (--max-nbest)")

@@ -156,14 +156,14 @@ class BeamCohort:
 
     def again(self, sentences: list[int]) -> BeamCohort:
         """A new search of some of the batch's sentences (ids, in that order) with the beam shared by numbers and
-        terms written (the second search of ``--all-numbers`` and ``--terms``)."""
+        terms written (the second search of ``--all-numbers`` and ``--terms``, ``decode.constrained_beam`` wide)."""
         idx = torch.tensor(sentences, device=self.src.device)
         prefix = prefix_lens = None
         if self.prefix is not None:
             prefix = self.prefix.index_select(0, idx.to(self.prefix.device))
             prefix_lens = self.prefix_lens.index_select(0, idx.to(self.prefix.device))
         return BeamCohort(self.ens.models, self.src.index_select(0, idx), self.src_lens.index_select(0, idx),
-                          self.decode, self.need_attention, prefix, prefix_lens, self.numbers,
+                          self.decode.second, self.need_attention, prefix, prefix_lens, self.numbers,
                           None if self.numbers_from is None else self.numbers_from.subset(sentences), banks=True,
                           terms=None if self.terms is None else self.terms.subset(sentences))
 

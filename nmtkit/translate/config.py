@@ -61,6 +61,10 @@ class DecodeConfig:
                "with the beam shared among hypotheses by the numbers' digits written (Post & Vilar 2018's dynamic "
                "beam allocation), none ending before it has written them all; that translation is taken when it "
                "ends before the length limit ('%' needs no 'p. 100'). Other lines read as without it.")
+    constrained_beam: int = setting(
+        0, "The beam of the second search of --all-numbers and --terms (0 = --beam): a beam shared among hypotheses "
+           "by the constraints they have met needs more room than a free one (Post & Vilar 2018), and a small --beam "
+           "searches faster with a wider second search for the few lines it is run on.", metavar="K")
     min_length_ratio: float = setting(
         0.0, "No hypothesis may end before RATIO * source words output tokens (against translations cut short; "
              "0 = off; a forced --prefix counts; never past the length limit).", metavar="RATIO")
@@ -96,9 +100,13 @@ class DecodeConfig:
                 raise InputError(f"{_flag(f.name)} must be {' or '.join(f.metadata['choices'])} (got {value!r})")
         if self.sampling is None and (self.beam < 1 or not 1 <= self.nbest <= self.beam):
             raise InputError(f"need beam >= 1 and 1 <= nbest <= beam (got beam {self.beam}, nbest {self.nbest})")
+        if self.constrained_beam and (self.sampling is not None or not self.nbest <= self.constrained_beam):
+            raise InputError(f"--constrained-beam is the beam of a second beam search: it has no meaning with "
+                             f"--sampling, and holds the n-best (need 0 or nbest <= K <= {MAX_BEAM:,}; got "
+                             f"{self.constrained_beam}, nbest {self.nbest})")
         if self.sampling is not None and self.nbest < 1:
             raise InputError(f"--nbest must be at least 1 sample (got {self.nbest})")
-        for name in ("beam", "nbest"):
+        for name in ("beam", "nbest", "constrained_beam"):
             most = MAX_SAMPLES if name == "nbest" and self.sampling is not None else MAX_BEAM
             if getattr(self, name) > most:
                 raise InputError(f"{_flag(name)} must be at most {most:,} (got {getattr(self, name)})")
@@ -138,6 +146,16 @@ class DecodeConfig:
     def attends(self) -> bool:
         """Whether the settings themselves read the attention (the coverage penalty, the replacement of ``<unk>``)."""
         return bool(self.coverage_penalty or self.replace_unk)
+
+    @property
+    def second(self) -> DecodeConfig:
+        """The settings of the second search of ``--all-numbers`` and ``--terms``: the beam ``constrained_beam``."""
+        return self if not self.constrained_beam else self.replace(beam=self.constrained_beam, constrained_beam=0)
+
+    @property
+    def widest(self) -> int:
+        """The most rows a line's beam search may hold at once: the larger of the two searches' beams."""
+        return max(self.beam, self.constrained_beam)
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as plain types (JSON)."""

@@ -152,7 +152,7 @@ def beam_search_reference(models, src_ids: list[int], decode: DecodeConfig = DEF
     hyps = _reference(models, src_ids, decode, prefix, numbers, numbers_from, False, terms)
     first = banks.Constraints(banks.constraints_of(decode, numbers_from, terms))
     if hyps and first.cs and first.unmet(hyps[0].tokens, 0):
-        again = _reference(models, src_ids, decode, prefix, numbers, numbers_from, True, terms)
+        again = _reference(models, src_ids, decode.second, prefix, numbers, numbers_from, True, terms)
         limit = max(int(_limits(torch.tensor([len(src_ids) + 1]), decode.max_len_a, decode.max_len_b)[0]),
                     len(prefix or []))
         if again and again[0].unmet == 0 and len(again[0].tokens) < limit:
