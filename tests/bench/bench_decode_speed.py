@@ -88,7 +88,7 @@ def beam_of(options: list[str]) -> str:
     return k + (f"/{options[options.index('--constrained-beam') + 1]}" if "--constrained-beam" in options else "")
 
 
-def label(spec: str) -> str:
+def row_label(spec: str) -> str:
     beam, _, second = spec.partition("/")
     if beam == "1":
         return "this commit, greedy, candidate lists"
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
         configs = [("old", old_tree, old_options, f"{a.old[:7]}, one-hour.sh's options then (beam 12, whole vocab.)")]
         if not a.no_whole:
             configs.append(("whole", peers.REPO, with_beam(recipe, "12"), "this commit, beam 12, whole vocabulary"))
-        configs += [(f"beam{k}", peers.REPO, with_beam(recipe, k) + ["--candidates", str(cands)], label(k))
+        configs += [(f"beam{k}", peers.REPO, with_beam(recipe, k) + ["--candidates", str(cands)], row_label(k))
                     for k in beams]
         out += [model_note(a.model), f"candidate lists: {cands}",
                 f"options: {a.old[:7]}: {' '.join(old_options)}; this commit: one-hour.sh's '{' '.join(recipe)}' "
