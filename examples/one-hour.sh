@@ -33,9 +33,10 @@
 # numbers, its BLEU up, chrF level; --candidates (each batch decoded over the prepared directory's candidate lists:
 # 500 frequent units and 10 translations a source unit) chosen on hansards/dev and newstest2013, then 1.68× and 1.46×
 # the lines/s on hansards/test and newstest2014 with BLEU +0.58 and +0.40 (half-hour model,
-# tests/bench/results/bench_candidates.txt); against 0c0678f's options, 2.55× and 2.16× on the whole test sets, and
-# beam 12 kept: smaller beams lost numbers on the development sets (tests/bench/results/bench_decode_speed*.txt, where
-# beam 6 and greedy are measured too: give --beam to trade quality for speed).
+# tests/bench/results/bench_candidates.txt); beam 6 with the second search of --all-numbers 12 wide
+# (--constrained-beam 12): a smaller beam alone lost numbers on the development sets, and with the wider second search
+# beams 8 and 6 kept 0c0678f's BLEU, chrF and numbers there, beam 6 the faster (tests/bench/results/
+# bench_decode_speed*.txt, where beam 12, beam 4 and greedy are measured too: give --beam to trade quality for speed).
 # Still provisional: the schedule ('budget' against a constant rate was undecided at 900 s).  The hour itself:
 # tests/bench/results/bench_hour.txt (beside OpenNMT-py's hour on the same pairs: tests/bench/bench_hour.py).
 # --threads N fixes the torch threads of training; by default (0) nmt-train measures: every core, or fewer while other
@@ -76,7 +77,7 @@ precision_option=()
 [ "$PRECISION" = bf16 ] && precision_option=(--bf16)
 # the options the model is decoded with: a repeated-n-gram block of 4 pieces (bench_recipe.txt, the hour's model: the
 # same BLEU as no block, more chrF on both development sets, far fewer looping lines), numbers held to the source's
-DECODE_OPTIONS="--beam 12 --no-repeat-ngram 4 --source-numbers --all-numbers"
+DECODE_OPTIONS="--beam 6 --constrained-beam 12 --no-repeat-ngram 4 --source-numbers --all-numbers"
 
 # the training corpus and languages this WORKDIR was prepared from (WORKDIR/corpus.json): a run that names others
 # stops with one line, rather than resume the old data's model (examples/one_hour_workdir.py)

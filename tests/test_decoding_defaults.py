@@ -209,6 +209,10 @@ def test_save_defaults_refuses_what_it_cannot_save_and_leaves_the_checkpoint(mod
     ({"coverage_penalty": 0.2, "seed": 4}, {"sampling": "topp:0.9"}, {"seed": 4, "sampling": "topp:0.9"},
      {"coverage_penalty": 0.2}),
     ({"source_numbers": True}, {"all_numbers": True}, {"source_numbers": True, "all_numbers": True}, {}),
+    ({"beam": 6, "constrained_beam": 12, "source_numbers": True, "all_numbers": True}, {"sampling": "topk:3"},
+     {"beam": 6, "source_numbers": True, "sampling": "topk:3"}, {"all_numbers": True, "constrained_beam": 12}),
+    ({"beam": 6, "constrained_beam": 12}, {"beam": 16, "nbest": 16}, {"beam": 16, "nbest": 16},
+     {"constrained_beam": 12}),
 ])
 def test_a_given_setting_is_never_dropped_a_saved_one_against_it_is(saved, given, decoded, set_aside):
     from nmtkit.translate import defaults

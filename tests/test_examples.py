@@ -393,8 +393,9 @@ def test_one_hour_recipe_end_to_end_on_a_small_corpus(tmp_path, data_dir):
     assert "--source-numbers" in options and "--all-numbers" in options
     assert options[options.index("--candidates") + 1] == str(work / "data" / "candidates.npz")  # (work: absolute)
     # the same options saved in the checkpoint (the table relative to it): nmt-translate decodes with them unasked
-    assert payload["decoding_defaults"] == {"beam": 12, "no_repeat_ngram": 4, "source_numbers": True,
-                                            "all_numbers": True, "candidates": "../data/candidates.npz"}
+    assert payload["decoding_defaults"] == {"beam": 6, "constrained_beam": 12, "no_repeat_ngram": 4,
+                                            "source_numbers": True, "all_numbers": True,
+                                            "candidates": "../data/candidates.npz"}
     unasked = subprocess.run([str(REPO / "bin" / "nmt-translate"), "-m", str(ckpt), "-q"],
                              input="\n".join(src[:20]) + "\n", capture_output=True, text=True, timeout=300,
                              env={**env, "PYTHONPATH": str(REPO)})
