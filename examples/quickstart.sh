@@ -14,7 +14,7 @@
 #              'budget' recipe (Adam, annealed when the time runs out)                 (nmt-prepare, nmt-train)
 #              (the hour's 16,000 units and 50 pieces make slower updates, fewer of them in 10 minutes, and a
 #              lower validation BLEU: tests/bench/results/bench_recipe.txt)
-# 3. translate both tests with the options the recipe saved in its checkpoint (beam 12, no repeated 4-gram, numbers
+# 3. translate both tests with the options the recipe saved in its checkpoint (beam 6, no repeated 4-gram, numbers
 #              from the source, the candidate table: nmt-translate applies them by itself)       (nmt-translate)
 # 4. score     sacreBLEU and chrF with signatures, numbers carried, loops, BLEU by sentence length   (nmt-score)
 # 5. align     attention matrices of three Hansards test sentences, like the paper's Figure 3       (nmt-align)
