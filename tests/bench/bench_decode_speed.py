@@ -3,15 +3,18 @@
 one-hour.sh's options over candidate lists at several beams (greedy included), beside the same options without the
 lists and beside an older commit (``--old``, by default 0c0678f, the issue's baseline), on the hour's model.
 
-Two stages, each one command (run alone, from a clean commit -- a dirty tree is refused)::
+Three stages, each one command (run alone, from a clean commit -- a dirty tree is refused)::
 
     python tests/bench/bench_decode_speed.py --stage tune --model M   # bench_decode_speed-tune.txt (about 12 min)
     python tests/bench/bench_decode_speed.py --stage test --model M   # bench_decode_speed.txt (about 25 min)
+    python tests/bench/bench_decode_speed.py --stage startup --model M   # bench_decode_speed-startup.txt (2 min)
 
 - **tune**: ``--lines`` lines (default 1000) spread evenly over ``hansards/dev`` and ``newstest2013``, once each;
   it names the beams (``K``, or ``K/C``: beam K, the second search of ``--all-numbers`` C wide) whose BLEU and chrF
   are within 0.3 of the old commit's on both sets and whose numbers carried are no lower, and the fastest of them
   (the choice ``examples/one-hour.sh``'s beam is made by).
+- **startup**: one line (the first of hansards/test) through each of the old commit's run and one-hour.sh's,
+  ``--repeats`` (default 7) interleaved runs: the issue's "one-line start-up no slower".
 - **test**: ``--lines`` lines (default 1000; 0: the whole sets) spread over ``hansards/test`` and
   ``newstest2014``, sets the choice did not see, ``--repeats`` interleaved repeats (the order of the runs reversed
   from one repeat to the next); the goal line takes the row with one-hour.sh's options as committed (its
@@ -46,7 +49,7 @@ WITHIN = 0.3  # BLEU and chrF points: "the same quality" (issue 55)
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--stage", choices=("tune", "test"), required=True)
+    p.add_argument("--stage", choices=("tune", "test", "startup"), required=True)
     p.add_argument("--model", type=Path, required=True, help="a checkpoint of the hour's model")
     p.add_argument("--candidates", type=Path, help="its candidate lists (default: peers.prepare_hour's)")
     p.add_argument("--old", default="0c0678f", help="the commit compared against (default: %(default)s)")
@@ -111,11 +114,38 @@ def decode(checkout: Path, model: Path, src: Path, lines: int, options: list[str
     return lines / wall, hyp
 
 
+def startup(old: tuple, new: tuple, repeats: int, a, out: list[str]) -> list[Goal]:
+    """One line through ``nmt-translate`` as a shell pipeline sends it (the first line of hansards/test), the old
+    commit's options against one-hour.sh's, ``repeats`` interleaved runs: the whole process's wall clock."""
+    root = peers.data_root()
+    if root is None:
+        raise BenchError("no data: set NMTKIT_DATA or put it in ../shared/data")
+    src = a.work / "startup.en"
+    src.parent.mkdir(parents=True, exist_ok=True)
+    src.write_text(peers.read_lines(root / "hansards" / "test.en", 1)[0] + "\n", encoding="utf-8")
+    walls: dict = {}
+    for r in range(repeats):
+        for key, tree, options, _ in ((old, new) if r % 2 == 0 else (new, old)):
+            speed, _ = decode(tree, a.model, src, 1, options, a.work / "startup.fr")
+            walls.setdefault(key, []).append(1 / speed)
+            log(f"repeat {r + 1} {key}: {1 / speed:.2f} s")
+    base = median(walls[old[0]])
+    rows = [[label, f"{median(walls[key]):.2f} ({min(walls[key]):.2f}–{max(walls[key]):.2f})",
+             f"{median(walls[key]) / base:.2f}"] for key, _, _, label in (old, new)]
+    out += ["", f"one line (the first of hansards/test) through nmt-translate, the whole process; {repeats} "
+            "interleaved runs each", ""]
+    out += table(["run", "wall s, median (min–max)", "against the old"], rows)
+    out.append("")
+    return [Goal(f"one line: {old[3].split(',')[0]}'s wall over one-hour.sh's options' (start-up no slower: at "
+                 "least 1)", base / median(walls[new[0]]), 1.0, "×")]
+
+
 def main(argv=None) -> int:
     args = sys.argv[1:] if argv is None else argv
     a = parse_args(args)
     t0 = time.time()
-    name = "bench_decode_speed-tune.txt" if a.stage == "tune" else "bench_decode_speed.txt"
+    name = {"tune": "bench_decode_speed-tune.txt", "test": "bench_decode_speed.txt",
+            "startup": "bench_decode_speed-startup.txt"}[a.stage]
     path = a.out or peers.REPO / "tests" / "bench" / "results" / name
     out = peers.start_report("bench_decode_speed.py", f"nmtkit decoding speed against quality, beam by beam: {a.stage}",
                              args, a.allow_dirty)
@@ -127,7 +157,7 @@ def main(argv=None) -> int:
         from bench_candidates import model_note
         from nmtkit.score.diagnostics import Diagnostics
 
-        repeats = a.repeats or (1 if a.stage == "tune" else 3)
+        repeats = a.repeats or {"tune": 1, "test": 3, "startup": 7}[a.stage]
         beams = a.beams.split(",")
         if not all(re.fullmatch(r"[1-9][0-9]*(/[1-9][0-9]*)?", b) for b in beams):
             raise BenchError(f"--beams {a.beams}: expected K or K/C, joined by commas")
@@ -146,6 +176,11 @@ def main(argv=None) -> int:
                 f"options: {a.old[:7]}: {' '.join(old_options)}; this commit: one-hour.sh's '{' '.join(recipe)}' "
                 "with the beam of the row (and --candidates where the row says); nmt-translate's default threads "
                 "and workers; lines/s over the whole process"]
+        if a.stage == "startup":
+            recipe_row = ("recipe", peers.REPO, recipe + ["--candidates", str(cands)],
+                          f"this commit, one-hour.sh's options ({row_label(beam_of(recipe))[13:]})")
+            goals = startup(configs[0], recipe_row, repeats, a, out)
+            return peers.finish_report(out, goals, 55, path, t0)
         sets = sets_for(a.stage, a.lines, a.work)
         runs = a.work / "speed-runs"
         runs.mkdir(parents=True, exist_ok=True)
