@@ -62,9 +62,9 @@ class DecodeConfig:
                "beam allocation), none ending before it has written them all; that translation is taken when it "
                "ends before the length limit ('%' needs no 'p. 100'). Other lines read as without it.")
     constrained_beam: int = setting(
-        0, "The beam of the second search of --all-numbers and --terms (0 = --beam): a beam shared among hypotheses "
-           "by the constraints they have met needs more room than a free one (Post & Vilar 2018), and a small --beam "
-           "searches faster with a wider second search for the few lines it is run on.", metavar="K")
+        0, "The beam of the second search of --all-numbers and --terms (0 = --beam): a beam shared out by the "
+           "constraints met needs more room than a free one (docs/performance.rst, 'Choosing the beam').",
+        metavar="K")
     min_length_ratio: float = setting(
         0.0, "No hypothesis may end before RATIO * source words output tokens (against translations cut short; "
              "0 = off; a forced --prefix counts; never past the length limit).", metavar="RATIO")
