@@ -117,16 +117,16 @@ TERMS = [[(ids("▁c", "▁a"),)], [], [(ids("▁c"), ids("▁b", "▁b")), (ids
          [(ids("▁a", "▁c", "▁c"),)], [(ids("▁5"),), (ids("▁c", "▁b"),)]]
 
 
-@pytest.mark.parametrize("beam", [1, 3, 6])
+@pytest.mark.parametrize("beam, second", [(1, 0), (3, 0), (6, 0), (3, 6)])  # (second: --constrained-beam)
 @pytest.mark.parametrize("with_numbers", [False, True])
-def test_batched_equals_the_reference_and_the_terms_are_written(beam, with_numbers):
+def test_batched_equals_the_reference_and_the_terms_are_written(beam, second, with_numbers):
     m = _model()
     rng = random.Random(beam)
     sents = [[rng.randint(4, 22) for _ in range(rng.randint(2, 9))] for _ in TERMS]
     numbers = [["2014"], ["42"], [], ["10", "30"], [], ["5"]]
     src, lens = collate_source([np.asarray(s) for s in sents])
     decode = DecodeConfig(beam=beam, nbest=beam, max_len_a=2.0, max_len_b=8, source_numbers=with_numbers,
-                          all_numbers=with_numbers)
+                          all_numbers=with_numbers, constrained_beam=second)
     bounds, table = WordBounds(VOCAB), DigitTable(VOCAB)
     nf = SourceNumbers(table, numbers) if with_numbers else None
     got = beam_search(m, src, lens, decode, numbers_from=nf, terms=SourceTerms(bounds, TERMS))
