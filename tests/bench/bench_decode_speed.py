@@ -58,7 +58,7 @@ def parse_args(argv):
                         "(default: %(default)s)")
     p.add_argument("--lines", type=int, default=1000, help="lines a set, 0 for the whole set (default: %(default)s)")
     p.add_argument("--no-whole", action="store_true", help="leave out the row without the lists")
-    p.add_argument("--repeats", type=int, help="default: 1 to tune, 3 to test")
+    p.add_argument("--repeats", type=int, help="default: 1 to tune, 3 to test, 7 for startup")
     p.add_argument("--work", type=Path, default=Path("/tmp/nmtkit-bench"))
     p.add_argument("--out", type=Path)
     p.add_argument("--allow-dirty", action="store_true")
@@ -91,11 +91,14 @@ def beam_of(options: list[str]) -> str:
     return k + (f"/{options[options.index('--constrained-beam') + 1]}" if "--constrained-beam" in options else "")
 
 
-def row_label(spec: str) -> str:
+def beam_words(spec: str) -> str:
+    """"greedy" or "beam K[, second search C]" for a beam spec."""
     beam, _, second = spec.partition("/")
-    if beam == "1":
-        return "this commit, greedy, candidate lists"
-    return f"this commit, beam {beam}{f', second search {second}' if second else ''}, candidate lists"
+    return "greedy" if beam == "1" else f"beam {beam}{f', second search {second}' if second else ''}"
+
+
+def row_label(spec: str) -> str:
+    return f"this commit, {beam_words(spec)}, candidate lists"
 
 
 def sets_for(stage: str, n: int, work: Path) -> dict:
@@ -178,7 +181,7 @@ def main(argv=None) -> int:
                 "and workers; lines/s over the whole process"]
         if a.stage == "startup":
             recipe_row = ("recipe", peers.REPO, recipe + ["--candidates", str(cands)],
-                          f"this commit, one-hour.sh's options ({row_label(beam_of(recipe))[13:]})")
+                          f"this commit, one-hour.sh's options ({beam_words(beam_of(recipe))}, candidate lists)")
             goals = startup(configs[0], recipe_row, repeats, a, out)
             return peers.finish_report(out, goals, 55, path, t0)
         sets = sets_for(a.stage, a.lines, a.work)
