@@ -99,6 +99,54 @@ def test_multiplier_equals_torch(lowp, rows):
     torch.testing.assert_close(by_W.product(wide).double(), (wide.to(dtype) @ W.to(dtype).t()).double(), **tol)
 
 
+def test_token_counts_are_rounded_to_whole_buckets_in_bf16_on_the_cpu():
+    cpu = torch.device("cpu")
+    assert [matmul.token_rows(k, torch.bfloat16, cpu) for k in (1, 63, 64, 65, 1355)] == [64, 64, 64, 128, 1408]
+    assert [matmul.token_rows(k, None, cpu) for k in (1, 8, 13, 1355)] == [8, 8, 16, 1360]
+
+
+@pytest.mark.parametrize("shape", [(37, 29), (64, 64), (1, 130)])
+def test_mm_in_bf16_equals_the_unpadded_product(shape):
+    """``mm`` pads a bf16 product's token counts (M, K) with zeros: the result has the real rows only, and their
+    values are the unpadded product's (extra terms are exact zeros; only the summation order may differ)."""
+    M, K = shape
+    a, b = _rand(M, K), _rand(K, 16, seed=1)
+    out = matmul.mm(a, b, torch.bfloat16)
+    assert out.shape == (M, 16) and out.dtype == torch.float32
+    ref = (a.to(torch.bfloat16).double() @ b.to(torch.bfloat16).double())
+    torch.testing.assert_close(out.double(), ref, rtol=1e-2, atol=2e-2)
+    assert matmul.mm(a, b, torch.bfloat16, float32=False).dtype == torch.bfloat16
+
+
+def _product_dims(model, src, lens, tgt, bf16: bool) -> set[int]:
+    """Every dimension of every matrix product's operands in a training step (forward and backward)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    names = {"aten::mm", "aten::addmm", "aten::matmul", "aten::linear", "aten::bmm", "aten::baddbmm",
+             "mkldnn::_linear_pointwise"}
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as p:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model.nll(src, lens, tgt, tgt)
+        loss.backward()
+    return {d for e in p.events() if e.name in names for shape in e.input_shapes for d in shape}
+
+
+def test_bf16_training_products_never_see_the_batchs_token_counts():
+    """Under bf16 autocast on the CPU, no product of a training step has one of the batch's token counts as a
+    dimension (43 source, 41 target tokens here): oneDNN compiles a kernel for every new shape, and those counts
+    change with every batch (matmul.py).  The float32 step has them, which shows that the check sees them."""
+    torch.manual_seed(0)
+    model = build_model("rnnsearch-tiny", 30, 30)
+    lens = torch.tensor([7, 7, 6, 5, 5, 4, 4, 3, 2])  # Σ = 43 source tokens
+    src = torch.randint(4, 30, (9, 7))
+    src[torch.arange(7).unsqueeze(0) >= lens.unsqueeze(1)] = 0  # <pad>
+    tgt_lens = torch.tensor([6, 6, 5, 5, 5, 4, 4, 4, 2])  # Σ = 41 target tokens
+    tgt = torch.randint(4, 30, (9, 6))
+    tgt[torch.arange(6).unsqueeze(0) >= tgt_lens.unsqueeze(1)] = 0
+    assert {41, 43} <= _product_dims(model, src, lens, tgt, bf16=False)
+    assert not {41, 43} & _product_dims(model, src, lens, tgt, bf16=True)
+
+
 class _NoKernels:
     @staticmethod
     def usable(*tensors):

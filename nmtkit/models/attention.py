@@ -12,9 +12,9 @@ positions get exactly zero weight (their score is set to −inf before the softm
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nmtkit.models.fast.matmul import aligned_linear
 from nmtkit.models.init import ALIGN_STD, normal_, zeros_
 
 
@@ -36,8 +36,9 @@ class AdditiveAttention(nn.Module):
         zeros_(self.v_a)
 
     def keys(self, annotations: Tensor) -> Tensor:
-        """U_a h_j for every source position, once per sentence: (B, Tx, ctx) -> (B, Tx, n')."""
-        return F.linear(annotations, self.U_a)
+        """U_a h_j for every source position, once per sentence: (B, Tx, ctx) -> (B, Tx, n'), or (N, ctx) -> (N, n')
+        over packed positions."""
+        return aligned_linear(annotations, self.U_a)
 
 
 def alignment_for_beams(query: Tensor, keys: Tensor, v_a: Tensor, src_mask: Tensor) -> Tensor:

@@ -28,7 +28,7 @@ from nmtkit.data.vocab import BOS, PAD
 from nmtkit.models.attention import alignment_for_beams, attention_cross_entropy
 from nmtkit.models.backend import Backend, EncoderOut
 from nmtkit.models.fast.fused import attentive_decoder, by_source_length, gru_sequence
-from nmtkit.models.fast.matmul import aligned_linear
+from nmtkit.models.fast.matmul import aligned_linear, autocast_dtype, pad_rows, token_rows
 from nmtkit.models.fast.output import linear_cross_entropy, linear_cross_entropy_with_nll
 from nmtkit.models.fast.packed import Packing, packing, unpack
 from nmtkit.models.fast.stepweights import StepWeights, step_weights
@@ -74,12 +74,16 @@ class FastBackend(Backend):
                                                                  *([] if guide is None else [guide]))
         s_prev, Ey, ctx, alpha = self.teacher_forced(model, src, src_lens, tgt_in)
         real = (tgt_out != PAD).flatten().nonzero().squeeze(1)  # (N,)   flat indices of real targets
-        pick = lambda x: x.flatten(0, 1).index_select(0, real)  # noqa: E731   (B, Ty, d) -> (N, d)
+        N, lowp = len(real), autocast_dtype(s_prev)
+        # bf16 on the CPU: the deep output's products over whole buckets of rows (token_rows; the extra rows repeat
+        # the first target's and are cut off from t)
+        rows = real if lowp is None else pad_rows(real, token_rows(N, lowp, real.device))
+        pick = lambda x: x.flatten(0, 1).index_select(0, rows)  # noqa: E731   (B, Ty, d) -> (N, d)
         if ctx.shape[1] != s_prev.shape[1]:  # the RNNencdec's c, one per sentence: C_o c once per sentence
             Cc = pick(F.linear(ctx, model.C_o).expand(-1, s_prev.shape[1], -1))  # (N, 2l)
         else:  # RNNsearch: C_o c_i at the real targets only
             Cc = F.linear(pick(ctx), model.C_o)  # (N, 2l)
-        t = model.maxout(pick(s_prev), pick(Ey), Cc)  # (N, l)
+        t = model.maxout(pick(s_prev), pick(Ey), Cc)[:N]  # (N, l)
         return t, tgt_out.flatten().index_select(0, real), alpha if rest else None, rest[0] if rest else None
 
     def teacher_forced(self, model, src: Tensor, src_lens: Tensor, tgt_in: Tensor):

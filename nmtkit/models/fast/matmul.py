@@ -28,6 +28,15 @@ costs a copy of one operand, far less than it saves:
 - ``aligned_linear``: F.linear with the reduced dimension K rounded up, so that the backward pass's products, whose
   results are K wide (∂L/∂x (N, K) and ∂L/∂W (out, K)), run at full speed.
 
+**Token counts rounded up to a multiple of 64 in bf16 on the CPU** (``token_rows``).  Where the CPU has AMX,
+torch's bf16 products go through oneDNN, which compiles a kernel for every new shape it meets (milliseconds for
+the output layer's) and keeps at most 1,024 of them.  The products over a batch's tokens -- the encoder's input
+projections, the deep output's, the output layer's, the decoder's context terms -- change shape with every batch,
+so that a bf16 training step compiled a dozen products every update, and ran slower than float32
+(tests/bench/results/bench_bf16_rows.txt).  Rounded up to a multiple of 64 (zero rows, sliced off the result),
+the shapes repeat and the compiled kernels are found again.  Float32 products (MKL) compile nothing: rounded to 8
+as above.
+
 ``lowp`` arguments: the autocast dtype (bf16) in which a product runs, its operands cast to it and its result
 returned in float32 -- how the hand-written recurrences keep states and accumulations in float32.
 """
@@ -47,9 +56,25 @@ ALIGN = 8
 ROWS_HINT = 80  # the batch size oneDNN's weight layout is chosen for (the paper's minibatch); any row count works
 
 
+LOWP_ROWS = 64  # token counts of bf16 CPU products rounded up to a multiple of this (see above)
+
+
 def round_up(k: int) -> int:
     """k rounded up to a multiple of ``ALIGN``."""
     return k + (-k % ALIGN)
+
+
+def token_rows(k: int, lowp, device: torch.device) -> int:
+    """A token count k as a product's dimension: rounded up to a multiple of ``LOWP_ROWS`` for a bf16 product on
+    the CPU, else to a multiple of ``ALIGN``."""
+    step = LOWP_ROWS if lowp is torch.bfloat16 and device.type == "cpu" else ALIGN
+    return k + (-k % step)
+
+
+def pad_rows(x: Tensor, rows: int) -> Tensor:
+    """x (k, ...) with zero rows appended up to ``rows`` (x itself when it has them)."""
+    extra = rows - x.shape[0]
+    return x if not extra else torch.cat([x, x.new_zeros(extra, *x.shape[1:])])
 
 
 @functools.cache
@@ -108,10 +133,17 @@ def contiguous_in_lowp(t: Tensor, lowp) -> Tensor:
 
 def mm(a: Tensor, b: Tensor, lowp=None, float32: bool = True) -> Tensor:
     """a @ b for a (M, K), b (K, N); in ``lowp`` when given, with a float32 result unless ``float32=False``
-    (torch's product; as ``Multiplier.product``)."""
+    (torch's product; as ``Multiplier.product``).  M and K are token counts here (N a weight's dimension): in bf16
+    on the CPU they are rounded up with zeros (``token_rows``)."""
     if lowp is None:
         return a @ b
-    out = a.to(lowp) @ b.to(lowp)
+    (M, K), dev = a.shape, a.device
+    M2, K2 = (token_rows(M, lowp, dev), token_rows(K, lowp, dev)) if dev.type == "cpu" else (M, K)
+    a, b = a.to(lowp), b.to(lowp)
+    if (M2, K2) != (M, K):
+        a = F.pad(a, (0, K2 - K, 0, M2 - M))  # (M2, K2)
+        b = pad_rows(b, K2)  # (K2, N)
+    out = (a @ b)[:M]
     return out.float() if float32 else out
 
 
@@ -167,8 +199,13 @@ def padded_vocab(W: Tensor, b: Tensor, b_fill: float, columns: bool = False, dty
 
 
 def aligned_linear(x: Tensor, W: Tensor, b: Tensor | None = None) -> Tensor:
-    """F.linear(x, W, b) (x (..., K), W (out, K)) computed with K rounded up to a multiple of ``ALIGN``."""
+    """F.linear(x, W, b) (x (..., K), W (out, K)) computed with K rounded up to a multiple of ``ALIGN``, and, under
+    bf16 autocast on the CPU, the rows of a matrix x (a token count) rounded up too (``token_rows``)."""
     extra = round_up(W.shape[1]) - W.shape[1]
-    if not extra:
+    rows = x.shape[0]
+    lowp = autocast_dtype(x) if x.dim() == 2 else None
+    more = token_rows(rows, lowp, x.device) - rows if lowp is not None else 0
+    if not extra and not more:
         return F.linear(x, W, b)
-    return F.linear(F.pad(x, (0, extra)), F.pad(W, (0, extra)), b)
+    y = F.linear(F.pad(x, (0, extra, 0, more) if more else (0, extra)), F.pad(W, (0, extra)), b)
+    return y[:rows] if more else y

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from nmtkit.models.fast.matmul import ALIGN, autocast_dtype, in_lowp, padded_vocab, round_up
+from nmtkit.models.fast.matmul import ALIGN, autocast_dtype, in_lowp, padded_vocab, token_rows
 from nmtkit.models.fast.policy import policy
 
 LOG_TINY = -69.0  # log p(y) below this (p < 1e-30; float32's normal range ends at 1.2e-38): recomputed from the logits
@@ -90,9 +90,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
         # (zero) make every product's row count a multiple of 8 too -- the logits (N', V') and ∂L/∂t (N', l')
         # are results N' rows high: the bf16 products are faster for some real batch sizes and unchanged for
         # others (tests/bench/results/bench_kernels.txt, rows "bf16 loss products") --; their logits are never
-        # used and their ∂L/∂z is set to zero.
+        # used and their ∂L/∂z is set to zero.  In bf16 on the CPU, N is rounded up to a multiple of 64
+        # (``token_rows``: a shape oneDNN has compiled already).
         W_l, b = padded_vocab(W, b, float("-inf"), columns=True, dtype=lowp)  # (V', l'), (V',)
-        t = F.pad(t, (0, W_l.shape[1] - l, 0, round_up(N) - N))  # (N', l')
+        t = F.pad(t, (0, W_l.shape[1] - l, 0, token_rows(N, lowp, t.device) - N))  # (N', l')
         V2 = W_l.shape[0]
         sizes = policy()
         chunk = max(sizes.loss_min_chunk_rows, sizes.loss_chunk_elements // V2)
