@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from nmtkit import kernels
+from nmtkit.device import bf16_is_native
 from nmtkit.models import build_model
 from nmtkit.models.fast import matmul
 from nmtkit.models.fast.matmul import Multiplier
@@ -145,6 +146,42 @@ def test_bf16_training_products_never_see_the_batchs_token_counts():
     tgt[torch.arange(6).unsqueeze(0) >= tgt_lens.unsqueeze(1)] = 0
     assert {41, 43} <= _product_dims(model, src, lens, tgt, bf16=False)
     assert not {41, 43} & _product_dims(model, src, lens, tgt, bf16=True)
+
+
+_SHAPES_TWICE = """
+import os, sys, torch
+import nmtkit.models.fast.matmul
+w = torch.randn(16, 16).to(torch.bfloat16)
+for m in range(1, 1201):  # 1,200 shapes oneDNN compiles: more than its default cache keeps
+    torch.randn(m, 16).to(torch.bfloat16) @ w
+print("SECOND PASS", flush=True)
+for m in range(1, 1201):
+    torch.randn(m, 16).to(torch.bfloat16) @ w
+print(os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"], flush=True)
+"""
+
+
+def _recompiled(capacity: str | None) -> tuple[int, str]:
+    """(products oneDNN compiled again in the second pass over 1,200 bf16 shapes, the capacity in force)."""
+    env = {**os.environ, "ONEDNN_VERBOSE": "2"}
+    env.pop("ONEDNN_PRIMITIVE_CACHE_CAPACITY", None)
+    if capacity is not None:
+        env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = capacity
+    out = subprocess.run([sys.executable, "-c", _SHAPES_TWICE], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    second = out.split("SECOND PASS", 1)[1]
+    return second.count("create:cache_miss"), second.strip().splitlines()[-1]
+
+
+@pytest.mark.skipif(not bf16_is_native(torch.device("cpu")), reason="this CPU has no native bf16: torch's bf16 "
+                    "products do not go through oneDNN")
+def test_onednn_keeps_the_compiled_products_of_a_bf16_run():
+    """Importing nmtkit's products raises oneDNN's cache of compiled products from 1,024 to ONEDNN_CACHE: 1,200
+    shapes met twice are compiled once.  A capacity the user sets is kept (and 1,024 does compile them again,
+    which shows the check can see it)."""
+    assert _recompiled(None) == (0, str(matmul.ONEDNN_CACHE))
+    again, kept = _recompiled("1024")
+    assert kept == "1024" and again >= 100
 
 
 class _NoKernels:

@@ -35,7 +35,10 @@ projections, the deep output's, the output layer's, the decoder's context terms 
 so that a bf16 training step compiled a dozen products every update, and ran slower than float32
 (tests/bench/results/bench_bf16_rows.txt).  Rounded up to a multiple of 64 (zero rows, sliced off the result),
 the shapes repeat and the compiled kernels are found again.  Float32 products (MKL) compile nothing: rounded to 8
-as above.
+as above.  Even so, a bf16 run meets more shapes than oneDNN keeps (the per-step products' row counts, the
+buckets of every token-sized product, forwards and backwards): evicted, they were compiled again, hundreds of
+times every 100 updates.  Importing this module therefore sets ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` to
+``ONEDNN_CACHE`` (unless the environment sets it): oneDNN reads it at its first product.
 
 ``lowp`` arguments: the autocast dtype (bf16) in which a product runs, its operands cast to it and its result
 returned in float32 -- how the hand-written recurrences keep states and accumulations in float32.
@@ -44,6 +47,7 @@ returned in float32 -- how the hand-written recurrences keep states and accumula
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +61,8 @@ ROWS_HINT = 80  # the batch size oneDNN's weight layout is chosen for (the paper
 
 
 LOWP_ROWS = 64  # token counts of bf16 CPU products rounded up to a multiple of this (see above)
+ONEDNN_CACHE = 8192  # compiled products oneDNN keeps (its default: 1,024; see above)
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_CACHE))
 
 
 def round_up(k: int) -> int:
