@@ -45,7 +45,8 @@
 #   ARCH [rnnsearch-small]  MAX_UPDATES [0: none]: stop (annealed) at this update if it comes before the time runs out
 #   PRECISION [auto]: bf16 (bfloat16 autocast) where the CPU computes bfloat16 natively (AVX-512 BF16 or AMX), fp32
 #   elsewhere (emulated bfloat16 is many times slower); fp32 or bf16 to choose (tests/bench/results/bench_recipe.txt,
-#   "Precision": on an AVX-512 BF16 EPYC, 1.21x the updates in 900 s, +0.6 and +1.7 BLEU on the tuning sets)
+#   "Precision": on an AVX-512 BF16 EPYC, 1.21x the updates in 900 s, +0.6 and +1.7 BLEU on the tuning sets; on an
+#   AMX Xeon 1.37x fp32's tokens/s, bench_bf16_rows.txt)
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
