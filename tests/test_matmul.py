@@ -104,6 +104,11 @@ def test_token_counts_are_rounded_to_whole_buckets_in_bf16_on_the_cpu():
     cpu = torch.device("cpu")
     assert [matmul.token_rows(k, torch.bfloat16, cpu) for k in (1, 63, 64, 65, 1355)] == [64, 64, 64, 128, 1408]
     assert [matmul.token_rows(k, None, cpu) for k in (1, 8, 13, 1355)] == [8, 8, 16, 1360]
+    # only bf16 on the CPU (oneDNN's compiled products): not float16, not CUDA
+    assert matmul.in_buckets(torch.bfloat16, cpu)
+    assert not matmul.in_buckets(torch.float16, cpu) and not matmul.in_buckets(None, cpu)
+    assert not matmul.in_buckets(torch.bfloat16, torch.device("cuda"))
+    assert matmul.token_rows(13, torch.bfloat16, torch.device("cuda")) == 16
 
 
 @pytest.mark.parametrize("shape", [(37, 29), (64, 64), (1, 130)])

@@ -70,11 +70,15 @@ def round_up(k: int) -> int:
     return k + (-k % ALIGN)
 
 
+def in_buckets(lowp, device: torch.device) -> bool:
+    """Whether products in ``lowp`` on ``device`` take token counts in buckets of ``LOWP_ROWS``: bf16 on the CPU."""
+    return lowp is torch.bfloat16 and device.type == "cpu"
+
+
 def token_rows(k: int, lowp, device: torch.device) -> int:
     """A token count k as a product's dimension: rounded up to a multiple of ``LOWP_ROWS`` for a bf16 product on
     the CPU, else to a multiple of ``ALIGN``."""
-    step = LOWP_ROWS if lowp is torch.bfloat16 and device.type == "cpu" else ALIGN
-    return k + (-k % step)
+    return k + (-k % (LOWP_ROWS if in_buckets(lowp, device) else ALIGN))
 
 
 def pad_rows(x: Tensor, rows: int) -> Tensor:
@@ -144,7 +148,7 @@ def mm(a: Tensor, b: Tensor, lowp=None, float32: bool = True) -> Tensor:
     if lowp is None:
         return a @ b
     (M, K), dev = a.shape, a.device
-    M2, K2 = (token_rows(M, lowp, dev), token_rows(K, lowp, dev)) if dev.type == "cpu" else (M, K)
+    M2, K2 = (token_rows(M, lowp, dev), token_rows(K, lowp, dev)) if in_buckets(lowp, dev) else (M, K)
     a, b = a.to(lowp), b.to(lowp)
     if (M2, K2) != (M, K):
         a = F.pad(a, (0, K2 - K, 0, M2 - M))  # (M2, K2)
@@ -210,7 +214,7 @@ def aligned_linear(x: Tensor, W: Tensor, b: Tensor | None = None) -> Tensor:
     extra = round_up(W.shape[1]) - W.shape[1]
     rows = x.shape[0]
     lowp = autocast_dtype(x) if x.dim() == 2 else None
-    more = token_rows(rows, lowp, x.device) - rows if lowp is not None else 0
+    more = token_rows(rows, lowp, x.device) - rows if in_buckets(lowp, x.device) else 0
     if not extra and not more:
         return F.linear(x, W, b)
     y = F.linear(F.pad(x, (0, extra, 0, more) if more else (0, extra)), F.pad(W, (0, extra)), b)
