@@ -28,7 +28,7 @@ from nmtkit.data.vocab import BOS, PAD
 from nmtkit.models.attention import alignment_for_beams, attention_cross_entropy
 from nmtkit.models.backend import Backend, EncoderOut
 from nmtkit.models.fast.fused import attentive_decoder, by_source_length, gru_sequence
-from nmtkit.models.fast.matmul import aligned_linear, autocast_dtype, in_buckets, pad_rows, token_rows
+from nmtkit.models.fast.matmul import aligned_linear, autocast_dtype, in_buckets, token_rows
 from nmtkit.models.fast.output import linear_cross_entropy, linear_cross_entropy_with_nll
 from nmtkit.models.fast.packed import Packing, packing, unpack
 from nmtkit.models.fast.stepweights import StepWeights, step_weights
@@ -77,7 +77,7 @@ class FastBackend(Backend):
         N, lowp = len(real), autocast_dtype(s_prev)
         # bf16 on the CPU: the deep output's products over whole buckets of rows (token_rows; the extra rows repeat
         # the first target's and are cut off from t)
-        rows = pad_rows(real, token_rows(N, lowp, real.device)) if in_buckets(lowp, real.device) else real
+        rows = F.pad(real, (0, token_rows(N, lowp, real.device) - N)) if in_buckets(lowp, real.device) else real
         pick = lambda x: x.flatten(0, 1).index_select(0, rows)  # noqa: E731   (B, Ty, d) -> (N, d)
         if ctx.shape[1] != s_prev.shape[1]:  # the RNNencdec's c, one per sentence: C_o c once per sentence
             Cc = pick(F.linear(ctx, model.C_o).expand(-1, s_prev.shape[1], -1))  # (N, 2l)

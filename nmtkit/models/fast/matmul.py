@@ -81,12 +81,6 @@ def token_rows(k: int, lowp, device: torch.device) -> int:
     return k + (-k % (LOWP_ROWS if in_buckets(lowp, device) else ALIGN))
 
 
-def pad_rows(x: Tensor, rows: int) -> Tensor:
-    """x (k, ...) with zero rows appended up to ``rows`` (x itself when it has them)."""
-    extra = rows - x.shape[0]
-    return x if not extra else torch.cat([x, x.new_zeros(extra, *x.shape[1:])])
-
-
 @functools.cache
 def _onednn_works(dtype: torch.dtype = torch.float32) -> bool:
     """Whether this torch build's oneDNN product with a reordered weight is there, runs in ``dtype`` on this CPU and
@@ -152,7 +146,7 @@ def mm(a: Tensor, b: Tensor, lowp=None, float32: bool = True) -> Tensor:
     a, b = a.to(lowp), b.to(lowp)
     if (M2, K2) != (M, K):
         a = F.pad(a, (0, K2 - K, 0, M2 - M))  # (M2, K2)
-        b = pad_rows(b, K2)  # (K2, N)
+        b = F.pad(b, (0, 0, 0, K2 - K))  # (K2, N)
     out = (a @ b)[:M]
     return out.float() if float32 else out
 
@@ -217,5 +211,5 @@ def aligned_linear(x: Tensor, W: Tensor, b: Tensor | None = None) -> Tensor:
     more = token_rows(rows, lowp, x.device) - rows if in_buckets(lowp, x.device) else 0
     if not extra and not more:
         return F.linear(x, W, b)
-    y = F.linear(F.pad(x, (0, extra, 0, more) if more else (0, extra)), F.pad(W, (0, extra)), b)
+    y = F.linear(F.pad(x, (0, extra, 0, more)), F.pad(W, (0, extra)), b)
     return y[:rows] if more else y
